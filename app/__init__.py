@@ -1,0 +1,3 @@
+"""jsgw: an HTTP/REST + SSE gateway for NATS JetStream."""
+
+__version__ = "0.1.0"

@@ -1,0 +1,96 @@
+"""The ``jsgw`` command: ``jsgw serve`` runs the gateway, ``jsgw openapi`` prints the spec."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+
+import orjson
+from pydantic import ValidationError
+
+from app import logs
+
+log = logging.getLogger("jsgw.cli")
+
+
+def app_from_env():  # type: ignore[no-untyped-def]
+    """uvicorn factory: each worker builds its own app (and so its own NATS pool)."""
+    from app.config import Settings
+    from app.main import create_app
+
+    return create_app(Settings())
+
+
+def _load_settings():  # type: ignore[no-untyped-def]
+    from app.config import Settings
+
+    try:
+        return Settings()
+    except ValidationError as exc:
+        lines = [f"  JSGW_{'_'.join(map(str, e['loc'])).upper() or '?'}: {e['msg']}" for e in exc.errors()]
+        print("jsgw: invalid configuration:\n" + "\n".join(lines), file=sys.stderr)
+        raise SystemExit(2) from None
+
+
+def serve(_: argparse.Namespace) -> int:
+    import uvicorn
+
+    from app.nats.embedded import EmbeddedServer
+
+    settings = _load_settings()
+    logs.setup(settings.log_level)
+    if not settings.listens_on_loopback and settings.auth_file is None:
+        log.warning(
+            "LISTENING ON %s WITHOUT AUTHENTICATION: anyone who reaches this port can read, "
+            "write and delete JetStream data. Set JSGW_AUTH_FILE or JSGW_HOST=127.0.0.1.",
+            settings.host,
+        )
+    shared_server: EmbeddedServer | None = None
+    if settings.embedded and settings.workers > 1:
+        # Workers are separate processes: they share one embedded server started here.
+        shared_server = EmbeddedServer(settings.data_dir)
+        os.environ["JSGW_NATS_URL"] = shared_server.start()
+        log.info("embedded nats-server for %d workers at %s", settings.workers, shared_server.url)
+    try:
+        uvicorn.run(
+            "app.cli:app_from_env",
+            factory=True,
+            host=settings.host,
+            port=settings.port,
+            workers=settings.workers,
+            loop="uvloop",
+            http="httptools",
+            access_log=False,
+            log_config=logs.config(settings.log_level),
+            timeout_graceful_shutdown=10,
+            proxy_headers=False,
+        )
+    finally:
+        if shared_server is not None:
+            shared_server.stop()
+    return 0
+
+
+def openapi(args: argparse.Namespace) -> int:
+    from app.main import openapi_document
+
+    text = orjson.dumps(openapi_document(), option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS)
+    if args.output:
+        with open(args.output, "wb") as out:
+            out.write(text + b"\n")
+    else:
+        sys.stdout.write(text.decode() + "\n")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="jsgw", description="HTTP/REST + SSE gateway for NATS JetStream")
+    sub = parser.add_subparsers(dest="command")
+    sub.add_parser("serve", help="run the gateway (configured by JSGW_* variables)").set_defaults(func=serve)
+    spec = sub.add_parser("openapi", help="print the OpenAPI spec")
+    spec.add_argument("-o", "--output", help="write to this file instead of stdout")
+    spec.set_defaults(func=openapi)
+    args = parser.parse_args(argv)
+    return int(getattr(args, "func", serve)(args))

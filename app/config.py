@@ -1,0 +1,135 @@
+"""Gateway settings, read once from the environment (prefix ``JSGW_``)."""
+
+from __future__ import annotations
+
+import ipaddress
+from pathlib import Path
+from typing import Annotated
+from urllib.parse import urlsplit
+
+from pydantic import Field, SecretStr, field_validator, model_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+NATS_URL_SCHEMES = {"nats", "tls", "ws", "wss"}
+
+
+class Settings(BaseSettings):
+    """Every knob of the gateway. Bad values fail at start-up, before anything listens."""
+
+    model_config = SettingsConfigDict(
+        env_prefix="JSGW_",
+        extra="ignore",
+        secrets_dir=None,
+        frozen=True,
+    )
+
+    # NATS connection. Unset URL: run an embedded nats-server (JetStream on, loopback only).
+    nats_url: Annotated[list[str], NoDecode] = Field(default_factory=list)
+    nats_creds: Path | None = None
+    nats_nkey: SecretStr | None = None
+    nats_user: str | None = None
+    nats_password: SecretStr | None = None
+    nats_token: SecretStr | None = None
+    nats_tls_ca: Path | None = None
+    nats_tls_cert: Path | None = None
+    nats_tls_key: Path | None = None
+    js_domain: str | None = None
+
+    pool_size: int = Field(default=2, ge=1, le=64)
+    request_timeout: float = Field(default=5.0, gt=0, le=300)
+    max_reconnect_attempts: int = Field(default=120, ge=1)
+    reconnect_wait: float = Field(default=0.5, gt=0, le=60)
+
+    host: str = "127.0.0.1"
+    port: int = Field(default=8080, ge=0, le=65535)
+    workers: int = Field(default=1, ge=1, le=64)
+    log_level: str = "info"
+    access_log: bool = True
+
+    ack_secret: SecretStr | None = None
+    auth_file: Path | None = None
+    cors_origins: Annotated[list[str], NoDecode] = Field(default_factory=list)
+    data_dir: Path = Path("./data")
+
+    max_publish_batch: int = Field(default=1000, ge=1, le=100_000)
+    retry_after: int = Field(default=1, ge=1, le=3600)
+
+    @field_validator("nats_url", "cors_origins", mode="before")
+    @classmethod
+    def _split_commas(cls, value: object) -> object:
+        if isinstance(value, str):
+            return [part.strip() for part in value.split(",") if part.strip()]
+        return value
+
+    @field_validator("nats_url")
+    @classmethod
+    def _check_urls(cls, urls: list[str]) -> list[str]:
+        for url in urls:
+            parts = urlsplit(url if "://" in url else f"nats://{url}")
+            if parts.scheme not in NATS_URL_SCHEMES or not parts.hostname:
+                raise ValueError(f"not a NATS server URL: {url!r} (expected nats://host:port)")
+        return urls
+
+    @field_validator("js_domain")
+    @classmethod
+    def _check_domain(cls, domain: str | None) -> str | None:
+        # The domain is spliced into every JetStream API subject: one plain token only.
+        from app.validation import is_name_token
+
+        if domain is not None and not is_name_token(domain):
+            raise ValueError("JSGW_JS_DOMAIN must be one token of letters, digits, '-' or '_'")
+        return domain or None
+
+    @field_validator("log_level")
+    @classmethod
+    def _check_log_level(cls, level: str) -> str:
+        level = level.lower()
+        if level not in {"critical", "error", "warning", "info", "debug"}:
+            raise ValueError("JSGW_LOG_LEVEL must be one of critical, error, warning, info, debug")
+        return level
+
+    @field_validator("nats_creds", "nats_tls_ca", "nats_tls_cert", "nats_tls_key", "auth_file")
+    @classmethod
+    def _file_exists(cls, path: Path | None) -> Path | None:
+        if path is not None and not path.is_file():
+            raise ValueError(f"file not found: {path}")
+        return path
+
+    @model_validator(mode="after")
+    def _check_combinations(self) -> Settings:
+        if (self.nats_tls_cert is None) != (self.nats_tls_key is None):
+            raise ValueError("JSGW_NATS_TLS_CERT and JSGW_NATS_TLS_KEY go together")
+        methods = [
+            name
+            for name, set_ in (
+                ("creds", self.nats_creds is not None),
+                ("nkey", self.nats_nkey is not None),
+                ("user/password", self.nats_user is not None),
+                ("token", self.nats_token is not None),
+            )
+            if set_
+        ]
+        if len(methods) > 1:
+            raise ValueError(f"choose one NATS auth method, got: {', '.join(methods)}")
+        if (self.nats_user is None) != (self.nats_password is None):
+            raise ValueError("JSGW_NATS_USER and JSGW_NATS_PASSWORD go together")
+        if self.workers > 1 and self.ack_secret is None:
+            raise ValueError(
+                "JSGW_ACK_SECRET is required with JSGW_WORKERS > 1, "
+                "so that every worker verifies the ack tokens of the others"
+            )
+        if not self.nats_url and methods:
+            raise ValueError("NATS credentials were given without JSGW_NATS_URL")
+        return self
+
+    @property
+    def embedded(self) -> bool:
+        """True when the gateway runs its own nats-server."""
+        return not self.nats_url
+
+    @property
+    def listens_on_loopback(self) -> bool:
+        try:
+            return ipaddress.ip_address(self.host).is_loopback
+        except ValueError:
+            return self.host == "localhost"

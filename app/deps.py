@@ -1,0 +1,50 @@
+"""Dependencies for the routers, as ``Annotated`` aliases (override them in tests)."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import Depends, Path, Request
+
+from app import validation
+from app.config import Settings
+from app.lifespan import Runtime
+from app.nats.pool import NatsPool
+from app.services.publish import Publisher
+from app.services.streams import StreamService
+
+
+def get_runtime(request: Request) -> Runtime:
+    return request.state.runtime
+
+
+RuntimeDep = Annotated[Runtime, Depends(get_runtime)]
+
+
+def get_settings(runtime: RuntimeDep) -> Settings:
+    return runtime.settings
+
+
+def get_pool(runtime: RuntimeDep) -> NatsPool:
+    return runtime.pool
+
+
+def get_streams(runtime: RuntimeDep) -> StreamService:
+    return runtime.streams
+
+
+def get_publisher(runtime: RuntimeDep) -> Publisher:
+    return runtime.publisher
+
+
+SettingsDep = Annotated[Settings, Depends(get_settings)]
+PoolDep = Annotated[NatsPool, Depends(get_pool)]
+StreamsDep = Annotated[StreamService, Depends(get_streams)]
+PublisherDep = Annotated[Publisher, Depends(get_publisher)]
+
+
+def _stream_name(stream: Annotated[str, Path(description="Stream name")]) -> str:
+    return validation.stream_name(stream)
+
+
+StreamName = Annotated[str, Depends(_stream_name)]

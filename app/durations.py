@@ -1,0 +1,93 @@
+"""Durations and times as the HTTP API speaks them, and as NATS stores them.
+
+Requests give durations as seconds (``1.5``) or Go-style strings (``"1h30m"``); NATS wants
+nanoseconds. Responses give seconds. Times are RFC 3339 UTC strings.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import UTC, datetime
+
+NS_PER_SECOND = 1_000_000_000
+_UNITS_NS = {
+    "ns": 1,
+    "us": 1_000,
+    "µs": 1_000,
+    "μs": 1_000,
+    "ms": 1_000_000,
+    "s": NS_PER_SECOND,
+    "m": 60 * NS_PER_SECOND,
+    "h": 3600 * NS_PER_SECOND,
+}
+_GO_DURATION = re.compile(r"(?:\d+(?:\.\d*)?|\.\d+)(?:ns|us|µs|μs|ms|s|m|h)")
+_GO_PART = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|μs|ms|s|m|h)")
+MAX_DURATION_NS = 2**63 - 1
+_ZERO_TIME_PREFIX = "0001-01-01"
+
+
+def parse_duration_ns(value: object) -> int:
+    """Seconds (number or numeric string) or a Go duration string -> nanoseconds (>= 0)."""
+    if isinstance(value, bool):
+        raise ValueError("a duration is a number of seconds or a string like '30s'")
+    if isinstance(value, int | float):
+        if value != value or value < 0 or value * NS_PER_SECOND > MAX_DURATION_NS:
+            raise ValueError("a duration must be between 0 and ~292 years")
+        return round(value * NS_PER_SECOND)
+    if not isinstance(value, str):
+        raise ValueError("a duration is a number of seconds or a string like '30s'")
+    text = value.strip()
+    try:
+        return parse_duration_ns(float(text)) if re.fullmatch(r"\d+(\.\d+)?", text) else _go(text)
+    except OverflowError:
+        raise ValueError("duration too large") from None
+
+
+def _go(text: str) -> int:
+    if text == "0":
+        return 0
+    if not re.fullmatch(f"(?:{_GO_DURATION.pattern})+", text):
+        raise ValueError(f"not a duration: {text!r} (use seconds, or e.g. '500ms', '30s', '1h30m')")
+    total = 0.0
+    for number, unit in _GO_PART.findall(text):
+        total += float(number) * _UNITS_NS[unit]
+    if total > MAX_DURATION_NS:
+        raise ValueError("duration too large")
+    return round(total)
+
+
+def ns_to_seconds(value: int | None) -> float | int | None:
+    if value is None:
+        return None
+    seconds = value / NS_PER_SECOND
+    return int(seconds) if seconds.is_integer() else seconds
+
+
+def parse_time(value: str) -> datetime:
+    """An RFC 3339 time; naive times are refused rather than guessed."""
+    text = value.strip()
+    if text.endswith(("Z", "z")):
+        text = text[:-1] + "+00:00"
+    try:
+        parsed = datetime.fromisoformat(text)
+    except ValueError:
+        raise ValueError(f"not an RFC 3339 time: {value!r}") from None
+    if parsed.tzinfo is None:
+        raise ValueError(f"time {value!r} has no UTC offset (add 'Z')")
+    return parsed.astimezone(UTC)
+
+
+def format_time(value: datetime) -> str:
+    return value.astimezone(UTC).isoformat().replace("+00:00", "Z")
+
+
+def nats_time(value: str | None) -> str | None:
+    """Normalise a time as NATS sends it (nanosecond RFC 3339) to RFC 3339 UTC, or None."""
+    if not value or value.startswith(_ZERO_TIME_PREFIX):
+        return None
+    return value
+
+
+def time_for_nats(value: datetime) -> str:
+    """A time as the JetStream API wants it in a request."""
+    return value.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")

@@ -1,0 +1,71 @@
+"""HTTP helpers shared by the routers: fast JSON responses, bounded body reads, OpenAPI docs."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+from fastapi import Request
+from starlette.responses import JSONResponse
+
+from app import errors
+from app.errors import PROBLEM_CONTENT_TYPE
+
+
+class JSON(JSONResponse):
+    """JSON rendered by orjson (several times faster than the standard library)."""
+
+    def render(self, content: Any) -> bytes:
+        return orjson.dumps(content, option=orjson.OPT_NON_STR_KEYS)
+
+
+async def read_body(request: Request, limit: int) -> bytes:
+    """The request body, refused with 413 as soon as it is known to exceed ``limit`` bytes."""
+    declared = request.headers.get("content-length")
+    if declared is not None:
+        if not declared.isdigit():
+            raise errors.InvalidInput("request.invalid", "Content-Length is not a number")
+        if int(declared) > limit:
+            raise _too_large(limit)
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise _too_large(limit)
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def _too_large(limit: int) -> errors.PayloadTooLarge:
+    return errors.PayloadTooLarge(
+        "request.too_large", f"the body is over the limit of {limit} bytes (server max_payload)"
+    )
+
+
+_DESCRIPTIONS = {
+    errors.InvalidInput: "Invalid name, subject, header or body",
+    errors.Unauthorized: "Authentication required",
+    errors.Forbidden: "Not allowed",
+    errors.NotFound: "Not found",
+    errors.Conflict: "Conflicts with the current state",
+    errors.PreconditionFailed: "A precondition (expected sequence, revision) failed",
+    errors.PayloadTooLarge: "Body or message over the limit",
+    errors.Locked: "Pinned to another client",
+    errors.TooManyRequests: "Too many requests",
+    errors.Unavailable: "NATS or JetStream unavailable; retry after Retry-After",
+    errors.Timeout: "NATS did not answer in time (writes: outcome unknown)",
+}
+
+
+def problems(*classes: type[errors.GatewayError]) -> dict[int | str, dict[str, Any]]:
+    """OpenAPI ``responses`` for the given error classes, rendered as problem+json."""
+    out: dict[int | str, dict[str, Any]] = {}
+    for cls in (errors.InvalidInput, *classes, errors.Unavailable, errors.Timeout):
+        out[cls.status] = {
+            "description": _DESCRIPTIONS.get(cls, cls.__name__),
+            "content": {
+                PROBLEM_CONTENT_TYPE: {"schema": {"$ref": "#/components/schemas/Problem"}}
+            },
+        }
+    return out

@@ -1,0 +1,88 @@
+"""The lifespan owns every long-lived resource: embedded server, NATS pool, services."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import secrets
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from dataclasses import dataclass
+from typing import TypedDict
+
+from fastapi import FastAPI
+
+from app.config import Settings
+from app.metrics import Metrics
+from app.nats.embedded import EmbeddedServer
+from app.nats.jsapi import JetStreamApi
+from app.nats.pool import NatsPool
+from app.services.publish import Publisher
+from app.services.streams import StreamService
+
+log = logging.getLogger("jsgw.lifespan")
+
+
+@dataclass(frozen=True)
+class Runtime:
+    settings: Settings
+    metrics: Metrics
+    pool: NatsPool
+    js: JetStreamApi
+    streams: StreamService
+    publisher: Publisher
+    ack_secret: bytes
+    embedded: EmbeddedServer | None
+
+
+class State(TypedDict):
+    runtime: Runtime
+
+
+def make_lifespan(
+    settings: Settings, metrics: Metrics
+) -> Callable[[FastAPI], AbstractAsyncContextManager[State]]:
+    @asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[State]:
+        embedded: EmbeddedServer | None = None
+        pool: NatsPool | None = None
+        try:
+            servers = settings.nats_url
+            if settings.embedded:
+                embedded = EmbeddedServer(settings.data_dir)
+                servers = [await asyncio.to_thread(embedded.start)]
+                log.info("no JSGW_NATS_URL: started an embedded nats-server at %s", servers[0])
+            pool = NatsPool(settings, servers, metrics)
+            await pool.start(wait=settings.request_timeout)
+            if not pool.connected:
+                log.warning("no NATS connection yet; the gateway is not ready and keeps trying")
+            js = JetStreamApi(pool, settings.js_domain)
+            runtime = Runtime(
+                settings=settings,
+                metrics=metrics,
+                pool=pool,
+                js=js,
+                streams=StreamService(js),
+                publisher=Publisher(pool),
+                ack_secret=_ack_secret(settings),
+                embedded=embedded,
+            )
+            yield {"runtime": runtime}
+        finally:
+            # Reverse order of creation: drain NATS, then stop the server it talks to.
+            if pool is not None:
+                await pool.close()
+            if embedded is not None:
+                await asyncio.to_thread(embedded.stop)
+
+    return lifespan
+
+
+def _ack_secret(settings: Settings) -> bytes:
+    if settings.ack_secret is not None:
+        return settings.ack_secret.get_secret_value().encode()
+    log.warning(
+        "JSGW_ACK_SECRET is not set: using a random one, so ack tokens do not survive a restart "
+        "and are not accepted by other gateway replicas"
+    )
+    return secrets.token_bytes(32)

@@ -1,0 +1,67 @@
+"""The application factory: the only module that imports the routers."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import FastAPI
+from fastapi.openapi.utils import get_openapi
+from starlette.middleware.cors import CORSMiddleware
+
+from app import __version__, problems
+from app.config import Settings
+from app.lifespan import make_lifespan
+from app.metrics import Metrics
+from app.middleware import RequestContextMiddleware
+from app.schemas import Problem
+from routers import publish, streams, system
+
+DESCRIPTION = """HTTP/REST + SSE gateway for NATS JetStream: streams, publish, KV, Direct Get
+and pull consumers for programs without a NATS client. Errors are RFC 9457 problem+json with a
+stable `code`; every response carries `X-Request-ID`."""
+
+
+def create_app(settings: Settings | None = None) -> FastAPI:
+    settings = settings or Settings()
+    metrics = Metrics()
+    app = FastAPI(
+        title="jsgw",
+        version=__version__,
+        description=DESCRIPTION,
+        lifespan=make_lifespan(settings, metrics),
+    )
+    app.include_router(system.router)
+    app.include_router(streams.router)
+    app.include_router(publish.router)
+    problems.install(app)
+    if settings.cors_origins:
+        app.add_middleware(
+            CORSMiddleware,
+            allow_origins=settings.cors_origins,
+            allow_methods=["GET", "HEAD", "PUT", "POST", "DELETE"],
+            allow_headers=["*"],
+            expose_headers=["ETag", "X-Request-ID", "Nats-Pin-Id", "KV-Revision"],
+        )
+    app.add_middleware(RequestContextMiddleware, metrics=metrics, log_requests=settings.access_log)
+    app.openapi = lambda: _openapi(app)  # type: ignore[method-assign]
+    return app
+
+
+def _openapi(app: FastAPI) -> dict[str, Any]:
+    if app.openapi_schema is None:
+        schema = get_openapi(
+            title=app.title,
+            version=app.version,
+            description=app.description,
+            routes=app.routes,
+        )
+        schema.setdefault("components", {}).setdefault("schemas", {})["Problem"] = (
+            Problem.model_json_schema()
+        )
+        app.openapi_schema = schema
+    return app.openapi_schema
+
+
+def openapi_document() -> dict[str, Any]:
+    """The spec, built without connecting anywhere (used by ``jsgw openapi`` and the tests)."""
+    return create_app(Settings(nats_url=["nats://127.0.0.1:4222"])).openapi()

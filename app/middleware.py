@@ -1,0 +1,98 @@
+"""Request context middleware: request id, access log line and HTTP metrics (pure ASGI)."""
+
+from __future__ import annotations
+
+import logging
+import re
+import time
+import uuid
+from typing import Any
+
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from app.metrics import Metrics
+
+access_log = logging.getLogger("jsgw.access")
+
+_REQUEST_ID = re.compile(r"[A-Za-z0-9._:/+=-]{1,128}")
+_PROBES = frozenset({"/healthz", "/readyz", "/metrics"})
+REQUEST_ID_HEADER = b"x-request-id"
+
+
+def request_id_of(scope: Scope) -> str | None:
+    state = scope.get("state")
+    return state.get("request_id") if isinstance(state, dict) else None
+
+
+class RequestContextMiddleware:
+    def __init__(self, app: ASGIApp, metrics: Metrics, *, log_requests: bool = True) -> None:
+        self.app = app
+        self.metrics = metrics
+        self.log_requests = log_requests
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        request_id = _incoming_request_id(scope) or uuid.uuid4().hex
+        scope.setdefault("state", {})["request_id"] = request_id
+        started = time.perf_counter()
+        status = 500
+        probe = scope["path"] in _PROBES
+        encoded_id = request_id.encode()
+
+        async def send_with_id(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+                headers = list(message.get("headers", []))
+                headers.append((REQUEST_ID_HEADER, encoded_id))
+                message["headers"] = headers
+            await send(message)
+
+        if not probe:
+            self.metrics.http_in_flight.inc()
+        try:
+            await self.app(scope, receive, send_with_id)
+        finally:
+            elapsed = time.perf_counter() - started
+            route = _route_template(scope)
+            if not probe:
+                self.metrics.http_in_flight.dec()
+                self.metrics.http_requests.labels(scope["method"], route, str(status)).inc()
+                self.metrics.http_latency.labels(scope["method"], route).observe(elapsed)
+            if self.log_requests:
+                access_log.info(
+                    "%s %s %s",
+                    scope["method"],
+                    scope["path"],
+                    status,
+                    extra={
+                        "request_id": request_id,
+                        "method": scope["method"],
+                        "path": scope["path"],
+                        "route": route,
+                        "status": status,
+                        "duration_ms": round(elapsed * 1000, 3),
+                        "client": _client(scope),
+                    },
+                )
+
+
+def _incoming_request_id(scope: Scope) -> str | None:
+    for name, value in scope.get("headers", []):
+        if name == REQUEST_ID_HEADER:
+            text = value.decode("latin-1")
+            return text if _REQUEST_ID.fullmatch(text) else None
+    return None
+
+
+def _route_template(scope: Scope) -> str:
+    route: Any = scope.get("route")
+    path = getattr(route, "path", None)
+    return path if isinstance(path, str) else "<unmatched>"
+
+
+def _client(scope: Scope) -> str | None:
+    client = scope.get("client")
+    return f"{client[0]}:{client[1]}" if client else None

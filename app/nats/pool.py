@@ -1,0 +1,319 @@
+"""A pool of NATS connections, each reconnecting on its own and replaced if it gives up.
+
+Requests go round-robin over the connections that are up; with none up they fail at once
+(503) rather than queueing. Nothing is ever buffered while a connection is down
+(``pending_size=0``), and whatever was still unsent when a connection dropped is discarded,
+so a request the gateway already answered as failed or unknown is never sent later.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import ssl
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import nats
+import nats.errors
+from nats.aio.client import Client
+from nats.aio.msg import Msg
+
+from app.config import Settings
+from app.errors import GatewayError, OutcomeUnknown, PayloadTooLarge, Timeout, Unavailable
+from app.metrics import Metrics
+
+log = logging.getLogger("jsgw.pool")
+
+_NOT_CONNECTED = (
+    nats.errors.OutboundBufferLimitError,
+    nats.errors.ConnectionClosedError,
+    nats.errors.ConnectionReconnectingError,
+    nats.errors.ConnectionDrainingError,
+    nats.errors.StaleConnectionError,
+)
+
+
+class NoResponders(GatewayError):
+    """Nobody listens on the subject: no stream captures it, or JetStream is not there."""
+
+    status = 503
+    code = "nats.no_responders"
+
+
+@dataclass
+class _Slot:
+    index: int
+    client: Client | None = None
+    task: asyncio.Task[None] | None = None
+    closed: asyncio.Event = field(default_factory=asyncio.Event)
+    connected_since: float | None = None
+    reconnects: int = 0
+    replaced: int = 0
+    last_error: str | None = None
+
+    @property
+    def up(self) -> bool:
+        return self.client is not None and self.client.is_connected
+
+
+class NatsPool:
+    def __init__(self, settings: Settings, servers: list[str], metrics: Metrics) -> None:
+        self._settings = settings
+        self._servers = servers
+        self._metrics = metrics
+        self._slots = [_Slot(i) for i in range(settings.pool_size)]
+        self._next = 0
+        self._closing = False
+        self._any_up = asyncio.Event()
+        self.timeout = settings.request_timeout
+        metrics.pool_size.set(settings.pool_size)
+        metrics.pool_connections_up.set_function(lambda: sum(s.up for s in self._slots))
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    async def start(self, wait: float | None = None) -> None:
+        """Start every slot; wait up to ``wait`` seconds for the first connection."""
+        for slot in self._slots:
+            slot.task = asyncio.create_task(self._supervise(slot), name=f"nats-pool-{slot.index}")
+        if wait:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._any_up.wait(), wait)
+
+    async def close(self, timeout: float = 5.0) -> None:
+        """Drain every connection, then stop the supervisors. Idempotent."""
+        if self._closing:
+            return
+        self._closing = True
+        errors: list[BaseException] = []
+        for slot in self._slots:
+            client = slot.client
+            if client is None or client.is_closed:
+                continue
+            try:
+                if client.is_connected:
+                    await asyncio.wait_for(client.drain(), timeout)
+                else:
+                    await client.close()
+            except (TimeoutError, nats.errors.Error, OSError) as exc:
+                errors.append(exc)
+                await client.close()
+        for slot in self._slots:
+            if slot.task is not None:
+                slot.task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await slot.task
+        for exc in errors:
+            log.warning("error while draining a NATS connection: %r", exc)
+
+    async def _supervise(self, slot: _Slot) -> None:
+        """Keep one connection alive: connect, wait for it to close for good, replace it."""
+        backoff = self._settings.reconnect_wait
+        while not self._closing:
+            slot.closed.clear()
+            client = Client()
+            try:
+                await client.connect(**self._connect_options(slot))
+            except (nats.errors.Error, OSError, TimeoutError) as exc:
+                slot.last_error = repr(exc)
+                log.warning("NATS connection %d: connect failed: %r", slot.index, exc)
+                with contextlib.suppress(nats.errors.Error, OSError):
+                    await client.close()
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, 10.0)
+                continue
+            backoff = self._settings.reconnect_wait
+            slot.client = client
+            slot.connected_since = time.time()
+            slot.last_error = None
+            self._any_up.set()
+            await slot.closed.wait()
+            if not self._closing:
+                slot.replaced += 1
+                self._metrics.nats_replaced.inc()
+                log.warning("NATS connection %d was closed by the client; replacing it", slot.index)
+
+    def _connect_options(self, slot: _Slot) -> dict[str, Any]:
+        s = self._settings
+
+        async def disconnected() -> None:
+            client = slot.client
+            if client is not None:
+                # Unsent commands of a dead connection belong to requests that have been (or
+                # will be) answered as failed: never replay them on the next connection.
+                client._pending = []
+                client._pending_data_size = 0
+            log.warning("NATS connection %d disconnected", slot.index)
+
+        async def reconnected() -> None:
+            slot.reconnects += 1
+            slot.connected_since = time.time()
+            self._metrics.nats_reconnects.inc()
+            log.info("NATS connection %d reconnected", slot.index)
+
+        async def closed() -> None:
+            slot.closed.set()
+
+        async def error(exc: Exception) -> None:
+            slot.last_error = repr(exc)
+            log.debug("NATS connection %d: %r", slot.index, exc)
+
+        options: dict[str, Any] = {
+            "servers": self._servers,
+            "name": f"jsgw-{slot.index}",
+            "allow_reconnect": True,
+            "max_reconnect_attempts": s.max_reconnect_attempts,
+            "reconnect_time_wait": s.reconnect_wait,
+            "connect_timeout": min(2.0, s.request_timeout),
+            "pending_size": 0,
+            "disconnected_cb": disconnected,
+            "reconnected_cb": reconnected,
+            "closed_cb": closed,
+            "error_cb": error,
+        }
+        options.update(_auth_options(s))
+        tls = _tls_context(s)
+        if tls is not None:
+            options["tls"] = tls
+        return options
+
+    # -- use -------------------------------------------------------------------------------
+
+    def pick(self) -> Client:
+        """A connected client, round-robin; 503 at once when none is connected."""
+        count = len(self._slots)
+        for offset in range(count):
+            slot = self._slots[(self._next + offset) % count]
+            if slot.up:
+                self._next = (slot.index + 1) % count
+                assert slot.client is not None
+                return slot.client
+        raise Unavailable(
+            "nats.unavailable",
+            "no NATS connection is up; retry shortly",
+            headers={"Retry-After": str(self._settings.retry_after)},
+        )
+
+    async def request(
+        self,
+        subject: str,
+        payload: bytes = b"",
+        *,
+        operation: str,
+        headers: dict[str, str] | None = None,
+        timeout: float | None = None,
+        write: bool = False,
+        client: Client | None = None,
+    ) -> Msg:
+        """Request/reply on a pooled connection, with every NATS failure mapped to a domain error.
+
+        ``client`` pins the request to one connection (to keep a sequence of writes in order).
+        """
+        client = client or self.pick()
+        return await self.observe(
+            operation,
+            lambda: client.request(
+                subject, payload, timeout=timeout or self.timeout, headers=headers
+            ),
+            write=write,
+        )
+
+    async def observe(
+        self, operation: str, call: Callable[[], Awaitable[Any]], *, write: bool = False
+    ) -> Any:
+        """Run one NATS call with latency metrics and error mapping."""
+        started = time.perf_counter()
+        try:
+            return await call()
+        except nats.errors.NoRespondersError:
+            self._metrics.nats_errors.labels(operation, "no_responders").inc()
+            raise NoResponders("nats.no_responders", "no responders on the subject") from None
+        except nats.errors.TimeoutError:
+            self._metrics.nats_errors.labels(operation, "timeout").inc()
+            if write:
+                raise OutcomeUnknown(
+                    detail="NATS did not confirm the write in time: it may or may not be "
+                    "stored. Retry with the same Nats-Msg-Id to stay idempotent."
+                ) from None
+            raise Timeout(detail="NATS did not answer in time") from None
+        except nats.errors.MaxPayloadError:
+            raise PayloadTooLarge(
+                "request.too_large", "the message is larger than the server's max_payload"
+            ) from None
+        except _NOT_CONNECTED:
+            self._metrics.nats_errors.labels(operation, "unavailable").inc()
+            raise Unavailable(
+                "nats.unavailable",
+                "the NATS connection is down; nothing was sent. Retry shortly.",
+                headers={"Retry-After": str(self._settings.retry_after)},
+            ) from None
+        finally:
+            self._metrics.nats_latency.labels(operation).observe(time.perf_counter() - started)
+
+    # -- state -----------------------------------------------------------------------------
+
+    @property
+    def connected(self) -> int:
+        return sum(slot.up for slot in self._slots)
+
+    @property
+    def max_payload(self) -> int:
+        for slot in self._slots:
+            if slot.up and slot.client is not None:
+                return slot.client.max_payload
+        return 1024 * 1024
+
+    def server_info(self) -> dict[str, Any]:
+        for slot in self._slots:
+            if slot.up and slot.client is not None:
+                return dict(slot.client._server_info)
+        return {}
+
+    def state(self) -> list[dict[str, Any]]:
+        out = []
+        for slot in self._slots:
+            client = slot.client
+            out.append(
+                {
+                    "index": slot.index,
+                    "connected": slot.up,
+                    "server": str(client.connected_url.netloc) if slot.up and client else None,
+                    "reconnects": slot.reconnects,
+                    "replaced": slot.replaced,
+                    "last_error": slot.last_error,
+                }
+            )
+        return out
+
+
+def _auth_options(s: Settings) -> dict[str, Any]:
+    if s.nats_creds is not None:
+        return {"user_credentials": str(s.nats_creds)}
+    if s.nats_nkey is not None:
+        seed = s.nats_nkey.get_secret_value().strip()
+        if Path(seed).is_file():
+            return {"nkeys_seed": seed}
+        return {"nkeys_seed_str": seed}
+    if s.nats_user is not None and s.nats_password is not None:
+        return {"user": s.nats_user, "password": s.nats_password.get_secret_value()}
+    if s.nats_token is not None:
+        return {"token": s.nats_token.get_secret_value()}
+    return {}
+
+
+def _tls_context(s: Settings) -> ssl.SSLContext | None:
+    wants_tls = s.nats_tls_ca or s.nats_tls_cert or any(
+        url.startswith(("tls://", "wss://")) for url in s.nats_url
+    )
+    if not wants_tls:
+        return None
+    context = ssl.create_default_context(
+        ssl.Purpose.SERVER_AUTH, cafile=str(s.nats_tls_ca) if s.nats_tls_ca else None
+    )
+    if s.nats_tls_cert and s.nats_tls_key:
+        context.load_cert_chain(str(s.nats_tls_cert), str(s.nats_tls_key))
+    return context

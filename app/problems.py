@@ -1,0 +1,77 @@
+"""Rendering of errors as RFC 9457 problem+json, and the exception handlers of the app."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import orjson
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.responses import Response
+
+from app.errors import PROBLEM_CONTENT_TYPE, GatewayError, InvalidInput
+from app.middleware import request_id_of
+
+log = logging.getLogger("jsgw.errors")
+
+
+def problem_response(error: GatewayError, request_id: str | None) -> Response:
+    return Response(
+        orjson.dumps(error.problem(request_id)),
+        status_code=error.status,
+        media_type=PROBLEM_CONTENT_TYPE,
+        headers=error.headers,
+    )
+
+
+async def _gateway_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, GatewayError)
+    if exc.status >= 500:
+        log.warning("%s %s: %s %s", request.method, request.url.path, exc.code, exc.detail)
+    return problem_response(exc, request_id_of(request.scope))
+
+
+def _validation_detail(errors: list[Any]) -> str:
+    parts = []
+    for error in errors[:5]:
+        location = ".".join(str(p) for p in error.get("loc", ()) if p != "body")
+        message = str(error.get("msg", "invalid"))
+        parts.append(f"{location}: {message}" if location else message)
+    more = f" (+{len(errors) - 5} more)" if len(errors) > 5 else ""
+    return "; ".join(parts) + more
+
+
+async def _request_validation(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, RequestValidationError)
+    errors = list(exc.errors())
+    error = InvalidInput(
+        "request.invalid",
+        _validation_detail(errors),
+        extra={
+            "errors": [
+                {"loc": list(e.get("loc", ())), "msg": str(e.get("msg", "")), "type": e.get("type")}
+                for e in errors[:20]
+            ]
+        },
+    )
+    return problem_response(error, request_id_of(request.scope))
+
+
+async def _http_exception(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, StarletteHTTPException)
+    codes = {404: "route.not_found", 405: "route.method_not_allowed"}
+    error = GatewayError(
+        codes.get(exc.status_code, "http.error"),
+        str(exc.detail),
+        status=exc.status_code,
+        headers=dict(exc.headers or {}),
+    )
+    return problem_response(error, request_id_of(request.scope))
+
+
+def install(app: FastAPI) -> None:
+    app.add_exception_handler(GatewayError, _gateway_error)
+    app.add_exception_handler(RequestValidationError, _request_validation)
+    app.add_exception_handler(StarletteHTTPException, _http_exception)

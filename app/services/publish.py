@@ -1,0 +1,186 @@
+"""Publishing to streams: header allowlist, PubAck handling, batches with one result each."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from app import errors, validation
+from app.durations import parse_duration_ns
+from nats.aio.client import Client
+
+from app.nats.jsapi import parse_response
+from app.nats.pool import NatsPool, NoResponders
+from app.schemas import PublishItem
+
+# Publish headers a client may set, by lower-case name, with their canonical NATS spelling
+# (the server matches header names case-sensitively).
+PUBLISH_HEADERS = {
+    "nats-msg-id": "Nats-Msg-Id",
+    "nats-expected-stream": "Nats-Expected-Stream",
+    "nats-expected-last-sequence": "Nats-Expected-Last-Sequence",
+    "nats-expected-last-subject-sequence": "Nats-Expected-Last-Subject-Sequence",
+    "nats-expected-last-msg-id": "Nats-Expected-Last-Msg-Id",
+    "nats-ttl": "Nats-TTL",
+}
+HTTP_ALIASES = {"idempotency-key": "nats-msg-id"}
+USER_HEADER_PREFIX = "nats-header-"
+_SEQUENCE_HEADERS = {"Nats-Expected-Last-Sequence", "Nats-Expected-Last-Subject-Sequence"}
+_STATUS_PSEUDO_HEADERS = {"status", "description"}
+
+
+@dataclass(frozen=True, slots=True)
+class Outgoing:
+    """A validated message, ready to publish."""
+
+    subject: str
+    data: bytes
+    headers: dict[str, str]
+
+    @property
+    def size(self) -> int:
+        return len(self.data) + sum(len(k) + len(v) + 4 for k, v in self.headers.items()) + 12
+
+
+def http_publish_headers(pairs: Iterable[tuple[str, str]]) -> dict[str, str]:
+    """NATS headers from HTTP request headers: the allowlist and ``Nats-Header-<Name>``."""
+    out: dict[str, str] = {}
+    for raw_name, value in pairs:
+        name = raw_name.lower()
+        name = HTTP_ALIASES.get(name, name)
+        if name in PUBLISH_HEADERS:
+            _add(out, PUBLISH_HEADERS[name], value)
+        elif name.startswith(USER_HEADER_PREFIX):
+            user = raw_name[len(USER_HEADER_PREFIX) :]
+            _add(out, _user_header_name(user), value)
+    return _normalise(out)
+
+
+def message_headers(headers: dict[str, str] | None, msg_id: str | None) -> dict[str, str]:
+    """NATS headers from a batch item: allowlisted ``Nats-*`` names and plain user headers."""
+    out: dict[str, str] = {}
+    for raw_name, value in (headers or {}).items():
+        canonical = PUBLISH_HEADERS.get(raw_name.lower())
+        if not isinstance(value, str):
+            raise errors.InvalidInput("header.invalid", f"header {raw_name!r} must be a string")
+        _add(out, canonical or _user_header_name(raw_name), value)
+    if msg_id is not None:
+        _add(out, "Nats-Msg-Id", msg_id)
+    return _normalise(out)
+
+
+def _user_header_name(name: str) -> str:
+    validation.header_name(name)
+    lowered = name.lower()
+    if lowered.startswith("nats-") or lowered in _STATUS_PSEUDO_HEADERS:
+        raise errors.InvalidInput(
+            "header.reserved",
+            f"header {name!r} is reserved: only the documented Nats-* publish headers are passed",
+        )
+    return name
+
+
+def _add(out: dict[str, str], name: str, value: str) -> None:
+    validation.header_value(name, value)
+    if name in out:
+        raise errors.InvalidInput("header.duplicate", f"header {name!r} is given more than once")
+    out[name] = value
+
+
+def _normalise(headers: dict[str, str]) -> dict[str, str]:
+    for name in _SEQUENCE_HEADERS & headers.keys():
+        value = headers[name].strip()
+        if not value.isdigit() or int(value) > 2**64 - 1:
+            raise errors.InvalidInput("header.invalid", f"{name} must be a sequence number")
+        headers[name] = str(int(value))
+    if "Nats-Expected-Stream" in headers:
+        validation.stream_name(headers["Nats-Expected-Stream"])
+    for name in ("Nats-Msg-Id", "Nats-Expected-Last-Msg-Id"):
+        if name in headers and not headers[name]:
+            raise errors.InvalidInput("header.invalid", f"{name} cannot be empty")
+    if "Nats-TTL" in headers:
+        headers["Nats-TTL"] = _ttl(headers["Nats-TTL"])
+    return headers
+
+
+def _ttl(value: str) -> str:
+    text = value.strip()
+    if text.lower() == "never":
+        return "never"
+    try:
+        ns = parse_duration_ns(text)
+    except ValueError as exc:
+        raise errors.InvalidInput("header.invalid", f"Nats-TTL: {exc}") from None
+    if ns < 1_000_000_000:
+        raise errors.InvalidInput("header.invalid", "Nats-TTL must be at least 1 second")
+    seconds, rest = divmod(ns, 1_000_000_000)
+    return f"{seconds}s" if rest == 0 else f"{ns // 1_000_000}ms"
+
+
+def outgoing(subject: str, data: bytes, headers: dict[str, str], max_payload: int) -> Outgoing:
+    message = Outgoing(validation.publish_subject(subject), data, headers)
+    if message.size > max_payload:
+        raise errors.PayloadTooLarge(
+            "message.too_large",
+            f"message of {message.size} bytes is over the server's max_payload of {max_payload}",
+        )
+    return message
+
+
+def batch_item(index: int, item: PublishItem, max_payload: int) -> Outgoing:
+    """Validate one batch item; errors name the item's index."""
+    try:
+        try:
+            data = base64.b64decode(item.data, validate=True)
+        except (binascii.Error, ValueError):
+            raise errors.InvalidInput("request.invalid", "data is not valid base64") from None
+        return outgoing(item.subject, data, message_headers(item.headers, item.msg_id), max_payload)
+    except errors.GatewayError as exc:
+        exc.detail = f"messages[{index}]: {exc.detail}"
+        raise
+
+
+class Publisher:
+    def __init__(self, pool: NatsPool) -> None:
+        self.pool = pool
+
+    async def publish(self, message: Outgoing, client: Client | None = None) -> dict[str, Any]:
+        """Publish and wait for the PubAck; 2xx only once the stream stored the message."""
+        try:
+            reply = await self.pool.request(
+                message.subject,
+                message.data,
+                headers=message.headers or None,
+                operation="publish",
+                write=True,
+                client=client,
+            )
+        except NoResponders:
+            raise errors.NotFound(
+                "stream.no_match", f"no stream captures subject {message.subject!r}"
+            ) from None
+        ack = parse_response(reply.data)
+        if "stream" not in ack or "seq" not in ack:
+            raise errors.UpstreamError("jetstream.bad_response", "the reply was not a PubAck")
+        out = {"stream": ack["stream"], "seq": ack["seq"], "duplicate": bool(ack.get("duplicate"))}
+        if ack.get("domain"):
+            out["domain"] = ack["domain"]
+        return out
+
+    async def publish_batch(self, messages: list[Outgoing]) -> list[dict[str, Any]]:
+        """Publish in order on one connection, all before any reply is awaited; one result each."""
+        client = self.pool.pick()
+
+        async def one(index: int, message: Outgoing) -> dict[str, Any]:
+            try:
+                return {"index": index, "ok": True, "ack": await self.publish(message, client)}
+            except errors.GatewayError as exc:
+                return {"index": index, "ok": False, "error": exc.problem()}
+
+        tasks = [asyncio.ensure_future(one(i, m)) for i, m in enumerate(messages)]
+        return list(await asyncio.gather(*tasks))
+

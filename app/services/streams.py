@@ -1,0 +1,148 @@
+"""Stream administration and single-message access over the JetStream API."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from app import errors
+from app.durations import nats_time, ns_to_seconds
+from app.nats import headers as nats_headers
+from app.nats.jsapi import JetStreamApi
+from app.schemas import PurgeRequest, StreamConfig
+
+# Duration fields (nanoseconds in NATS) of a StreamConfig, as paths into the dict.
+_STREAM_DURATIONS = (
+    ("max_age",),
+    ("duplicate_window",),
+    ("subject_delete_marker_ttl",),
+    ("consumer_limits", "inactive_threshold"),
+)
+_LIST_PAGE = 256
+
+
+def durations_out(config: dict[str, Any], paths: tuple[tuple[str, ...], ...]) -> dict[str, Any]:
+    """Copy of a NATS config with the given nanosecond durations turned into seconds."""
+    out = dict(config)
+    for path in paths:
+        holder: dict[str, Any] | None = out
+        for key in path[:-1]:
+            child = holder.get(key) if holder else None
+            if not isinstance(child, dict):
+                holder = None
+                break
+            holder[key] = child = dict(child)
+            holder = child
+        if holder is not None and isinstance(holder.get(path[-1]), int):
+            holder[path[-1]] = ns_to_seconds(holder[path[-1]])
+    return out
+
+
+def stream_info_out(info: dict[str, Any]) -> dict[str, Any]:
+    state = dict(info.get("state") or {})
+    for key in ("first_ts", "last_ts"):
+        if key in state:
+            state[key] = nats_time(state[key])
+    out = {
+        "config": durations_out(info.get("config") or {}, _STREAM_DURATIONS),
+        "state": state,
+        "created": nats_time(info.get("created")),
+    }
+    for key in ("cluster", "mirror", "sources"):
+        if info.get(key):
+            out[key] = info[key]
+    return out
+
+
+def _summary(info: dict[str, Any]) -> dict[str, Any]:
+    config, state = info.get("config") or {}, info.get("state") or {}
+    return {
+        "name": config.get("name", ""),
+        "subjects": config.get("subjects") or [],
+        "messages": state.get("messages", 0),
+        "bytes": state.get("bytes", 0),
+        "first_seq": state.get("first_seq", 0),
+        "last_seq": state.get("last_seq", 0),
+        "consumer_count": state.get("consumer_count", 0),
+        "created": nats_time(info.get("created")),
+    }
+
+
+def message_out(stream: str, raw: dict[str, Any]) -> dict[str, Any]:
+    """A ``STREAM.MSG.GET`` message in the API's Message JSON."""
+    return {
+        "stream": stream,
+        "subject": raw.get("subject", ""),
+        "seq": raw.get("seq", 0),
+        "time": nats_time(raw.get("time")),
+        "headers": nats_headers.parse_b64(raw.get("hdrs")).values,
+        "data": raw.get("data") or "",
+    }
+
+
+class StreamService:
+    def __init__(self, js: JetStreamApi) -> None:
+        self.js = js
+
+    async def list(self, subject: str | None, offset: int, limit: int) -> dict[str, Any]:
+        """Streams ``[offset, offset+limit)``, paging the server's 256-stream pages."""
+        streams: list[dict[str, Any]] = []
+        total = 0
+        server_offset = offset
+        while len(streams) < limit:
+            body: dict[str, Any] = {"offset": server_offset}
+            if subject:
+                body["subject"] = subject
+            page = await self.js.call("stream.list", "STREAM", "LIST", body=body)
+            total = page.get("total", 0)
+            batch = page.get("streams") or []
+            streams.extend(_summary(info) for info in batch)
+            server_offset += len(batch)
+            if not batch or server_offset >= total or len(batch) < _LIST_PAGE:
+                break
+        return {"streams": streams[:limit], "total": total, "offset": offset, "limit": limit}
+
+    async def info(self, name: str) -> dict[str, Any]:
+        return stream_info_out(await self.js.call("stream.info", "STREAM", "INFO", name))
+
+    async def put(self, name: str, config: StreamConfig) -> tuple[dict[str, Any], bool]:
+        """Create the stream, or update it when it exists. Returns (info, created)."""
+        if config.name is not None and config.name != name:
+            raise errors.InvalidInput(
+                "stream.name_mismatch", f"body name {config.name!r} differs from path {name!r}"
+            )
+        body = config.to_nats(name)
+        try:
+            await self.js.call("stream.info", "STREAM", "INFO", name)
+        except errors.NotFound:
+            try:
+                info = await self.js.call("stream.create", "STREAM", "CREATE", name, body=body)
+                return stream_info_out(info), True
+            except errors.Conflict as exc:
+                if exc.code != "stream.exists":
+                    raise
+                # Created by someone else between our INFO and CREATE: fall through to update.
+        info = await self.js.call("stream.update", "STREAM", "UPDATE", name, body=body)
+        return stream_info_out(info), False
+
+    async def delete(self, name: str) -> None:
+        await self.js.call("stream.delete", "STREAM", "DELETE", name, write=True)
+
+    async def purge(self, name: str, request: PurgeRequest) -> int:
+        if request.seq is not None and request.keep is not None:
+            raise errors.InvalidInput("request.invalid", "seq and keep cannot be used together")
+        body = request.model_dump(exclude_none=True)
+        result = await self.js.call("stream.purge", "STREAM", "PURGE", name, body=body, write=True)
+        return int(result.get("purged", 0))
+
+    async def get_message(self, name: str, seq: int) -> dict[str, Any]:
+        result = await self.js.call("stream.msg_get", "STREAM", "MSG", "GET", name, body={"seq": seq})
+        return message_out(name, result.get("message") or {})
+
+    async def delete_message(self, name: str, seq: int, *, erase: bool) -> None:
+        await self.js.call(
+            "stream.msg_delete",
+            "STREAM", "MSG", "DELETE", name,
+            body={"seq": seq, "no_erase": not erase},
+            write=True,
+        )  # fmt: skip
+

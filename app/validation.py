@@ -1,0 +1,161 @@
+"""Validators for everything a client sends that may end up in a NATS subject or header.
+
+Every check is a full-string match (``re.fullmatch``), so a trailing newline never passes,
+and every function raises :class:`app.errors.InvalidInput` with a stable code.
+"""
+
+from __future__ import annotations
+
+import re
+
+from app.errors import InvalidInput
+
+_NAME_TOKEN = re.compile(r"[a-zA-Z0-9_-]+")
+_BUCKET = re.compile(r"[a-zA-Z0-9_-]+")
+_STREAM = re.compile(r"[a-zA-Z0-9_-]{1,255}")
+_KEY = re.compile(r"[-/_=.a-zA-Z0-9]+")
+_KEY_FILTER_TOKEN = re.compile(r"[-/_=a-zA-Z0-9]+|\*|>")
+# A subject token: printable ASCII without the separator and the wildcards.
+_SUBJECT_TOKEN = re.compile(r"[!-)+-\-/-=?-~]+")
+_HEADER_NAME = re.compile(r"[!#$%&'*+\-.^_`|~0-9a-zA-Z]+")
+_HEADER_VALUE = re.compile(r"[\t\x20-\x7e\x80-\U0010ffff]*")
+
+MAX_SUBJECT_LENGTH = 4096
+MAX_HEADER_VALUE_LENGTH = 4096
+
+# Subjects a client may never publish to through the gateway: the JetStream and system APIs,
+# acks (those go through signed ack tokens), and the inboxes the gateway's own requests use.
+_RESERVED_PREFIXES = ("$JS.", "$JSC.", "$SYS.", "$NRG.", "$MQTT.", "_INBOX.", "_R_.", "$G.")
+_DOLLAR_ALLOWED = ("$KV.", "$O.")
+
+
+def is_name_token(value: str) -> bool:
+    return _NAME_TOKEN.fullmatch(value) is not None
+
+
+def stream_name(value: str) -> str:
+    if _STREAM.fullmatch(value) is None:
+        raise InvalidInput(
+            "stream.name_invalid",
+            f"invalid stream name {value!r}: use 1-255 letters, digits, '-' or '_'",
+        )
+    return value
+
+
+def consumer_name(value: str) -> str:
+    if _STREAM.fullmatch(value) is None:
+        raise InvalidInput(
+            "consumer.name_invalid",
+            f"invalid consumer name {value!r}: use 1-255 letters, digits, '-' or '_'",
+        )
+    return value
+
+
+def bucket_name(value: str) -> str:
+    if _BUCKET.fullmatch(value) is None:
+        raise InvalidInput(
+            "kv.bucket_invalid",
+            f"invalid bucket name {value!r}: use letters, digits, '-' or '_'",
+        )
+    return value
+
+
+def _tokens_ok(value: str, token: re.Pattern[str]) -> bool:
+    if not value or len(value) > MAX_SUBJECT_LENGTH:
+        return False
+    return all(token.fullmatch(part) for part in value.split("."))
+
+
+def kv_key(value: str, *, writing: bool = False) -> str:
+    """A literal KV key (ADR-8). ``writing`` also refuses the reserved ``_kv`` prefix."""
+    if _KEY.fullmatch(value) is None or not _tokens_ok(value, _KEY):
+        raise InvalidInput(
+            "kv.key_invalid",
+            f"invalid key {value!r}: letters, digits and -/_=. only, "
+            "no empty token, no leading or trailing '.'",
+        )
+    if writing and value.startswith("_kv"):
+        raise InvalidInput("kv.key_reserved", f"keys starting with '_kv' are reserved: {value!r}")
+    return value
+
+
+def kv_key_filter(value: str) -> str:
+    """A key filter: key tokens, or ``*`` / ``>`` as whole tokens, ``>`` last."""
+    if not _tokens_ok(value, _KEY_FILTER_TOKEN) or ">" in value[:-1]:
+        raise InvalidInput(
+            "kv.key_filter_invalid",
+            f"invalid key filter {value!r}: key tokens, '*' or '>' as whole tokens, '>' last",
+        )
+    return value
+
+
+def subject(value: str) -> str:
+    """A literal subject: no wildcards, no whitespace, no empty token."""
+    if not _tokens_ok(value, _SUBJECT_TOKEN):
+        raise InvalidInput(
+            "subject.invalid",
+            f"invalid subject {value!r}: printable tokens separated by '.', "
+            "no whitespace, no wildcards, no empty token",
+        )
+    return value
+
+
+def subject_filter(value: str) -> str:
+    """A subject filter: like :func:`subject`, plus ``*`` and a final ``>`` as whole tokens."""
+    tokens = value.split(".") if value else []
+    ok = bool(tokens) and len(value) <= MAX_SUBJECT_LENGTH
+    for index, token in enumerate(tokens):
+        if token == "*" or (token == ">" and index == len(tokens) - 1):
+            continue
+        if _SUBJECT_TOKEN.fullmatch(token) is None:
+            ok = False
+            break
+    if not ok:
+        raise InvalidInput(
+            "subject.filter_invalid",
+            f"invalid subject filter {value!r}: tokens separated by '.', "
+            "'*' or '>' only as whole tokens, '>' last",
+        )
+    return value
+
+
+def publish_subject(value: str) -> str:
+    """A subject a client may publish to: literal, and outside the reserved API namespaces."""
+    subject(value)
+    if value.startswith(_RESERVED_PREFIXES) or (
+        value.startswith("$") and not value.startswith(_DOLLAR_ALLOWED)
+    ):
+        raise InvalidInput(
+            "subject.reserved",
+            f"subject {value!r} is in a reserved namespace and cannot be published to",
+        )
+    return value
+
+
+def header_name(value: str) -> str:
+    if _HEADER_NAME.fullmatch(value) is None:
+        raise InvalidInput("header.invalid", f"invalid header name {value!r}")
+    return value
+
+
+def header_value(name: str, value: str) -> str:
+    if len(value) > MAX_HEADER_VALUE_LENGTH or _HEADER_VALUE.fullmatch(value) is None:
+        raise InvalidInput(
+            "header.invalid",
+            f"invalid value for header {name!r}: control characters (CR, LF, NUL) "
+            f"are not allowed and values are limited to {MAX_HEADER_VALUE_LENGTH} characters",
+        )
+    return value
+
+
+def sequence(value: int | str, *, field: str = "seq") -> int:
+    """A positive stream sequence (1 .. 2^64-1)."""
+    try:
+        number = int(value)
+    except (TypeError, ValueError):
+        number = 0
+    if isinstance(value, str) and not value.isdigit():
+        number = 0
+    if not 1 <= number <= 2**64 - 1:
+        raise InvalidInput("request.invalid", f"{field} must be a whole number from 1 to 2^64-1")
+    return number

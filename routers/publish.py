@@ -1,0 +1,74 @@
+"""Publishing to streams, one message (raw body) or a batch (JSON)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Path, Request
+
+from app import errors
+from app.deps import PoolDep, PublisherDep, SettingsDep
+from app.http import JSON, problems, read_body
+from app.schemas import PubAck, PublishBatch, PublishBatchResult
+from app.services import publish
+
+router = APIRouter(prefix="/v1/publish", tags=["publish"])
+
+_PUBLISH_ERRORS = problems(
+    errors.NotFound, errors.PreconditionFailed, errors.PayloadTooLarge
+)
+
+
+@router.post(
+    "/{subject:path}",
+    response_model=PubAck,
+    response_model_exclude_none=True,
+    response_class=JSON,
+    responses=_PUBLISH_ERRORS,
+    openapi_extra={
+        "requestBody": {
+            "content": {"application/octet-stream": {"schema": {"type": "string", "format": "binary"}}}
+        }
+    },
+)
+async def publish_one(
+    subject: Annotated[str, Path(description="Subject to publish to")],
+    request: Request,
+    pool: PoolDep,
+    publisher: PublisherDep,
+) -> Any:
+    """Publish the raw body; answers after the stream's PubAck.
+
+    Headers passed to NATS: Nats-Msg-Id (or Idempotency-Key), Nats-Expected-Stream,
+    Nats-Expected-Last-Sequence, Nats-Expected-Last-Subject-Sequence,
+    Nats-Expected-Last-Msg-Id, Nats-TTL, and user headers as Nats-Header-<Name>.
+    """
+    headers = publish.http_publish_headers(request.headers.items())
+    limit = pool.max_payload
+    message = publish.outgoing(subject, await read_body(request, limit), headers, limit)
+    return await publisher.publish(message)
+
+
+@router.post(
+    "",
+    response_model=PublishBatchResult,
+    response_model_exclude_none=True,
+    response_class=JSON,
+    responses=problems(errors.PayloadTooLarge),
+)
+async def publish_batch(
+    batch: PublishBatch, pool: PoolDep, publisher: PublisherDep, settings: SettingsDep
+) -> Any:
+    """Publish several messages in order; one result per message.
+
+    Every message is validated first: one invalid message rejects the whole batch with
+    nothing published. Failures reported by JetStream are per message.
+    """
+    if len(batch.messages) > settings.max_publish_batch:
+        raise errors.PayloadTooLarge(
+            "publish.batch_too_large",
+            f"at most {settings.max_publish_batch} messages per batch",
+        )
+    limit = pool.max_payload
+    messages = [publish.batch_item(i, item, limit) for i, item in enumerate(batch.messages)]
+    return {"results": await publisher.publish_batch(messages)}

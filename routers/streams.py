@@ -1,0 +1,101 @@
+"""Streams: administration, purge, and single messages by sequence."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Path, Query
+from starlette.responses import Response
+
+from app import errors, validation
+from app.deps import StreamName, StreamsDep
+from app.http import JSON, problems
+from app.schemas import (
+    Message,
+    PurgeRequest,
+    PurgeResult,
+    StreamConfig,
+    StreamInfo,
+    StreamList,
+)
+
+router = APIRouter(prefix="/v1/streams", tags=["streams"])
+
+Seq = Annotated[int, Path(ge=1, le=2**64 - 1, description="Stream sequence")]
+
+
+@router.get("", response_model=StreamList, response_class=JSON, responses=problems())
+async def list_streams(
+    streams: StreamsDep,
+    subject: Annotated[str | None, Query(description="Only streams capturing this subject")] = None,
+    offset: Annotated[int, Query(ge=0)] = 0,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 256,
+) -> Any:
+    """List streams with their subjects and state."""
+    if subject is not None:
+        validation.subject_filter(subject)
+    return await streams.list(subject, offset, limit)
+
+
+@router.put(
+    "/{stream}",
+    response_model=StreamInfo,
+    response_class=JSON,
+    status_code=200,
+    responses={201: {"description": "Created", "model": StreamInfo}, **problems(errors.Conflict)},
+)
+async def put_stream(name: StreamName, config: StreamConfig, streams: StreamsDep) -> Any:
+    """Create (201) or update (200) a stream from a StreamConfig (NATS field names)."""
+    info, created = await streams.put(name, config)
+    return JSON(info, status_code=201 if created else 200)
+
+
+@router.get(
+    "/{stream}", response_model=StreamInfo, response_class=JSON, responses=problems(errors.NotFound)
+)
+async def get_stream(name: StreamName, streams: StreamsDep) -> Any:
+    """Stream info: config (durations in seconds) and state."""
+    return await streams.info(name)
+
+
+@router.delete("/{stream}", status_code=204, responses=problems(errors.NotFound))
+async def delete_stream(name: StreamName, streams: StreamsDep) -> Response:
+    """Delete a stream and all its messages."""
+    await streams.delete(name)
+    return Response(status_code=204)
+
+
+@router.post(
+    "/{stream}/purge",
+    response_model=PurgeResult,
+    response_class=JSON,
+    responses=problems(errors.NotFound),
+)
+async def purge_stream(
+    name: StreamName, streams: StreamsDep, request: PurgeRequest | None = None
+) -> Any:
+    """Purge messages: all, by subject filter, up to a sequence, or keeping the last N."""
+    return {"purged": await streams.purge(name, request or PurgeRequest())}
+
+
+@router.get(
+    "/{stream}/messages/{seq}",
+    response_model=Message,
+    response_class=JSON,
+    responses=problems(errors.NotFound),
+)
+async def get_message(name: StreamName, seq: Seq, streams: StreamsDep) -> Any:
+    """One message by sequence, read from the stream leader (read-after-write)."""
+    return await streams.get_message(name, seq)
+
+
+@router.delete("/{stream}/messages/{seq}", status_code=204, responses=problems(errors.NotFound))
+async def delete_message(
+    name: StreamName,
+    seq: Seq,
+    streams: StreamsDep,
+    erase: Annotated[bool, Query(description="Overwrite the stored bytes too")] = False,
+) -> Response:
+    """Delete one message by sequence."""
+    await streams.delete_message(name, seq, erase=erase)
+    return Response(status_code=204)

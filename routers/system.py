@@ -1,0 +1,71 @@
+"""Probes, metrics and gateway information."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from starlette.responses import Response
+
+from app import __version__, errors
+from app.deps import RuntimeDep
+from app.http import JSON, problems
+
+router = APIRouter(tags=["system"])
+
+
+@router.get("/healthz", response_class=JSON)
+async def healthz() -> dict[str, str]:
+    """Liveness: 200 while the process runs (does not depend on NATS)."""
+    return {"status": "ok"}
+
+
+@router.get("/readyz", response_class=JSON, responses=problems())
+async def readyz(runtime: RuntimeDep) -> dict[str, Any]:
+    """Readiness: 200 when a pooled connection is up and JetStream answers."""
+    pool = runtime.pool
+    if not pool.connected:
+        raise errors.Unavailable(
+            "nats.unavailable",
+            "no pooled NATS connection is up",
+            headers={"Retry-After": str(runtime.settings.retry_after)},
+        )
+    await runtime.js.call("info", "INFO", timeout=min(2.0, runtime.settings.request_timeout))
+    return {"status": "ready", "connections": pool.connected}
+
+
+@router.get("/metrics", response_class=Response)
+async def metrics(runtime: RuntimeDep) -> Response:
+    """Prometheus text exposition."""
+    return Response(generate_latest(runtime.metrics.registry), media_type=CONTENT_TYPE_LATEST)
+
+
+@router.get("/v1/info", response_class=JSON, responses=problems())
+async def info(runtime: RuntimeDep) -> dict[str, Any]:
+    """Gateway version, nats-server version, JetStream account info and pool state."""
+    server = runtime.pool.server_info()
+    account: dict[str, Any] | None
+    try:
+        account = await runtime.js.call("account.info", "INFO")
+        account.pop("type", None)
+    except (errors.Unavailable, errors.Timeout):
+        account = None
+    return {
+        "version": __version__,
+        "server": {
+            "version": server.get("version"),
+            "name": server.get("server_name"),
+            "cluster": server.get("cluster"),
+            "max_payload": server.get("max_payload"),
+            "jetstream": server.get("jetstream"),
+        },
+        "jetstream": account,
+        "js_domain": runtime.settings.js_domain,
+        "embedded": runtime.embedded is not None,
+        "pool": {
+            "size": runtime.settings.pool_size,
+            "connected": runtime.pool.connected,
+            "connections": runtime.pool.state(),
+        },
+    }
