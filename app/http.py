@@ -6,6 +6,7 @@ from typing import Any
 
 import orjson
 from fastapi import Request
+from starlette.convertors import Convertor, register_url_convertor
 from starlette.responses import JSONResponse
 
 from app import errors
@@ -69,3 +70,19 @@ def problems(*classes: type[errors.GatewayError]) -> dict[int | str, dict[str, A
             },
         }
     return out
+
+
+class AnyTextConvertor(Convertor[str]):
+    """Like ``path`` but also matching CR/LF, so a bad subject gets a 400 from the validator
+    instead of falling through to a 404 for a route that seems not to exist."""
+
+    regex = r"[\s\S]+"
+
+    def convert(self, value: str) -> str:
+        return value
+
+    def to_string(self, value: str) -> str:
+        return value
+
+
+register_url_convertor("text", AnyTextConvertor())

@@ -20,7 +20,7 @@ _PUBLISH_ERRORS = problems(
 
 
 @router.post(
-    "/{subject:path}",
+    "/{subject:text}",
     response_model=PubAck,
     response_model_exclude_none=True,
     response_class=JSON,

@@ -147,7 +147,8 @@ class NatsPool:
                 # will be) answered as failed: never replay them on the next connection.
                 client._pending = []
                 client._pending_data_size = 0
-            log.warning("NATS connection %d disconnected", slot.index)
+            if not self._closing:
+                log.warning("NATS connection %d disconnected", slot.index)
 
         async def reconnected() -> None:
             slot.reconnects += 1

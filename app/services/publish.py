@@ -55,7 +55,9 @@ def http_publish_headers(pairs: Iterable[tuple[str, str]]) -> dict[str, str]:
         if name in PUBLISH_HEADERS:
             _add(out, PUBLISH_HEADERS[name], value)
         elif name.startswith(USER_HEADER_PREFIX):
-            user = raw_name[len(USER_HEADER_PREFIX) :]
+            # HTTP header names arrive lower-cased; NATS header names are case-sensitive, so
+            # user headers take the canonical MIME form (x-trace-id -> X-Trace-Id).
+            user = _canonical(raw_name[len(USER_HEADER_PREFIX) :])
             _add(out, _user_header_name(user), value)
     return _normalise(out)
 
@@ -71,6 +73,10 @@ def message_headers(headers: dict[str, str] | None, msg_id: str | None) -> dict[
     if msg_id is not None:
         _add(out, "Nats-Msg-Id", msg_id)
     return _normalise(out)
+
+
+def _canonical(name: str) -> str:
+    return "-".join(part[:1].upper() + part[1:].lower() for part in name.split("-"))
 
 
 def _user_header_name(name: str) -> str:

@@ -1,0 +1,53 @@
+"""Shared fixtures: a real nats-server on a free loopback port with a temporary store."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import httpx
+import nats
+import pytest
+
+from app.nats.embedded import EmbeddedServer
+from tests.helpers import gateway_settings, running_gateway
+
+
+@pytest.fixture(scope="session")
+def nats_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedServer]:
+    """One nats-server for the tests that do not stop it (each test uses its own names)."""
+    store = tmp_path_factory.mktemp("nats-store")
+    server = EmbeddedServer(store, log_file=store / "server.log")
+    server.start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def own_nats_server(tmp_path: Path) -> Iterator[EmbeddedServer]:
+    """A nats-server of this test alone, for tests that stop and restart it."""
+    server = EmbeddedServer(tmp_path / "store", log_file=tmp_path / "server.log")
+    server.start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+async def gateway(nats_server: EmbeddedServer) -> AsyncIterator[httpx.AsyncClient]:
+    async with running_gateway(gateway_settings(nats_server.url)) as client:
+        yield client
+
+
+@pytest.fixture
+async def nc(nats_server: EmbeddedServer) -> AsyncIterator[nats.NATS]:
+    """A plain nats-py connection, to check what the gateway did from the outside."""
+    client = await nats.connect(nats_server.url)
+    yield client
+    await client.close()
+
+
+@pytest.fixture
+def name() -> str:
+    """A unique stream/bucket name for the test."""
+    return f"T{uuid.uuid4().hex[:12]}"

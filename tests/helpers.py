@@ -1,0 +1,47 @@
+"""Helpers for the tests: an in-process gateway bound to an httpx client."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+import httpx
+from asgi_lifespan import LifespanManager
+
+from app.config import Settings
+from app.main import create_app
+
+
+def gateway_settings(url: str, **overrides: object) -> Settings:
+    values: dict[str, object] = {
+        "nats_url": [url],
+        "request_timeout": 2.0,
+        "reconnect_wait": 0.2,
+        "access_log": False,
+    }
+    values.update(overrides)
+    return Settings(**values)  # type: ignore[arg-type]
+
+
+@asynccontextmanager
+async def running_gateway(settings: Settings) -> AsyncIterator[httpx.AsyncClient]:
+    """The app with its lifespan running, and a client that talks to it in-process."""
+    app = create_app(settings)
+    async with LifespanManager(app, startup_timeout=30, shutdown_timeout=30) as manager:
+        transport = httpx.ASGITransport(app=manager.app)
+        async with httpx.AsyncClient(
+            transport=transport, base_url="http://gateway", timeout=30
+        ) as client:
+            yield client
+
+
+def problem(response: httpx.Response, status: int, code: str | None = None) -> dict:
+    """Assert a problem+json answer with this status (and code), and return it."""
+    assert response.status_code == status, (response.status_code, response.text)
+    assert response.headers["content-type"].startswith("application/problem+json"), response.headers
+    body = response.json()
+    assert body["status"] == status
+    assert body["instance"] == response.headers["x-request-id"]
+    if code is not None:
+        assert body["code"] == code, body
+    return body

@@ -1,0 +1,135 @@
+"""Streams API against a real nats-server."""
+
+from __future__ import annotations
+
+import base64
+
+import httpx
+import nats
+
+from tests.helpers import problem
+
+
+async def make_stream(gw: httpx.AsyncClient, name: str, **config: object) -> dict:
+    body = {"subjects": [f"{name.lower()}.>"], **config}
+    response = await gw.put(f"/v1/streams/{name}", json=body)
+    assert response.status_code == 201, response.text
+    return response.json()
+
+
+async def test_create_update_info_delete(gateway: httpx.AsyncClient, name: str) -> None:
+    created = await make_stream(gateway, name, max_age="1h30m", duplicate_window=90)
+    assert created["config"]["max_age"] == 5400
+    assert created["config"]["duplicate_window"] == 90
+    assert created["state"]["messages"] == 0
+
+    updated = await gateway.put(
+        f"/v1/streams/{name}",
+        json={"subjects": [f"{name.lower()}.>"], "max_age": 60, "description": "orders"},
+    )
+    assert updated.status_code == 200
+    assert updated.json()["config"]["max_age"] == 60
+    assert updated.json()["config"]["description"] == "orders"
+
+    info = await gateway.get(f"/v1/streams/{name}")
+    assert info.status_code == 200
+    assert info.json()["config"]["name"] == name
+
+    assert (await gateway.delete(f"/v1/streams/{name}")).status_code == 204
+    problem(await gateway.get(f"/v1/streams/{name}"), 404, "stream.not_found")
+    problem(await gateway.delete(f"/v1/streams/{name}"), 404, "stream.not_found")
+
+
+async def test_config_reaches_nats_in_nanoseconds(
+    gateway: httpx.AsyncClient, nc: nats.NATS, name: str
+) -> None:
+    await make_stream(
+        gateway, name, max_age="2m", consumer_limits={"inactive_threshold": "1.5s"}, allow_direct=True
+    )
+    info = await nc.jetstream().stream_info(name)
+    assert info.config.max_age == 120.0  # nats-py reports seconds, from 120e9 ns on the wire
+    assert info.config.allow_direct is True
+    raw = await nc.request(f"$JS.API.STREAM.INFO.{name}", b"")
+    assert b'"inactive_threshold":1500000000' in raw.data
+
+
+async def test_list_filters_by_subject_and_pages(gateway: httpx.AsyncClient, name: str) -> None:
+    names = [f"{name}_{i}" for i in range(3)]
+    for n in names:
+        await make_stream(gateway, n)
+    listing = await gateway.get("/v1/streams", params={"subject": f"{names[1].lower()}.x"})
+    assert listing.status_code == 200
+    assert [s["name"] for s in listing.json()["streams"]] == [names[1]]
+    summary = listing.json()["streams"][0]
+    assert set(summary) >= {"name", "subjects", "messages", "bytes", "first_seq", "last_seq",
+                            "consumer_count"}
+    everything = (await gateway.get("/v1/streams", params={"limit": 1000})).json()
+    assert set(names) <= {s["name"] for s in everything["streams"]}
+    page = (await gateway.get("/v1/streams", params={"limit": 1, "offset": 1})).json()
+    assert len(page["streams"]) == 1 and page["offset"] == 1
+
+
+async def test_purge_variants(gateway: httpx.AsyncClient, name: str) -> None:
+    await make_stream(gateway, name)
+    subject = name.lower()
+    for i in range(6):
+        await gateway.post(f"/v1/publish/{subject}.{'a' if i % 2 else 'b'}", content=b"x")
+    purged = await gateway.post(f"/v1/streams/{name}/purge", json={"filter": f"{subject}.a"})
+    assert purged.json() == {"purged": 3}
+    purged = await gateway.post(f"/v1/streams/{name}/purge", json={"keep": 1})
+    assert purged.json() == {"purged": 2}
+    purged = await gateway.post(f"/v1/streams/{name}/purge")
+    assert purged.json() == {"purged": 1}
+    problem(
+        await gateway.post(f"/v1/streams/{name}/purge", json={"seq": 3, "keep": 1}),
+        400,
+        "request.invalid",
+    )
+    problem(
+        await gateway.post(f"/v1/streams/{name}/purge", json={"filter": "a b"}), 400,
+        "request.invalid",
+    )
+
+
+async def test_message_get_and_delete(gateway: httpx.AsyncClient, name: str) -> None:
+    await make_stream(gateway, name)
+    subject = f"{name.lower()}.one"
+    ack = await gateway.post(
+        f"/v1/publish/{subject}", content=b"\x00\x01bin", headers={"Nats-Header-Trace": "t1"}
+    )
+    seq = ack.json()["seq"]
+    message = (await gateway.get(f"/v1/streams/{name}/messages/{seq}")).json()
+    assert message["subject"] == subject
+    assert base64.b64decode(message["data"]) == b"\x00\x01bin"
+    assert message["headers"]["Trace"] == ["t1"]
+    assert message["time"].endswith("Z")
+    assert (await gateway.delete(f"/v1/streams/{name}/messages/{seq}?erase=true")).status_code == 204
+    problem(await gateway.get(f"/v1/streams/{name}/messages/{seq}"), 404, "message.not_found")
+    problem(await gateway.get(f"/v1/streams/{name}/messages/0"), 400)
+    problem(await gateway.get(f"/v1/streams/{name}/messages/-1"), 400)
+    problem(await gateway.get(f"/v1/streams/{name}/messages/abc"), 400)
+
+
+async def test_bad_stream_input(gateway: httpx.AsyncClient, name: str) -> None:
+    for bad in ["a.b", "a b", "a*", ">", "x" * 256, "a%0A"]:
+        problem(await gateway.get(f"/v1/streams/{bad}"), 400, "stream.name_invalid")
+    problem(await gateway.put(f"/v1/streams/{name}", json={"subjects": ["a"], "nope": 1}), 400)
+    problem(await gateway.put(f"/v1/streams/{name}", content=b"{not json",
+                              headers={"content-type": "application/json"}), 400)
+    problem(await gateway.put(f"/v1/streams/{name}", json={"subjects": ["a b"]}), 400)
+    problem(await gateway.put(f"/v1/streams/{name}", json={"subjects": ["a.>.b"]}), 400)
+    problem(await gateway.put(f"/v1/streams/{name}", json={"max_age": "soon"}), 400)
+    problem(await gateway.put(f"/v1/streams/{name}", json={"max_age": -1}), 400)
+    problem(await gateway.put(f"/v1/streams/{name}", json={"retention": "forever"}), 400)
+    problem(await gateway.put(f"/v1/streams/{name}", json={"name": "other"}), 400,
+            "stream.name_mismatch")
+    problem(await gateway.put(f"/v1/streams/{name}", json=["subjects"]), 400)
+    # Nothing was created by any of these.
+    problem(await gateway.get(f"/v1/streams/{name}"), 404, "stream.not_found")
+
+
+async def test_subject_overlap_is_conflict(gateway: httpx.AsyncClient, name: str) -> None:
+    await make_stream(gateway, name)
+    response = await gateway.put(f"/v1/streams/{name}X", json={"subjects": [f"{name.lower()}.a"]})
+    body = problem(response, 409, "stream.subject_overlap")
+    assert body["nats"]["err_code"] == 10065

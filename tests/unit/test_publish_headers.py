@@ -1,0 +1,50 @@
+from __future__ import annotations
+
+import pytest
+
+from app.errors import InvalidInput
+from app.services.publish import http_publish_headers, message_headers
+
+
+def test_allowlist_and_aliases() -> None:
+    headers = http_publish_headers([
+        ("idempotency-key", "k1"),
+        ("nats-expected-last-sequence", "007"),
+        ("nats-header-x-trace-id", "abc"),
+        ("nats-ttl", "90"),
+        ("authorization", "Bearer secret"),
+        ("content-type", "text/plain"),
+    ])
+    assert headers == {
+        "Nats-Msg-Id": "k1",
+        "Nats-Expected-Last-Sequence": "7",
+        "X-Trace-Id": "abc",
+        "Nats-TTL": "90s",
+    }
+
+
+@pytest.mark.parametrize(
+    "pairs",
+    [
+        [("nats-msg-id", "a"), ("idempotency-key", "b")],
+        [("nats-header-nats-rollup", "all")],
+        [("nats-header-status", "503")],
+        [("nats-msg-id", "a\r\nPUB x 1")],
+        [("nats-msg-id", "")],
+        [("nats-expected-stream", "a.b")],
+        [("nats-expected-last-sequence", "-1")],
+        [("nats-header-bad name", "x")],
+    ],
+)
+def test_refused(pairs: list[tuple[str, str]]) -> None:
+    with pytest.raises(InvalidInput):
+        http_publish_headers(pairs)
+
+
+def test_batch_headers_keep_their_case() -> None:
+    assert message_headers({"traceId": "1", "nats-msg-id": "m"}, None) == {
+        "traceId": "1",
+        "Nats-Msg-Id": "m",
+    }
+    with pytest.raises(InvalidInput):
+        message_headers({"Nats-Msg-Id": "m"}, "m")
