@@ -9,6 +9,7 @@ from fastapi import Depends, Path, Request
 from app import validation
 from app.config import Settings
 from app.lifespan import Runtime
+from app.nats.direct import DirectGet
 from app.nats.pool import NatsPool
 from app.services.publish import Publisher
 from app.services.streams import StreamService
@@ -29,6 +30,10 @@ def get_pool(runtime: RuntimeDep) -> NatsPool:
     return runtime.pool
 
 
+def get_direct(runtime: RuntimeDep) -> DirectGet:
+    return runtime.direct
+
+
 def get_streams(runtime: RuntimeDep) -> StreamService:
     return runtime.streams
 
@@ -40,6 +45,7 @@ def get_publisher(runtime: RuntimeDep) -> Publisher:
 SettingsDep = Annotated[Settings, Depends(get_settings)]
 PoolDep = Annotated[NatsPool, Depends(get_pool)]
 StreamsDep = Annotated[StreamService, Depends(get_streams)]
+DirectDep = Annotated[DirectGet, Depends(get_direct)]
 PublisherDep = Annotated[Publisher, Depends(get_publisher)]
 
 

@@ -14,6 +14,7 @@ from fastapi import FastAPI
 
 from app.config import Settings
 from app.metrics import Metrics
+from app.nats.direct import DirectGet
 from app.nats.embedded import EmbeddedServer
 from app.nats.jsapi import JetStreamApi
 from app.nats.pool import NatsPool
@@ -29,6 +30,7 @@ class Runtime:
     metrics: Metrics
     pool: NatsPool
     js: JetStreamApi
+    direct: DirectGet
     streams: StreamService
     publisher: Publisher
     ack_secret: bytes
@@ -57,12 +59,14 @@ def make_lifespan(
             if not pool.connected:
                 log.warning("no NATS connection yet; the gateway is not ready and keeps trying")
             js = JetStreamApi(pool, settings.js_domain)
+            direct = DirectGet(js)
             runtime = Runtime(
                 settings=settings,
                 metrics=metrics,
                 pool=pool,
                 js=js,
-                streams=StreamService(js),
+                direct=direct,
+                streams=StreamService(js, direct),
                 publisher=Publisher(pool),
                 ack_secret=_ack_secret(settings),
                 embedded=embedded,

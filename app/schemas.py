@@ -212,6 +212,30 @@ class PublishBatchResult(BaseModel):
     results: list[PublishResult]
 
 
+class MultiRequest(Strict):
+    """Last message of each subject (filters allowed), all as of one stream sequence."""
+
+    subjects: list[SubjectFilter] = Field(min_length=1)
+    up_to_seq: UInt64 | None = Field(default=None, ge=1)
+    up_to_time: str | None = Field(default=None, description="RFC 3339")
+    batch: int | None = Field(
+        default=None, ge=1, le=1000, description="messages per server request (paging)"
+    )
+
+
+class MultiResult(BaseModel):
+    up_to_seq: int = Field(description="every message is the last one at or before this sequence")
+    messages: list[Message]
+
+
+class EndOfBatchLine(BaseModel):
+    """The last NDJSON line of a batch read."""
+
+    eob: bool = True
+    num_pending: int
+    last_seq: int
+
+
 class Problem(BaseModel):
     """RFC 9457 problem details."""
 

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+import threading
+import time
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
 
 import httpx
+import uvicorn
 from asgi_lifespan import LifespanManager
 
 from app.config import Settings
@@ -45,3 +48,29 @@ def problem(response: httpx.Response, status: int, code: str | None = None) -> d
     if code is not None:
         assert body["code"] == code, body
     return body
+
+
+@contextmanager
+def served_gateway(settings: Settings) -> Iterator[str]:
+    """The app served by a real uvicorn on a free loopback port, in a thread; yields its URL.
+
+    For streaming responses (SSE, NDJSON), which the in-process transport buffers whole.
+    """
+    config = uvicorn.Config(
+        create_app(settings), host="127.0.0.1", port=0, log_level="warning", lifespan="on",
+        timeout_graceful_shutdown=5,
+    )
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, name="uvicorn-test", daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not server.started:
+        if not thread.is_alive() or time.monotonic() > deadline:
+            raise RuntimeError("uvicorn did not start")
+        time.sleep(0.02)
+    port = server.servers[0].sockets[0].getsockname()[1]
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(15)

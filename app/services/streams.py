@@ -7,6 +7,7 @@ from typing import Any
 from app import errors
 from app.durations import nats_time, ns_to_seconds
 from app.nats import headers as nats_headers
+from app.nats.direct import DirectGet
 from app.nats.jsapi import JetStreamApi
 from app.schemas import PurgeRequest, StreamConfig
 
@@ -80,8 +81,9 @@ def message_out(stream: str, raw: dict[str, Any]) -> dict[str, Any]:
 
 
 class StreamService:
-    def __init__(self, js: JetStreamApi) -> None:
+    def __init__(self, js: JetStreamApi, direct: DirectGet) -> None:
         self.js = js
+        self.direct = direct
 
     async def list(self, subject: str | None, offset: int, limit: int) -> dict[str, Any]:
         """Streams ``[offset, offset+limit)``, paging the server's 256-stream pages."""
@@ -111,6 +113,7 @@ class StreamService:
                 "stream.name_mismatch", f"body name {config.name!r} differs from path {name!r}"
             )
         body = config.to_nats(name)
+        self.direct.forget(name)
         try:
             await self.js.call("stream.info", "STREAM", "INFO", name)
         except errors.NotFound:
@@ -126,6 +129,7 @@ class StreamService:
 
     async def delete(self, name: str) -> None:
         await self.js.call("stream.delete", "STREAM", "DELETE", name, write=True)
+        self.direct.forget(name)
 
     async def purge(self, name: str, request: PurgeRequest) -> int:
         if request.seq is not None and request.keep is not None:

@@ -1,0 +1,330 @@
+"""Direct Get (ADR-31), spoken on top of nats-py's core request/subscribe.
+
+nats-py can read one message by Direct Get, but not batches or ``multi_last``: a batch request
+is answered by several messages on the reply subject, ended by a ``204 EOB`` status message
+carrying ``Nats-Num-Pending``, ``Nats-Last-Sequence`` and (for multi reads)
+``Nats-UpTo-Sequence``. This module sends the requests and reads those replies.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import nats.errors
+import orjson
+from nats.aio.msg import Msg
+
+from app import errors
+from app.nats.headers import from_nats_py
+from app.nats.jsapi import JetStreamApi
+from app.nats.pool import NatsPool, NoResponders
+
+# What one server request may bring back at most: this bounds the gateway's memory per
+# request, whatever the HTTP client asked for in total (the gateway pages).
+PAGE_MESSAGES = 1000
+PAGE_BYTES = 4 * 1024 * 1024
+MAX_MULTI_SUBJECTS = 1024
+_PENDING_SLACK = 1024 * 1024
+_NOT_DIRECT_TTL = 2.0
+
+
+class BatchUnsupported(errors.GatewayError):
+    status = 501
+    code = "direct.batch_unsupported"
+
+
+@dataclass(slots=True)
+class StoredMessage:
+    stream: str
+    subject: str
+    seq: int
+    time: str | None
+    headers: dict[str, list[str]]
+    data: bytes
+    last_seq: int | None = None
+    num_pending: int | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "stream": self.stream,
+            "subject": self.subject,
+            "seq": self.seq,
+            "time": self.time,
+            "headers": self.headers,
+            "data": base64.b64encode(self.data).decode(),
+        }
+
+
+@dataclass(slots=True)
+class EndOfBatch:
+    num_pending: int
+    last_seq: int
+    up_to_seq: int | None = None
+
+
+_META_HEADERS = frozenset(
+    {
+        "Nats-Stream", "Nats-Subject", "Nats-Sequence", "Nats-Time-Stamp",
+        "Nats-Num-Pending", "Nats-Last-Sequence", "Nats-UpTo-Sequence",
+    }
+)  # fmt: skip
+
+
+def _int(headers: dict[str, str], name: str) -> int | None:
+    value = headers.get(name)
+    return int(value) if value is not None and value.isdigit() else None
+
+
+def _status(msg: Msg) -> int | None:
+    headers = msg.headers or {}
+    status = headers.get("Status")
+    return int(status) if status and status.isdigit() else None
+
+
+def to_message(msg: Msg) -> StoredMessage:
+    headers = msg.headers or {}
+    return StoredMessage(
+        stream=headers.get("Nats-Stream", ""),
+        subject=headers.get("Nats-Subject", ""),
+        seq=_int(headers, "Nats-Sequence") or 0,
+        time=headers.get("Nats-Time-Stamp"),
+        headers={k: v for k, v in from_nats_py(headers).items() if k not in _META_HEADERS},
+        data=msg.data,
+        last_seq=_int(headers, "Nats-Last-Sequence"),
+        num_pending=_int(headers, "Nats-Num-Pending"),
+    )
+
+
+@dataclass
+class DirectGet:
+    js: JetStreamApi
+    _not_direct: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def pool(self) -> NatsPool:
+        return self.js.pool
+
+    def forget(self, stream: str) -> None:
+        """Drop what is cached about a stream (its config may have changed)."""
+        self._not_direct.pop(stream, None)
+
+    # -- single messages -------------------------------------------------------------------
+
+    async def get(self, stream: str, request: dict[str, Any]) -> StoredMessage:
+        """One message: ``seq``, ``last_by_subj``, ``next_by_subj`` (+``seq``), ``start_time``."""
+        subject = self.js.subject("DIRECT", "GET", stream)
+        return await self._single(stream, subject, orjson.dumps(request))
+
+    async def last_for(self, stream: str, subject: str) -> StoredMessage:
+        """The last message on a literal subject (subject-appended form, no payload)."""
+        return await self._single(stream, self.js.subject("DIRECT", "GET", stream, subject), b"")
+
+    async def _single(self, stream: str, subject: str, payload: bytes) -> StoredMessage:
+        await self._check_direct(stream)
+        try:
+            reply = await self.pool.request(subject, payload, operation="direct.get")
+        except NoResponders:
+            raise await self._why_no_responders(stream) from None
+        status = _status(reply)
+        if status is None:
+            return to_message(reply)
+        raise _status_error(status, reply)
+
+    # -- batches ---------------------------------------------------------------------------
+
+    async def page(
+        self, stream: str, request: dict[str, Any], *, operation: str = "direct.batch"
+    ) -> AsyncIterator[StoredMessage | EndOfBatch]:
+        """One batch request: yields its messages as they arrive, then its EndOfBatch.
+
+        A 404 (nothing matched) yields an EndOfBatch with nothing pending.
+        """
+        await self._check_direct(stream)
+        client = self.pool.pick()
+        inbox = client.new_inbox()
+        sub = await client.subscribe(
+            inbox,
+            pending_msgs_limit=PAGE_MESSAGES * 2 + 8,
+            pending_bytes_limit=PAGE_BYTES * 2 + _PENDING_SLACK,
+        )
+        timeout = self.pool.timeout
+        try:
+            await self.pool.observe(
+                operation,
+                lambda: client.publish(
+                    self.js.subject("DIRECT", "GET", stream), orjson.dumps(request), reply=inbox
+                ),
+            )
+            first = True
+            previous: int | None = None
+            while True:
+                try:
+                    msg = await sub.next_msg(timeout)
+                except nats.errors.TimeoutError:
+                    raise errors.Timeout(detail="NATS stopped answering in the middle of a batch") from None
+                status = _status(msg)
+                if status == 204:
+                    headers = msg.headers or {}
+                    yield EndOfBatch(
+                        num_pending=_int(headers, "Nats-Num-Pending") or 0,
+                        last_seq=_int(headers, "Nats-Last-Sequence") or 0,
+                        up_to_seq=_int(headers, "Nats-UpTo-Sequence"),
+                    )
+                    return
+                if status == 404:
+                    yield EndOfBatch(num_pending=0, last_seq=request.get("seq", 1) - 1)
+                    return
+                if status == 503:
+                    raise await self._why_no_responders(stream)
+                if status is not None:
+                    raise _status_error(status, msg)
+                message = to_message(msg)
+                if first and message.num_pending is None:
+                    raise BatchUnsupported(
+                        detail="the NATS server does not support batched Direct Get "
+                        "(nats-server 2.11 or later is needed)"
+                    )
+                # Each reply names the sequence before it: a gap means a reply was lost.
+                if previous is not None and message.last_seq != previous:
+                    raise errors.UpstreamError(
+                        "direct.gap", "a Direct Get reply was lost; retry the request"
+                    )
+                previous, first = message.seq, False
+                yield message
+        finally:
+            await _unsubscribe(sub)
+
+    async def batch(
+        self,
+        stream: str,
+        *,
+        seq: int | None = None,
+        next_by_subj: str | None = None,
+        start_time: str | None = None,
+        limit: int,
+        max_bytes: int | None = None,
+    ) -> AsyncIterator[StoredMessage | EndOfBatch]:
+        """Up to ``limit`` messages (and ``max_bytes``), paging server batches; then one EOB."""
+        remaining, budget = limit, max_bytes
+        eob = EndOfBatch(num_pending=0, last_seq=(seq or 1) - 1)
+        request: dict[str, Any] = {}
+        if seq is not None:
+            request["seq"] = seq
+        if next_by_subj is not None:
+            request["next_by_subj"] = next_by_subj
+        if start_time is not None:
+            request["start_time"] = start_time
+        while remaining > 0 and (budget is None or budget > 0):
+            page_request = dict(request, batch=min(remaining, PAGE_MESSAGES))
+            page_request["max_bytes"] = min(budget or PAGE_BYTES, PAGE_BYTES)
+            got = 0
+            async for item in self.page(stream, page_request):
+                if isinstance(item, EndOfBatch):
+                    eob = item
+                    break
+                got += 1
+                remaining -= 1
+                if budget is not None:
+                    budget -= len(item.data) + len(item.subject)
+                yield item
+            if got == 0 or eob.num_pending == 0:
+                break
+            request.pop("start_time", None)
+            request["seq"] = eob.last_seq + 1
+        yield eob
+
+    # -- consistent multi-subject reads ----------------------------------------------------
+
+    async def resolve_up_to(
+        self, stream: str, up_to_seq: int | None, up_to_time: str | None
+    ) -> int:
+        """The stream sequence a multi read is pinned to, fixed before anything is read."""
+        if up_to_seq is not None:
+            return up_to_seq
+        if up_to_time is not None:
+            try:
+                first_after = await self.get(stream, {"start_time": up_to_time})
+                return first_after.seq - 1
+            except errors.NotFound:
+                pass
+        info = await self.js.call("stream.info", "STREAM", "INFO", stream)
+        return int((info.get("state") or {}).get("last_seq", 0))
+
+    async def multi_last(
+        self, stream: str, subjects: list[str], up_to_seq: int, page_size: int | None = None
+    ) -> AsyncIterator[StoredMessage]:
+        """The last message of every subject matched, as of ``up_to_seq``.
+
+        Lists longer than the server's 1024-subject limit are split; every request and every
+        page of every request is pinned to the same ``up_to_seq``.
+        """
+        seen: set[int] = set()
+        for start in range(0, len(subjects), MAX_MULTI_SUBJECTS):
+            chunk = subjects[start : start + MAX_MULTI_SUBJECTS]
+            request: dict[str, Any] = {"multi_last": chunk, "up_to_seq": up_to_seq}
+            if page_size:
+                request["batch"] = page_size
+            while True:
+                eob: EndOfBatch | None = None
+                async for item in self.page(stream, request, operation="direct.multi"):
+                    if isinstance(item, EndOfBatch):
+                        eob = item
+                    elif item.seq not in seen:
+                        seen.add(item.seq)
+                        yield item
+                if eob is None or eob.num_pending == 0:
+                    break
+                request = dict(request, seq=eob.last_seq + 1)
+
+    # -- errors ----------------------------------------------------------------------------
+
+    async def _check_direct(self, stream: str) -> None:
+        expires = self._not_direct.get(stream)
+        if expires is not None:
+            if expires > time.monotonic():
+                raise _not_allowed(stream)
+            del self._not_direct[stream]
+
+    async def _why_no_responders(self, stream: str) -> errors.GatewayError:
+        """Nobody answered a Direct Get: tell a missing stream from one without allow_direct."""
+        info = await self.js.call("stream.info", "STREAM", "INFO", stream)
+        if not (info.get("config") or {}).get("allow_direct"):
+            self._not_direct[stream] = time.monotonic() + _NOT_DIRECT_TTL
+            return _not_allowed(stream)
+        return errors.Unavailable(
+            "direct.unavailable", "no server answered the Direct Get; retry shortly"
+        )
+
+
+def _not_allowed(stream: str) -> errors.GatewayError:
+    return errors.Conflict(
+        "direct.not_allowed",
+        f"stream {stream!r} does not allow Direct Get (allow_direct is false); "
+        "enable it, or read with consistency=leader",
+    )
+
+
+def _status_error(status: int, msg: Msg) -> errors.GatewayError:
+    description = str((msg.headers or {}).get("Description", "")).strip()
+    if status == 404:
+        return errors.NotFound("message.not_found", "no message matches the request")
+    if status == 413:
+        return errors.PayloadTooLarge(
+            "direct.too_many_subjects",
+            "the subject filters match more than 1024 subjects: narrow the filters, "
+            "or list the subjects (keys) explicitly",
+        )
+    if status == 408:
+        return errors.InvalidInput("direct.bad_request", f"the server refused the request: {description}")
+    return errors.UpstreamError("direct.error", f"Direct Get answered {status} {description}")
+
+
+async def _unsubscribe(sub: Any) -> None:
+    # The connection may be gone already; then so is the subscription.
+    with contextlib.suppress(nats.errors.ConnectionClosedError, nats.errors.BadSubscriptionError):
+        await sub.unsubscribe()
