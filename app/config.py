@@ -52,6 +52,8 @@ class Settings(BaseSettings):
     data_dir: Path = Path("./data")
 
     max_publish_batch: int = Field(default=1000, ge=1, le=100_000)
+    max_direct_batch: int = Field(default=100_000, ge=1)
+    max_multi_subjects: int = Field(default=100_000, ge=1)
     retry_after: int = Field(default=1, ge=1, le=3600)
 
     @field_validator("nats_url", "cors_origins", mode="before")

@@ -11,6 +11,7 @@ from app.config import Settings
 from app.lifespan import Runtime
 from app.nats.direct import DirectGet
 from app.nats.pool import NatsPool
+from app.services.direct import DirectService
 from app.services.publish import Publisher
 from app.services.streams import StreamService
 
@@ -34,6 +35,10 @@ def get_direct(runtime: RuntimeDep) -> DirectGet:
     return runtime.direct
 
 
+def get_direct_service(runtime: RuntimeDep) -> DirectService:
+    return runtime.direct_service
+
+
 def get_streams(runtime: RuntimeDep) -> StreamService:
     return runtime.streams
 
@@ -46,6 +51,7 @@ SettingsDep = Annotated[Settings, Depends(get_settings)]
 PoolDep = Annotated[NatsPool, Depends(get_pool)]
 StreamsDep = Annotated[StreamService, Depends(get_streams)]
 DirectDep = Annotated[DirectGet, Depends(get_direct)]
+DirectServiceDep = Annotated[DirectService, Depends(get_direct_service)]
 PublisherDep = Annotated[Publisher, Depends(get_publisher)]
 
 

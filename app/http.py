@@ -20,6 +20,11 @@ class JSON(JSONResponse):
         return orjson.dumps(content, option=orjson.OPT_NON_STR_KEYS)
 
 
+def wants_json(request: Request) -> bool:
+    """True when the client prefers JSON over the raw bytes (``Accept: application/json``)."""
+    return "application/json" in request.headers.get("accept", "")
+
+
 async def read_body(request: Request, limit: int) -> bytes:
     """The request body, refused with 413 as soon as it is known to exceed ``limit`` bytes."""
     declared = request.headers.get("content-length")

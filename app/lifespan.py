@@ -18,6 +18,7 @@ from app.nats.direct import DirectGet
 from app.nats.embedded import EmbeddedServer
 from app.nats.jsapi import JetStreamApi
 from app.nats.pool import NatsPool
+from app.services.direct import DirectService
 from app.services.publish import Publisher
 from app.services.streams import StreamService
 
@@ -31,6 +32,7 @@ class Runtime:
     pool: NatsPool
     js: JetStreamApi
     direct: DirectGet
+    direct_service: DirectService
     streams: StreamService
     publisher: Publisher
     ack_secret: bytes
@@ -66,6 +68,7 @@ def make_lifespan(
                 pool=pool,
                 js=js,
                 direct=direct,
+                direct_service=DirectService(direct, js),
                 streams=StreamService(js, direct),
                 publisher=Publisher(pool),
                 ack_secret=_ack_secret(settings),

@@ -13,8 +13,8 @@ from app.config import Settings
 from app.lifespan import make_lifespan
 from app.metrics import Metrics
 from app.middleware import RequestContextMiddleware
-from app.schemas import Problem
-from routers import publish, streams, system
+from app.schemas import EndOfBatchLine, Message, Problem
+from routers import direct, publish, streams, system
 
 DESCRIPTION = """HTTP/REST + SSE gateway for NATS JetStream: streams, publish, KV, Direct Get
 and pull consumers for programs without a NATS client. Errors are RFC 9457 problem+json with a
@@ -33,6 +33,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(system.router)
     app.include_router(streams.router)
     app.include_router(publish.router)
+    app.include_router(direct.router)
     problems.install(app)
     if settings.cors_origins:
         app.add_middleware(
@@ -55,9 +56,10 @@ def _openapi(app: FastAPI) -> dict[str, Any]:
             description=app.description,
             routes=app.routes,
         )
-        schema.setdefault("components", {}).setdefault("schemas", {})["Problem"] = (
-            Problem.model_json_schema()
-        )
+        components = schema.setdefault("components", {}).setdefault("schemas", {})
+        # Shapes that responses refer to without a response_model (problems, NDJSON lines).
+        for model in (Problem, EndOfBatchLine, Message):
+            components.setdefault(model.__name__, model.model_json_schema())
         app.openapi_schema = schema
     return app.openapi_schema
 

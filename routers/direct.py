@@ -1,0 +1,157 @@
+"""Direct Get (ADR-31): single messages, NDJSON batches, consistent multi-subject reads."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Annotated, Any, Literal
+
+import orjson
+from fastapi import APIRouter, Path, Query, Request
+from starlette.responses import Response, StreamingResponse
+
+from app import errors
+from app.deps import DirectServiceDep, SettingsDep, StreamName
+from app.http import JSON, problems, wants_json
+from app.nats.direct import EndOfBatch, StoredMessage
+from app.schemas import MultiRequest, MultiResult
+from app.services.direct import SingleQuery
+
+router = APIRouter(prefix="/v1/streams", tags=["direct get"])
+
+NDJSON = "application/x-ndjson"
+_RAW_DOC = {
+    "description": "The message: raw body and Nats-* headers, or Message JSON "
+    "with `Accept: application/json`; a batch is NDJSON",
+    "content": {
+        "application/octet-stream": {"schema": {"type": "string", "format": "binary"}},
+        "application/json": {"schema": {"$ref": "#/components/schemas/Message"}},
+        NDJSON: {
+            "schema": {"$ref": "#/components/schemas/EndOfBatchLine"},
+            "description": "one Message JSON per line, then an EndOfBatchLine",
+        },
+    },
+}
+_READ_ERRORS = problems(errors.NotFound, errors.Conflict, errors.PayloadTooLarge)
+
+
+def message_response(message: StoredMessage, request: Request) -> Response:
+    if wants_json(request):
+        return JSON(message.to_json())
+    headers = {
+        "Nats-Stream": message.stream,
+        "Nats-Subject": message.subject,
+        "Nats-Sequence": str(message.seq),
+    }
+    if message.time:
+        headers["Nats-Time-Stamp"] = message.time
+    for name, values in message.headers.items():
+        # Stored headers go back the way they came in on publish, when HTTP can carry them.
+        if values and _http_safe(name) and _http_safe(values[-1]):
+            headers[f"Nats-Header-{name}"] = values[-1]
+    return Response(message.data, media_type="application/octet-stream", headers=headers)
+
+
+def _http_safe(text: str) -> bool:
+    return text.isascii() and text.isprintable() and len(text) <= 4096
+
+
+@router.get(
+    "/{stream}/direct",
+    responses={200: _RAW_DOC, **_READ_ERRORS},
+    response_class=Response,
+)
+async def direct_get(
+    name: StreamName,
+    request: Request,
+    service: DirectServiceDep,
+    settings: SettingsDep,
+    seq: Annotated[int | None, Query(ge=1, le=2**64 - 1)] = None,
+    last_by_subj: Annotated[str | None, Query(description="last message on this subject")] = None,
+    next_by_subj: Annotated[str | None, Query(description="first message at/after seq on this subject")] = None,
+    start_time: Annotated[str | None, Query(description="first message at/after this RFC 3339 time")] = None,
+    batch: Annotated[int | None, Query(ge=1, description="read up to this many messages (NDJSON)")] = None,
+    max_bytes: Annotated[int | None, Query(ge=1, description="byte budget of a batch read")] = None,
+    consistency: Annotated[Literal["direct", "leader"], Query()] = "direct",
+) -> Response:
+    """Read one message (by seq, subject or time), or a batch of messages as NDJSON.
+
+    `consistency=leader` reads a single message from the stream leader
+    (`$JS.API.STREAM.MSG.GET`) for read-after-write; Direct Get may be answered by a replica
+    or a mirror that has not caught up yet.
+    """
+    query = SingleQuery(seq, last_by_subj, next_by_subj, start_time)
+    if batch is None and max_bytes is None:
+        return message_response(await service.get(name, query, leader=consistency == "leader"), request)
+    if consistency == "leader":
+        raise errors.InvalidInput("request.invalid", "batch reads are Direct Get only")
+    limit = batch or settings.max_direct_batch
+    if limit > settings.max_direct_batch:
+        raise errors.InvalidInput(
+            "request.invalid", f"batch is limited to {settings.max_direct_batch} messages"
+        )
+    items = service.batch(name, query, limit=limit, max_bytes=max_bytes)
+    # The first server page is read before answering, so that its errors are proper
+    # problem responses; what follows streams as it arrives.
+    first = await anext(aiter(items))
+    return StreamingResponse(_ndjson(first, items), media_type=NDJSON)
+
+
+async def _ndjson(
+    first: StoredMessage | EndOfBatch, rest: AsyncIterator[StoredMessage | EndOfBatch]
+) -> AsyncIterator[bytes]:
+    item: StoredMessage | EndOfBatch = first
+    try:
+        while True:
+            if isinstance(item, EndOfBatch):
+                line = {"eob": True, "num_pending": item.num_pending, "last_seq": item.last_seq}
+                yield orjson.dumps(line) + b"\n"
+                return
+            yield orjson.dumps(item.to_json()) + b"\n"
+            item = await anext(rest)
+    except errors.GatewayError as exc:
+        # Headers are gone already: the error becomes the last line, in place of the EOB.
+        yield orjson.dumps({"error": exc.problem()}) + b"\n"
+    finally:
+        await rest.aclose()  # type: ignore[attr-defined]
+
+
+@router.get(
+    "/{stream}/last/{subject:text}",
+    responses={200: _RAW_DOC, **_READ_ERRORS},
+    response_class=Response,
+)
+async def last_by_subject(
+    name: StreamName,
+    subject: Annotated[str, Path(description="literal subject")],
+    request: Request,
+    service: DirectServiceDep,
+) -> Response:
+    """The last message on a subject (subject-appended Direct Get)."""
+    return message_response(await service.last_for(name, subject), request)
+
+
+@router.post(
+    "/{stream}/direct/multi",
+    response_model=MultiResult,
+    response_class=JSON,
+    responses=_READ_ERRORS,
+)
+async def multi(
+    name: StreamName, body: MultiRequest, service: DirectServiceDep, settings: SettingsDep
+) -> Any:
+    """Consistent multi-subject read: the last message of each subject as of one sequence.
+
+    Without `up_to_seq`/`up_to_time` the read is pinned to the stream's last sequence when it
+    starts. Lists over 1024 subjects are split into several server requests, all pinned to
+    the same `up_to_seq`; a wildcard matching over 1024 subjects is refused (413).
+    """
+    if len(body.subjects) > settings.max_multi_subjects:
+        raise errors.PayloadTooLarge(
+            "direct.too_many_subjects",
+            f"at most {settings.max_multi_subjects} subjects per request",
+        )
+    up_to, messages = await service.multi(
+        name, body.subjects, up_to_seq=body.up_to_seq, up_to_time=body.up_to_time,
+        page_size=body.batch,
+    )  # fmt: skip
+    return {"up_to_seq": up_to, "messages": [m.to_json() for m in messages]}
