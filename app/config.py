@@ -48,12 +48,22 @@ class Settings(BaseSettings):
 
     ack_secret: SecretStr | None = None
     auth_file: Path | None = None
+    allow_unauthenticated: bool = False
+    rate_limit: float = Field(default=0.0, ge=0, description="requests/s per token; 0: off")
+    rate_burst: int = Field(default=0, ge=0)
+    sse_token_ttl: float = Field(default=300.0, gt=0, le=86_400)
     cors_origins: Annotated[list[str], NoDecode] = Field(default_factory=list)
     data_dir: Path = Path("./data")
 
     max_publish_batch: int = Field(default=1000, ge=1, le=100_000)
     max_direct_batch: int = Field(default=100_000, ge=1)
     max_multi_subjects: int = Field(default=100_000, ge=1)
+    # Pull consumers: caps on one fetch (messages are held in memory until answered), on how
+    # long a pull may wait, and the SSE keep-alive comment interval.
+    max_fetch_messages: int = Field(default=1000, ge=1, le=100_000)
+    max_fetch_bytes: int = Field(default=8 * 1024 * 1024, ge=1024)
+    max_fetch_expires: float = Field(default=300.0, ge=1, le=3600)
+    sse_heartbeat: float = Field(default=15.0, gt=0, le=300)
     retry_after: int = Field(default=1, ge=1, le=3600)
 
     @field_validator("nats_url", "cors_origins", mode="before")
@@ -97,6 +107,15 @@ class Settings(BaseSettings):
             raise ValueError(f"file not found: {path}")
         return path
 
+    @field_validator("auth_file")
+    @classmethod
+    def _auth_file_loads(cls, path: Path | None) -> Path | None:
+        from app.auth.policy import load
+
+        if path is not None:
+            load(path)  # raises PolicyError (a ValueError) naming the problem
+        return path
+
     @model_validator(mode="after")
     def _check_combinations(self) -> Settings:
         if (self.nats_tls_cert is None) != (self.nats_tls_key is None):
@@ -119,6 +138,12 @@ class Settings(BaseSettings):
             raise ValueError(
                 "JSGW_ACK_SECRET is required with JSGW_WORKERS > 1, "
                 "so that every worker verifies the ack tokens of the others"
+            )
+        if not self.listens_on_loopback and self.auth_file is None and not self.allow_unauthenticated:
+            raise ValueError(
+                f"JSGW_HOST={self.host} without JSGW_AUTH_FILE would open JetStream to anyone "
+                "who reaches the port: set JSGW_AUTH_FILE, or JSGW_ALLOW_UNAUTHENTICATED=true "
+                "if something in front of the gateway authenticates"
             )
         if not self.nats_url and methods:
             raise ValueError("NATS credentials were given without JSGW_NATS_URL")

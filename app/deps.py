@@ -7,6 +7,8 @@ from typing import Annotated
 from fastapi import Depends, Path, Request
 
 from app import validation
+from app.auth.access import authorize
+from app.auth.policy import Principal
 from app.config import Settings
 from app.lifespan import Runtime
 from app.nats.direct import DirectGet
@@ -48,6 +50,7 @@ def get_publisher(runtime: RuntimeDep) -> Publisher:
 
 
 SettingsDep = Annotated[Settings, Depends(get_settings)]
+PrincipalDep = Annotated[Principal, Depends(authorize)]
 PoolDep = Annotated[NatsPool, Depends(get_pool)]
 StreamsDep = Annotated[StreamService, Depends(get_streams)]
 DirectDep = Annotated[DirectGet, Depends(get_direct)]

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import secrets
+import signal
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass
@@ -12,6 +14,7 @@ from typing import TypedDict
 
 from fastapi import FastAPI
 
+from app.auth.guard import Authenticator
 from app.config import Settings
 from app.metrics import Metrics
 from app.nats.direct import DirectGet
@@ -36,6 +39,7 @@ class Runtime:
     streams: StreamService
     publisher: Publisher
     ack_secret: bytes
+    auth: Authenticator
     embedded: EmbeddedServer | None
 
 
@@ -60,6 +64,11 @@ def make_lifespan(
             await pool.start(wait=settings.request_timeout)
             if not pool.connected:
                 log.warning("no NATS connection yet; the gateway is not ready and keeps trying")
+            ack_secret = _ack_secret(settings)
+            auth = Authenticator(
+                settings.auth_file, ack_secret, rate=settings.rate_limit, burst=settings.rate_burst
+            )
+            _reload_on_sighup(auth)
             js = JetStreamApi(pool, settings.js_domain)
             direct = DirectGet(js)
             runtime = Runtime(
@@ -71,18 +80,32 @@ def make_lifespan(
                 direct_service=DirectService(direct, js),
                 streams=StreamService(js, direct),
                 publisher=Publisher(pool),
-                ack_secret=_ack_secret(settings),
+                ack_secret=ack_secret,
+                auth=auth,
                 embedded=embedded,
             )
             yield {"runtime": runtime}
         finally:
             # Reverse order of creation: drain NATS, then stop the server it talks to.
+            with contextlib.suppress(ValueError, RuntimeError, NotImplementedError):
+                asyncio.get_running_loop().remove_signal_handler(signal.SIGHUP)
             if pool is not None:
                 await pool.close()
             if embedded is not None:
                 await asyncio.to_thread(embedded.stop)
 
     return lifespan
+
+
+def _reload_on_sighup(auth: Authenticator) -> None:
+    if auth.path is None:
+        return
+    try:
+        asyncio.get_running_loop().add_signal_handler(signal.SIGHUP, auth.reload)
+    except (ValueError, RuntimeError, NotImplementedError):
+        # Not the main thread (embedded in tests) or no signals here: changes are still
+        # picked up from the file's modification time.
+        log.debug("SIGHUP reload not available in this thread")
 
 
 def _ack_secret(settings: Settings) -> bytes:

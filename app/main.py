@@ -4,17 +4,18 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastapi import FastAPI
+from fastapi import Depends, FastAPI
 from fastapi.openapi.utils import get_openapi
 from starlette.middleware.cors import CORSMiddleware
 
 from app import __version__, problems
+from app.auth.access import authorize
 from app.config import Settings
 from app.lifespan import make_lifespan
 from app.metrics import Metrics
 from app.middleware import RequestContextMiddleware
 from app.schemas import EndOfBatchLine, Message, Problem
-from routers import direct, publish, streams, system
+from routers import auth, direct, publish, streams, system
 
 DESCRIPTION = """HTTP/REST + SSE gateway for NATS JetStream: streams, publish, KV, Direct Get
 and pull consumers for programs without a NATS client. Errors are RFC 9457 problem+json with a
@@ -29,8 +30,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         version=__version__,
         description=DESCRIPTION,
         lifespan=make_lifespan(settings, metrics),
+        # Every route is checked against app.auth.access.TABLE before its handler runs.
+        dependencies=[Depends(authorize)],
     )
     app.include_router(system.router)
+    app.include_router(auth.router)
     app.include_router(streams.router)
     app.include_router(publish.router)
     app.include_router(direct.router)

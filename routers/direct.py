@@ -10,7 +10,8 @@ from fastapi import APIRouter, Path, Query, Request
 from starlette.responses import Response, StreamingResponse
 
 from app import errors
-from app.deps import DirectServiceDep, SettingsDep, StreamName
+from app.auth.policy import Resource
+from app.deps import DirectServiceDep, PrincipalDep, SettingsDep, StreamName
 from app.http import JSON, problems, wants_json
 from app.nats.direct import EndOfBatch, StoredMessage
 from app.schemas import MultiRequest, MultiResult
@@ -137,7 +138,11 @@ async def last_by_subject(
     responses=_READ_ERRORS,
 )
 async def multi(
-    name: StreamName, body: MultiRequest, service: DirectServiceDep, settings: SettingsDep
+    name: StreamName,
+    body: MultiRequest,
+    service: DirectServiceDep,
+    settings: SettingsDep,
+    principal: PrincipalDep,
 ) -> Any:
     """Consistent multi-subject read: the last message of each subject as of one sequence.
 
@@ -154,4 +159,7 @@ async def multi(
         name, body.subjects, up_to_seq=body.up_to_seq, up_to_time=body.up_to_time,
         page_size=body.batch,
     )  # fmt: skip
+    if not principal.allows("read", Resource("stream", name)):
+        # Narrowed to the subjects this token may read, never widened.
+        messages = [m for m in messages if principal.allows("read", Resource("stream", name, m.subject))]
     return {"up_to_seq": up_to, "messages": [m.to_json() for m in messages]}

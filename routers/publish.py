@@ -7,10 +7,13 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Path, Request
 
 from app import errors
-from app.deps import PoolDep, PublisherDep, SettingsDep
+from app.auth import access
+from app.auth.policy import Principal, Resource
+from app.deps import PoolDep, PrincipalDep, PublisherDep, SettingsDep, StreamsDep
 from app.http import JSON, problems, read_body
 from app.schemas import PubAck, PublishBatch, PublishBatchResult
 from app.services import publish
+from app.services.streams import StreamService
 
 router = APIRouter(prefix="/v1/publish", tags=["publish"])
 
@@ -36,6 +39,8 @@ async def publish_one(
     request: Request,
     pool: PoolDep,
     publisher: PublisherDep,
+    principal: PrincipalDep,
+    streams: StreamsDep,
 ) -> Any:
     """Publish the raw body; answers after the stream's PubAck.
 
@@ -46,6 +51,7 @@ async def publish_one(
     headers = publish.http_publish_headers(request.headers.items())
     limit = pool.max_payload
     message = publish.outgoing(subject, await read_body(request, limit), headers, limit)
+    await _may_publish(principal, streams, [message.subject])
     return await publisher.publish(message)
 
 
@@ -57,7 +63,12 @@ async def publish_one(
     responses=problems(errors.PayloadTooLarge),
 )
 async def publish_batch(
-    batch: PublishBatch, pool: PoolDep, publisher: PublisherDep, settings: SettingsDep
+    batch: PublishBatch,
+    pool: PoolDep,
+    publisher: PublisherDep,
+    settings: SettingsDep,
+    principal: PrincipalDep,
+    streams: StreamsDep,
 ) -> Any:
     """Publish several messages in order; one result per message.
 
@@ -71,4 +82,14 @@ async def publish_batch(
         )
     limit = pool.max_payload
     messages = [publish.batch_item(i, item, limit) for i, item in enumerate(batch.messages)]
+    await _may_publish(principal, streams, [m.subject for m in messages])
     return {"results": await publisher.publish_batch(messages)}
+
+
+async def _may_publish(principal: Principal, streams: StreamService, subjects: list[str]) -> None:
+    """Each subject needs `write` on the stream that captures it (checked before any publish)."""
+    if principal.anonymous:
+        return
+    for subject in dict.fromkeys(subjects):
+        stream = await streams.capturing(subject)
+        access.require(principal, "write", Resource("stream", stream or "", subject))

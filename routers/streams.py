@@ -8,7 +8,7 @@ from fastapi import APIRouter, Path, Query
 from starlette.responses import Response
 
 from app import errors, validation
-from app.deps import StreamName, StreamsDep
+from app.deps import PrincipalDep, StreamName, StreamsDep
 from app.http import JSON, problems
 from app.schemas import (
     Message,
@@ -27,14 +27,20 @@ Seq = Annotated[int, Path(ge=1, le=2**64 - 1, description="Stream sequence")]
 @router.get("", response_model=StreamList, response_class=JSON, responses=problems())
 async def list_streams(
     streams: StreamsDep,
+    principal: PrincipalDep,
     subject: Annotated[str | None, Query(description="Only streams capturing this subject")] = None,
     offset: Annotated[int, Query(ge=0)] = 0,
     limit: Annotated[int, Query(ge=1, le=1000)] = 256,
 ) -> Any:
-    """List streams with their subjects and state."""
+    """List streams with their subjects and state (only those the token may read)."""
     if subject is not None:
         validation.subject_filter(subject)
-    return await streams.list(subject, offset, limit)
+    listing = await streams.list(subject, offset, limit)
+    if not principal.anonymous:
+        listing["streams"] = [
+            s for s in listing["streams"] if principal.readable_prefixes("stream", s["name"]) != []
+        ]
+    return listing
 
 
 @router.put(

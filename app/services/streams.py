@@ -103,6 +103,12 @@ class StreamService:
                 break
         return {"streams": streams[:limit], "total": total, "offset": offset, "limit": limit}
 
+    async def capturing(self, subject: str) -> str | None:
+        """The stream that stores messages published to ``subject``, if any."""
+        result = await self.js.call("stream.names", "STREAM", "NAMES", body={"subject": subject})
+        names = result.get("streams") or []
+        return names[0] if names else None
+
     async def info(self, name: str) -> dict[str, Any]:
         return stream_info_out(await self.js.call("stream.info", "STREAM", "INFO", name))
 

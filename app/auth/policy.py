@@ -1,0 +1,200 @@
+"""Tokens and their grants, as loaded from ``JSGW_AUTH_FILE`` (YAML or JSON).
+
+The model follows Consul's ACLs: a token carries rules on resource prefixes, the most
+specific rule that matches a resource decides, and nothing is allowed by default.
+
+```yaml
+tokens:
+  - name: orders-service
+    sha256: 5e884898da28047151d0e56f8dc6292773603d0d6aabbdd62a11ef721d1542d8
+    rules:
+      - {resource: "stream:ORDERS", actions: [read, write]}
+      - {resource: "kv:USERS/1234.", actions: [read]}
+      - {resource: "kv:USERS/1234.secret", actions: []}     # more specific: deny
+      - {resource: "consumer:ORDERS/*", actions: [consume]}
+```
+
+Resources: ``kv:<bucket>[/<key-prefix>]``, ``stream:<name>[/<subject-prefix>]``,
+``consumer:<stream>/<consumer>``; names may use ``*`` (any characters), prefixes are plain.
+Tokens are stored as SHA-256 hex digests (or ``token`` in clear text, for tests and demos).
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import hashlib
+import hmac
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+Action = Literal["read", "write", "admin", "consume"]
+ACTIONS: frozenset[str] = frozenset({"read", "write", "admin", "consume"})
+KINDS = ("kv", "stream", "consumer")
+
+
+class PolicyError(ValueError):
+    pass
+
+
+class RuleModel(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    resource: str
+    actions: list[Action] = Field(default_factory=list)
+
+    @field_validator("resource")
+    @classmethod
+    def _resource(cls, value: str) -> str:
+        parse_pattern(value)
+        return value
+
+
+class TokenModel(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    name: str = Field(min_length=1, max_length=128)
+    sha256: str | None = Field(default=None, pattern=r"^[0-9a-f]{64}$")
+    token: str | None = Field(default=None, min_length=16)
+    rules: list[RuleModel] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _one_secret(self) -> TokenModel:
+        if (self.sha256 is None) == (self.token is None):
+            raise ValueError(f"token {self.name!r}: give exactly one of sha256 or token")
+        return self
+
+
+class PolicyFile(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    tokens: list[TokenModel] = Field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True)
+class Pattern:
+    kind: str
+    name: str  # a glob for the bucket / stream / "stream/consumer"
+    prefix: str | None
+
+    def specificity(self) -> tuple[int, int, int, int]:
+        """Literal names beat globs, longer names beat shorter, then the longest prefix wins."""
+        return (
+            int("*" not in self.name),
+            len(self.name.replace("*", "")),
+            int(self.prefix is not None),
+            len(self.prefix or ""),
+        )
+
+
+def parse_pattern(resource: str) -> Pattern:
+    kind, sep, rest = resource.partition(":")
+    if not sep or kind not in KINDS or not rest:
+        raise PolicyError(f"resource {resource!r}: expected kv:, stream: or consumer: and a name")
+    if kind == "consumer":
+        stream, slash, consumer = rest.partition("/")
+        if not slash or not stream or not consumer:
+            raise PolicyError(f"resource {resource!r}: expected consumer:<stream>/<consumer>")
+        return Pattern(kind, rest, None)
+    name, slash, prefix = rest.partition("/")
+    return Pattern(kind, name, prefix if slash else None)
+
+
+@dataclass(frozen=True, slots=True)
+class Resource:
+    """What a request touches: ``kind``, the bucket/stream (or "stream/consumer"), a key or subject."""
+
+    kind: str
+    name: str
+    item: str | None = None
+
+    def __str__(self) -> str:
+        return f"{self.kind}:{self.name}" + (f"/{self.item}" if self.item is not None else "")
+
+
+@dataclass(frozen=True, slots=True)
+class Rule:
+    pattern: Pattern
+    actions: frozenset[str]
+
+    def matches(self, resource: Resource) -> bool:
+        p = self.pattern
+        if p.kind != resource.kind or not fnmatch.fnmatchcase(resource.name, p.name):
+            return False
+        if p.prefix is None:
+            return True
+        return resource.item is not None and resource.item.startswith(p.prefix)
+
+
+@dataclass(frozen=True)
+class Principal:
+    name: str
+    rules: tuple[Rule, ...] = ()
+    anonymous: bool = False
+
+    def allows(self, action: str, resource: Resource) -> bool:
+        """The most specific matching rule decides; no rule, no access."""
+        if self.anonymous:
+            return True
+        best: Rule | None = None
+        for rule in self.rules:
+            if rule.matches(resource) and (
+                best is None or rule.pattern.specificity() > best.pattern.specificity()
+            ):
+                best = rule
+        return best is not None and action in best.actions
+
+    def readable_prefixes(self, kind: str, name: str, action: str = "read") -> list[str] | None:
+        """Item prefixes this principal may ``action`` in one bucket/stream.
+
+        ``None`` means everything; ``[]`` nothing. Used to narrow wildcard reads: a result
+        item is kept only when :meth:`allows` says so, so deny rules still apply.
+        """
+        if self.anonymous or self.allows(action, Resource(kind, name, None)):
+            return None
+        prefixes = [
+            rule.pattern.prefix
+            for rule in self.rules
+            if rule.pattern.kind == kind
+            and rule.pattern.prefix is not None
+            and action in rule.actions
+            and fnmatch.fnmatchcase(name, rule.pattern.name)
+        ]
+        return sorted(set(prefixes))
+
+
+ANONYMOUS = Principal("anonymous", anonymous=True)
+
+
+@dataclass
+class Policy:
+    by_digest: dict[bytes, Principal] = field(default_factory=dict)
+
+    def authenticate(self, token: str) -> Principal | None:
+        digest = hashlib.sha256(token.encode()).digest()
+        found: Principal | None = None
+        # Every digest is compared, in constant time, so timing tells nothing.
+        for known, principal in self.by_digest.items():
+            if hmac.compare_digest(known, digest):
+                found = principal
+        return found
+
+
+def load(path: Path) -> Policy:
+    try:
+        text = path.read_text()
+        data: Any = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
+        parsed = PolicyFile.model_validate(data or {})
+    except (OSError, ValueError, yaml.YAMLError) as exc:
+        raise PolicyError(f"{path}: {exc}") from None
+    policy = Policy()
+    for token in parsed.tokens:
+        digest = (
+            bytes.fromhex(token.sha256)
+            if token.sha256
+            else hashlib.sha256((token.token or "").encode()).digest()
+        )
+        rules = tuple(Rule(parse_pattern(r.resource), frozenset(r.actions)) for r in token.rules)
+        policy.by_digest[digest] = Principal(token.name, rules)
+    return policy
