@@ -55,6 +55,7 @@ class Settings(BaseSettings):
     cors_origins: Annotated[list[str], NoDecode] = Field(default_factory=list)
     data_dir: Path = Path("./data")
 
+    max_body: int = Field(default=16 * 1024 * 1024, ge=1024)
     max_publish_batch: int = Field(default=1000, ge=1, le=100_000)
     max_direct_batch: int = Field(default=100_000, ge=1)
     max_multi_subjects: int = Field(default=100_000, ge=1)

@@ -13,7 +13,7 @@ from app.auth.access import authorize
 from app.config import Settings
 from app.lifespan import make_lifespan
 from app.metrics import Metrics
-from app.middleware import RequestContextMiddleware
+from app.middleware import BodyLimitMiddleware, RequestContextMiddleware
 from app.schemas import EndOfBatchLine, Message, Problem
 from routers import auth, direct, publish, streams, system
 
@@ -47,6 +47,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             allow_headers=["*"],
             expose_headers=["ETag", "X-Request-ID", "Nats-Pin-Id", "KV-Revision"],
         )
+    app.add_middleware(BodyLimitMiddleware, limit=settings.max_body)
     app.add_middleware(RequestContextMiddleware, metrics=metrics, log_requests=settings.access_log)
     app.openapi = lambda: _openapi(app)  # type: ignore[method-assign]
     return app

@@ -8,7 +8,11 @@ import time
 import uuid
 from typing import Any
 
+import orjson
+from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from app.errors import PROBLEM_CONTENT_TYPE, PayloadTooLarge
 
 from app.metrics import Metrics
 
@@ -96,3 +100,56 @@ def _route_template(scope: Scope) -> str:
 def _client(scope: Scope) -> str | None:
     client = scope.get("client")
     return f"{client[0]}:{client[1]}" if client else None
+
+
+class BodyLimitMiddleware:
+    """Refuse request bodies over ``limit`` bytes before they are buffered (413).
+
+    A declared Content-Length over the limit is refused before reading; a chunked body is
+    counted as it arrives and cut off as soon as it passes the limit.
+    """
+
+    def __init__(self, app: ASGIApp, limit: int) -> None:
+        self.app = app
+        self.limit = limit
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        for name, value in scope.get("headers", []):
+            if name == b"content-length" and value.isdigit() and int(value) > self.limit:
+                await self._refuse(scope, send)
+                return
+        received = 0
+
+        async def counting_receive() -> Message:
+            nonlocal received
+            message = await receive()
+            if message["type"] == "http.request":
+                received += len(message.get("body", b""))
+                if received > self.limit:
+                    # Starlette's HTTPException passes through body parsing untouched.
+                    raise HTTPException(413, self._detail())
+            return message
+
+        await self.app(scope, counting_receive, send)
+
+    def _detail(self) -> str:
+        return f"the request body is over the limit of {self.limit} bytes (JSGW_MAX_BODY)"
+
+    async def _refuse(self, scope: Scope, send: Send) -> None:
+        error = PayloadTooLarge("request.too_large", self._detail())
+        body = orjson.dumps(error.problem(request_id_of(scope)))
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 413,
+                "headers": [
+                    (b"content-type", PROBLEM_CONTENT_TYPE.encode()),
+                    (b"content-length", str(len(body)).encode()),
+                    (b"connection", b"close"),
+                ],
+            }
+        )
+        await send({"type": "http.response.body", "body": body})

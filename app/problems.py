@@ -61,7 +61,7 @@ async def _request_validation(request: Request, exc: Exception) -> Response:
 
 async def _http_exception(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, StarletteHTTPException)
-    codes = {404: "route.not_found", 405: "route.method_not_allowed"}
+    codes = {404: "route.not_found", 405: "route.method_not_allowed", 413: "request.too_large"}
     error = GatewayError(
         codes.get(exc.status_code, "http.error"),
         str(exc.detail),
