@@ -130,7 +130,19 @@ class OutcomeUnknown(Timeout):
 # client can cause or act on; others fall back on the HTTP-like ``code`` the server sent.
 _JS_ERRORS: dict[int, tuple[type[GatewayError], str]] = {
     10003: (InvalidInput, "jetstream.bad_request"),
+    # The server reports these with code 500, but they describe the request's config.
+    10049: (InvalidInput, "stream.create_failed"),
+    10053: (InvalidInput, "stream.limits_invalid"),
+    10057: (NotFound, "message.not_found"),  # delete of a sequence the store does not have
+    10069: (InvalidInput, "stream.update_invalid"),
+    10074: (InvalidInput, "stream.replicas_unsupported"),
+    10117: (PayloadTooLarge, "stream.too_many_subjects"),
+    10118: (Unavailable, "stream.offline"),
+    10119: (Unavailable, "consumer.offline"),
+    10194: (Unavailable, "stream.offline"),
+    10195: (Unavailable, "consumer.offline"),
     10008: (Unavailable, "jetstream.unavailable"),
+    10012: (Conflict, "consumer.not_updatable"),  # e.g. "deliver policy can not be updated"
     10013: (Conflict, "consumer.exists"),
     10014: (NotFound, "consumer.not_found"),
     10023: (Unavailable, "jetstream.insufficient_resources"),
@@ -152,14 +164,28 @@ _JS_ERRORS: dict[int, tuple[type[GatewayError], str]] = {
     10070: (PreconditionFailed, "publish.wrong_last_msg_id"),
     10071: (PreconditionFailed, "publish.wrong_last_sequence"),
     10076: (Unavailable, "jetstream.not_enabled"),
+    10084: (InvalidInput, "consumer.explicit_ack_required"),
+    10093: (InvalidInput, "consumer.filter_invalid"),
+    10098: (InvalidInput, "consumer.explicit_ack_required"),
+    10099: (Conflict, "consumer.workqueue_overlap"),
+    10100: (Conflict, "consumer.workqueue_overlap"),
+    10101: (InvalidInput, "consumer.workqueue_deliver_all"),
     10105: (Conflict, "consumer.exists"),
     10109: (Conflict, "stream.sealed"),
+    10116: (InvalidInput, "consumer.config_invalid"),
     10148: (Conflict, "consumer.exists"),
+    10149: (NotFound, "consumer.not_found"),
+    10159: (InvalidInput, "consumer.priority_groups_required"),
     10160: (InvalidInput, "consumer.group_invalid"),
+    10161: (InvalidInput, "consumer.group_name_invalid"),
+    10162: (InvalidInput, "consumer.group_name_invalid"),
     10163: (Unavailable, "jetstream.unavailable"),
     10164: (PreconditionFailed, "publish.wrong_last_sequence"),
     10165: (InvalidInput, "publish.ttl_invalid"),
     10166: (InvalidInput, "publish.ttl_disabled"),
+    10178: (InvalidInput, "consumer.priority_requires_pull"),
+    10196: (InvalidInput, "consumer.priority_policy_required"),
+    10197: (InvalidInput, "consumer.priority_policy_required"),
 }
 
 
