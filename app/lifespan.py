@@ -58,7 +58,9 @@ def make_lifespan(
             servers = settings.nats_url
             if settings.embedded:
                 embedded = EmbeddedServer(settings.data_dir)
-                servers = [await asyncio.to_thread(embedded.start)]
+                # Started from this (the main) thread on purpose: the child is tied to the
+                # thread that starts it (PR_SET_PDEATHSIG), and a worker thread may end first.
+                servers = [embedded.start()]
                 log.info("no JSGW_NATS_URL: started an embedded nats-server at %s", servers[0])
             pool = NatsPool(settings, servers, metrics)
             await pool.start(wait=settings.request_timeout)
@@ -79,7 +81,7 @@ def make_lifespan(
                 direct=direct,
                 direct_service=DirectService(direct, js),
                 streams=StreamService(js, direct),
-                publisher=Publisher(pool),
+                publisher=Publisher(pool, js),
                 ack_secret=ack_secret,
                 auth=auth,
                 embedded=embedded,

@@ -258,6 +258,10 @@ class NatsPool:
     # -- state -----------------------------------------------------------------------------
 
     @property
+    def settings(self) -> Settings:
+        return self._settings
+
+    @property
     def connected(self) -> int:
         return sum(slot.up for slot in self._slots)
 

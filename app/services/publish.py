@@ -10,10 +10,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from app import errors, validation
-from app.durations import parse_duration_ns
 from nats.aio.client import Client
 
-from app.nats.jsapi import parse_response
+from app.durations import parse_duration_ns
+from app.nats.jsapi import JetStreamApi, parse_response
 from app.nats.pool import NatsPool, NoResponders
 from app.schemas import PublishItem
 
@@ -151,8 +151,9 @@ def batch_item(index: int, item: PublishItem, max_payload: int) -> Outgoing:
 
 
 class Publisher:
-    def __init__(self, pool: NatsPool) -> None:
+    def __init__(self, pool: NatsPool, js: JetStreamApi) -> None:
         self.pool = pool
+        self.js = js
 
     async def publish(self, message: Outgoing, client: Client | None = None) -> dict[str, Any]:
         """Publish and wait for the PubAck; 2xx only once the stream stored the message."""
@@ -166,9 +167,7 @@ class Publisher:
                 client=client,
             )
         except NoResponders:
-            raise errors.NotFound(
-                "stream.no_match", f"no stream captures subject {message.subject!r}"
-            ) from None
+            raise await self._why_no_responders(message.subject) from None
         ack = parse_response(reply.data)
         if "stream" not in ack or "seq" not in ack:
             raise errors.UpstreamError("jetstream.bad_response", "the reply was not a PubAck")
@@ -176,6 +175,30 @@ class Publisher:
         if ack.get("domain"):
             out["domain"] = ack["domain"]
         return out
+
+    async def _why_no_responders(self, subject: str) -> errors.GatewayError:
+        """Nobody took the message, so it is not stored: tell "no stream" from "no leader".
+
+        In a cluster only the stream leader listens on the stream's subjects, so while a
+        leader is being elected a publish also meets no responders: that is a 503 to retry,
+        not a 404.
+        """
+        retry = {"Retry-After": str(self.pool.settings.retry_after)}
+        try:
+            found = await self.js.call("stream.names", "STREAM", "NAMES", body={"subject": subject})
+        except errors.Unavailable as exc:  # JetStream not enabled, or the connection dropped
+            exc.headers = {**retry, **exc.headers}
+            return exc
+        except errors.Timeout:
+            found = None  # cannot tell: answer what the client can retry
+        if found is not None and not found.get("streams"):
+            return errors.NotFound("stream.no_match", f"no stream captures subject {subject!r}")
+        return errors.Unavailable(
+            "stream.unavailable",
+            f"no stream answered the publish to {subject!r} (its stream has no leader right "
+            "now, e.g. during an election): the message was not stored; retry shortly",
+            headers=retry,
+        )
 
     async def publish_batch(self, messages: list[Outgoing]) -> list[dict[str, Any]]:
         """Publish in order on one connection, all before any reply is awaited; one result each."""

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import httpx
 
 from app.nats.embedded import EmbeddedServer
@@ -12,14 +14,15 @@ async def test_probes(gateway: httpx.AsyncClient) -> None:
     assert (await gateway.get("/healthz")).json() == {"status": "ok"}
     ready = await gateway.get("/readyz")
     assert ready.status_code == 200
-    assert ready.json()["connections"] == 2
+    # Start-up waits for the first connection; the second may still be connecting.
+    assert ready.json()["connections"] in (1, 2)
 
 
 async def test_info(gateway: httpx.AsyncClient) -> None:
     info = (await gateway.get("/v1/info")).json()
     assert info["server"]["version"].startswith("2.")
     assert info["jetstream"]["limits"]["max_streams"] == -1
-    assert info["pool"]["size"] == 2 and info["pool"]["connected"] == 2
+    assert info["pool"]["size"] == 2 and info["pool"]["connected"] in (1, 2)
     assert info["embedded"] is False
 
 
@@ -41,7 +44,8 @@ async def test_metrics_use_route_templates(gateway: httpx.AsyncClient, name: str
     assert 'route="/v1/streams/{stream}",status="404"' in text
     assert name not in text  # raw names never become label values
     assert 'route="/healthz"' not in text  # probes are left out
-    assert "jsgw_nats_pool_connections_up 2.0" in text
+    up = re.search(r"^jsgw_nats_pool_connections_up (\S+)$", text, re.M)
+    assert up is not None and float(up.group(1)) >= 1
     assert 'jsgw_nats_request_duration_seconds_count{operation="stream.info"}' in text
     assert "jsgw_http_requests_in_flight" in text
 
