@@ -52,6 +52,8 @@ class Settings(BaseSettings):
     rate_limit: float = Field(default=0.0, ge=0, description="requests/s per token; 0: off")
     rate_burst: int = Field(default=0, ge=0)
     sse_token_ttl: float = Field(default=300.0, gt=0, le=86_400)
+    sse_max_streams: int = Field(default=5000, ge=1, description="open SSE streams per worker")
+    sse_max_per_token: int = Field(default=100, ge=1, description="open SSE streams per token")
     cors_origins: Annotated[list[str], NoDecode] = Field(default_factory=list)
     data_dir: Path = Path("./data")
 
@@ -65,6 +67,12 @@ class Settings(BaseSettings):
     max_fetch_bytes: int = Field(default=8 * 1024 * 1024, ge=1024)
     max_fetch_expires: float = Field(default=300.0, ge=1, le=3600)
     sse_heartbeat: float = Field(default=15.0, gt=0, le=300)
+    # KV watches: events queued per SSE client before it is cut off as too slow, the idle
+    # heartbeat of the NATS consumer behind each watch (two missed: it is re-created), and
+    # how many watches the gateway serves at once.
+    sse_queue_size: int = Field(default=1000, ge=1, le=1_000_000)
+    kv_watch_heartbeat: float = Field(default=5.0, ge=0.1, le=60)
+    kv_max_watches: int = Field(default=10_000, ge=1)
     retry_after: int = Field(default=1, ge=1, le=3600)
 
     @field_validator("nats_url", "cors_origins", mode="before")

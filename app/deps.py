@@ -13,9 +13,12 @@ from app.config import Settings
 from app.lifespan import Runtime
 from app.nats.direct import DirectGet
 from app.nats.pool import NatsPool
+from app.services.consumers import ConsumerService
 from app.services.direct import DirectService
+from app.services.kv import KVService
 from app.services.publish import Publisher
 from app.services.streams import StreamService
+from app.sse import SseSlots
 
 
 def get_runtime(request: Request) -> Runtime:
@@ -49,13 +52,30 @@ def get_publisher(runtime: RuntimeDep) -> Publisher:
     return runtime.publisher
 
 
+def get_kv(runtime: RuntimeDep) -> KVService:
+    return runtime.kv
+
+
+def get_consumers(runtime: RuntimeDep) -> ConsumerService:
+    return runtime.consumers
+
+
 SettingsDep = Annotated[Settings, Depends(get_settings)]
+
+
+def get_sse_slots(runtime: RuntimeDep) -> SseSlots:
+    return runtime.sse_slots
+
+
+SseSlotsDep = Annotated[SseSlots, Depends(get_sse_slots)]
 PrincipalDep = Annotated[Principal, Depends(authorize)]
 PoolDep = Annotated[NatsPool, Depends(get_pool)]
 StreamsDep = Annotated[StreamService, Depends(get_streams)]
 DirectDep = Annotated[DirectGet, Depends(get_direct)]
 DirectServiceDep = Annotated[DirectService, Depends(get_direct_service)]
 PublisherDep = Annotated[Publisher, Depends(get_publisher)]
+KVDep = Annotated[KVService, Depends(get_kv)]
+ConsumersDep = Annotated[ConsumerService, Depends(get_consumers)]
 
 
 def _stream_name(stream: Annotated[str, Path(description="Stream name")]) -> str:
@@ -63,3 +83,10 @@ def _stream_name(stream: Annotated[str, Path(description="Stream name")]) -> str
 
 
 StreamName = Annotated[str, Depends(_stream_name)]
+
+
+def _consumer_name(consumer: Annotated[str, Path(description="Consumer name")]) -> str:
+    return validation.consumer_name(consumer)
+
+
+ConsumerName = Annotated[str, Depends(_consumer_name)]

@@ -56,6 +56,19 @@ def _go(text: str) -> int:
     return round(total)
 
 
+def nats_ttl(value: str) -> str:
+    """A per-message TTL as the ``Nats-TTL`` header wants it: ``never``, or >= 1 s as a Go
+    duration. Raises ValueError with the reason."""
+    text = value.strip()
+    if text.lower() == "never":
+        return "never"
+    ns = parse_duration_ns(text)
+    if ns < NS_PER_SECOND:
+        raise ValueError("a TTL must be at least 1 second (or 'never')")
+    seconds, rest = divmod(ns, NS_PER_SECOND)
+    return f"{seconds}s" if rest == 0 else f"{ns // 1_000_000}ms"
+
+
 def ns_to_seconds(value: int | None) -> float | int | None:
     if value is None:
         return None

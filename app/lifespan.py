@@ -21,9 +21,12 @@ from app.nats.direct import DirectGet
 from app.nats.embedded import EmbeddedServer
 from app.nats.jsapi import JetStreamApi
 from app.nats.pool import NatsPool
+from app.services.consumers import ConsumerService
 from app.services.direct import DirectService
+from app.services.kv import KVService
 from app.services.publish import Publisher
 from app.services.streams import StreamService
+from app.sse import SseSlots
 
 log = logging.getLogger("jsgw.lifespan")
 
@@ -37,9 +40,12 @@ class Runtime:
     direct: DirectGet
     direct_service: DirectService
     streams: StreamService
+    kv: KVService
     publisher: Publisher
+    consumers: ConsumerService
     ack_secret: bytes
     auth: Authenticator
+    sse_slots: SseSlots
     embedded: EmbeddedServer | None
 
 
@@ -54,6 +60,7 @@ def make_lifespan(
     async def lifespan(_: FastAPI) -> AsyncIterator[State]:
         embedded: EmbeddedServer | None = None
         pool: NatsPool | None = None
+        kv: KVService | None = None
         try:
             servers = settings.nats_url
             if settings.embedded:
@@ -73,6 +80,8 @@ def make_lifespan(
             _reload_on_sighup(auth)
             js = JetStreamApi(pool, settings.js_domain)
             direct = DirectGet(js)
+            publisher = Publisher(pool, js)
+            kv = KVService(js, direct, publisher, settings)
             runtime = Runtime(
                 settings=settings,
                 metrics=metrics,
@@ -81,9 +90,14 @@ def make_lifespan(
                 direct=direct,
                 direct_service=DirectService(direct, js),
                 streams=StreamService(js, direct),
-                publisher=Publisher(pool, js),
+                kv=kv,
+                publisher=publisher,
+                consumers=ConsumerService(pool, js, settings, ack_secret),
                 ack_secret=ack_secret,
                 auth=auth,
+                sse_slots=SseSlots(
+                    settings.sse_max_per_token, settings.sse_max_streams, settings.retry_after
+                ),
                 embedded=embedded,
             )
             yield {"runtime": runtime}
@@ -91,6 +105,9 @@ def make_lifespan(
             # Reverse order of creation: drain NATS, then stop the server it talks to.
             with contextlib.suppress(ValueError, RuntimeError, NotImplementedError):
                 asyncio.get_running_loop().remove_signal_handler(signal.SIGHUP)
+            if kv is not None:
+                # Watches first: their consumers are deleted while NATS is still there.
+                await kv.close()
             if pool is not None:
                 await pool.close()
             if embedded is not None:

@@ -15,7 +15,7 @@ from app.lifespan import make_lifespan
 from app.metrics import Metrics
 from app.middleware import BodyLimitMiddleware, RequestContextMiddleware
 from app.schemas import EndOfBatchLine, Message, Problem
-from routers import auth, direct, publish, streams, system
+from routers import auth, consumers, direct, kv, publish, streams, system
 
 DESCRIPTION = """HTTP/REST + SSE gateway for NATS JetStream: streams, publish, KV, Direct Get
 and pull consumers for programs without a NATS client. Errors are RFC 9457 problem+json with a
@@ -38,6 +38,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(streams.router)
     app.include_router(publish.router)
     app.include_router(direct.router)
+    app.include_router(kv.router)
+    app.include_router(consumers.router)
     problems.install(app)
     if settings.cors_origins:
         app.add_middleware(
@@ -45,7 +47,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             allow_origins=settings.cors_origins,
             allow_methods=["GET", "HEAD", "PUT", "POST", "DELETE"],
             allow_headers=["*"],
-            expose_headers=["ETag", "X-Request-ID", "Nats-Pin-Id", "KV-Revision"],
+            expose_headers=[
+                "ETag", "X-Request-ID", "Nats-Pin-Id", "KV-Revision", "KV-Created", "KV-Operation"
+            ],
         )
     app.add_middleware(BodyLimitMiddleware, limit=settings.max_body)
     app.add_middleware(RequestContextMiddleware, metrics=metrics, log_requests=settings.access_log)

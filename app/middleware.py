@@ -13,7 +13,6 @@ from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app.errors import PROBLEM_CONTENT_TYPE, PayloadTooLarge
-
 from app.metrics import Metrics
 
 access_log = logging.getLogger("jsgw.access")
@@ -23,9 +22,11 @@ _PROBES = frozenset({"/healthz", "/readyz", "/metrics"})
 REQUEST_ID_HEADER = b"x-request-id"
 
 
+_SCOPE_KEY = "jsgw.request_id"
+
+
 def request_id_of(scope: Scope) -> str | None:
-    state = scope.get("state")
-    return state.get("request_id") if isinstance(state, dict) else None
+    return scope.get(_SCOPE_KEY)
 
 
 class RequestContextMiddleware:
@@ -39,7 +40,9 @@ class RequestContextMiddleware:
             await self.app(scope, receive, send)
             return
         request_id = _incoming_request_id(scope) or uuid.uuid4().hex
-        scope.setdefault("state", {})["request_id"] = request_id
+        # In the scope itself: scope["state"] may be shared by concurrent requests (it is a
+        # copy of the lifespan state only if the server makes one).
+        scope[_SCOPE_KEY] = request_id
         started = time.perf_counter()
         status = 500
         probe = scope["path"] in _PROBES

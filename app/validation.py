@@ -51,6 +51,31 @@ def consumer_name(value: str) -> str:
     return value
 
 
+# ADR-42 priority groups: the limited-term of ADR-6, at most 16 characters (as the server checks).
+_GROUP = re.compile(r"[a-zA-Z0-9/_=-]{1,16}")
+# Pin ids are server-made NUIDs (22 characters); allow some room, never CR/LF or spaces.
+_PIN_ID = re.compile(r"[a-zA-Z0-9_-]{1,64}")
+
+
+def group_name(value: str) -> str:
+    if _GROUP.fullmatch(value) is None:
+        raise InvalidInput(
+            "consumer.group_name_invalid",
+            f"invalid priority group {value!r}: 1-16 letters, digits, '-', '_', '/' or '='",
+        )
+    return value
+
+
+def pin_id(value: str) -> str:
+    if _PIN_ID.fullmatch(value) is None:
+        raise InvalidInput(
+            "consumer.pin_id_invalid",
+            "invalid Nats-Pin-Id: send back exactly the pin id the gateway returned "
+            "(1-64 letters, digits, '-' or '_')",
+        )
+    return value
+
+
 def bucket_name(value: str) -> str:
     if _BUCKET.fullmatch(value) is None:
         raise InvalidInput(

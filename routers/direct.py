@@ -9,7 +9,7 @@ import orjson
 from fastapi import APIRouter, Path, Query, Request
 from starlette.responses import Response, StreamingResponse
 
-from app import errors
+from app import arrow, errors
 from app.auth.policy import Resource
 from app.deps import DirectServiceDep, PrincipalDep, SettingsDep, StreamName
 from app.http import JSON, problems, wants_json
@@ -29,6 +29,12 @@ _RAW_DOC = {
         NDJSON: {
             "schema": {"$ref": "#/components/schemas/EndOfBatchLine"},
             "description": "one Message JSON per line, then an EndOfBatchLine",
+        },
+        arrow.ARROW_STREAM: {
+            "schema": {"type": "string", "format": "binary"},
+            "description": "a batch as an Arrow IPC stream (when asked for with Accept): "
+            "columns stream, subject, seq, time, headers, data; the last batch has no rows "
+            "and carries the end of batch in its custom metadata",
         },
     },
 }
@@ -58,7 +64,7 @@ def _http_safe(text: str) -> bool:
 
 @router.get(
     "/{stream}/direct",
-    responses={200: _RAW_DOC, **_READ_ERRORS},
+    responses={200: _RAW_DOC, **_READ_ERRORS, **arrow.RESPONSES},
     response_class=Response,
 )
 async def direct_get(
@@ -90,10 +96,13 @@ async def direct_get(
         raise errors.InvalidInput(
             "request.invalid", f"batch is limited to {settings.max_direct_batch} messages"
         )
+    use_arrow = arrow.check_available(request.headers.get("accept", ""))
     items = service.batch(name, query, limit=limit, max_bytes=max_bytes)
     # The first server page is read before answering, so that its errors are proper
     # problem responses; what follows streams as it arrives.
     first = await anext(aiter(items))
+    if use_arrow:
+        return StreamingResponse(arrow.encode(first, items), media_type=arrow.ARROW_STREAM)
     return StreamingResponse(_ndjson(first, items), media_type=NDJSON)
 
 

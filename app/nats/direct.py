@@ -20,7 +20,8 @@ import orjson
 from nats.aio.msg import Msg
 
 from app import errors
-from app.nats.headers import from_nats_py
+from app.durations import nats_time
+from app.nats.headers import from_nats_py, parse_b64
 from app.nats.jsapi import JetStreamApi
 from app.nats.pool import NatsPool, NoResponders
 
@@ -48,6 +49,18 @@ class StoredMessage:
     data: bytes
     last_seq: int | None = None
     num_pending: int | None = None
+
+    @classmethod
+    def from_msg_get(cls, stream: str, raw: dict[str, Any]) -> StoredMessage:
+        """A message as ``$JS.API.STREAM.MSG.GET`` returns it (base64 headers and data)."""
+        return cls(
+            stream=stream,
+            subject=raw.get("subject", ""),
+            seq=raw.get("seq", 0),
+            time=nats_time(raw.get("time")),
+            headers=parse_b64(raw.get("hdrs")).values,
+            data=base64.b64decode(raw.get("data") or ""),
+        )
 
     def to_json(self) -> dict[str, Any]:
         return {

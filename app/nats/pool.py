@@ -24,7 +24,13 @@ from nats.aio.client import Client
 from nats.aio.msg import Msg
 
 from app.config import Settings
-from app.errors import GatewayError, OutcomeUnknown, PayloadTooLarge, Timeout, Unavailable
+from app.errors import (
+    GatewayError,
+    OutcomeUnknown,
+    PayloadTooLarge,
+    Timeout,
+    Unavailable,
+)
 from app.metrics import Metrics
 
 log = logging.getLogger("jsgw.pool")

@@ -6,7 +6,6 @@ subject first) and leaves the wire protocol to :mod:`app.nats.direct`.
 
 from __future__ import annotations
 
-import base64
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
@@ -15,7 +14,6 @@ from app import errors, validation
 from app.durations import parse_time, time_for_nats
 from app.nats.direct import DirectGet, EndOfBatch, StoredMessage
 from app.nats.jsapi import JetStreamApi
-from app.services.streams import message_out
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,15 +77,7 @@ class DirectService:
             return await self.direct.get(stream, request)
         # Read-after-write: the stream leader answers $JS.API.STREAM.MSG.GET.
         result = await self.js.call("stream.msg_get", "STREAM", "MSG", "GET", stream, body=request)
-        raw = message_out(stream, result.get("message") or {})
-        return StoredMessage(
-            stream=stream,
-            subject=raw["subject"],
-            seq=raw["seq"],
-            time=raw["time"],
-            headers=raw["headers"],
-            data=base64.b64decode(raw["data"]),
-        )
+        return StoredMessage.from_msg_get(stream, result.get("message") or {})
 
     async def last_for(self, stream: str, subject: str) -> StoredMessage:
         return await self.direct.last_for(stream, _literal("subject", subject))

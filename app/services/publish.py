@@ -9,10 +9,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from app import errors, validation
 from nats.aio.client import Client
 
-from app.durations import parse_duration_ns
+from app import errors, validation
+from app.durations import nats_ttl
 from app.nats.jsapi import JetStreamApi, parse_response
 from app.nats.pool import NatsPool, NoResponders
 from app.schemas import PublishItem
@@ -114,17 +114,10 @@ def _normalise(headers: dict[str, str]) -> dict[str, str]:
 
 
 def _ttl(value: str) -> str:
-    text = value.strip()
-    if text.lower() == "never":
-        return "never"
     try:
-        ns = parse_duration_ns(text)
+        return nats_ttl(value)
     except ValueError as exc:
         raise errors.InvalidInput("header.invalid", f"Nats-TTL: {exc}") from None
-    if ns < 1_000_000_000:
-        raise errors.InvalidInput("header.invalid", "Nats-TTL must be at least 1 second")
-    seconds, rest = divmod(ns, 1_000_000_000)
-    return f"{seconds}s" if rest == 0 else f"{ns // 1_000_000}ms"
 
 
 def outgoing(subject: str, data: bytes, headers: dict[str, str], max_payload: int) -> Outgoing:

@@ -6,8 +6,7 @@ from typing import Any
 
 from app import errors
 from app.durations import nats_time, ns_to_seconds
-from app.nats import headers as nats_headers
-from app.nats.direct import DirectGet
+from app.nats.direct import DirectGet, StoredMessage
 from app.nats.jsapi import JetStreamApi
 from app.schemas import PurgeRequest, StreamConfig
 
@@ -70,14 +69,7 @@ def _summary(info: dict[str, Any]) -> dict[str, Any]:
 
 def message_out(stream: str, raw: dict[str, Any]) -> dict[str, Any]:
     """A ``STREAM.MSG.GET`` message in the API's Message JSON."""
-    return {
-        "stream": stream,
-        "subject": raw.get("subject", ""),
-        "seq": raw.get("seq", 0),
-        "time": nats_time(raw.get("time")),
-        "headers": nats_headers.parse_b64(raw.get("hdrs")).values,
-        "data": raw.get("data") or "",
-    }
+    return StoredMessage.from_msg_get(stream, raw).to_json()
 
 
 class StreamService:

@@ -1,0 +1,192 @@
+"""Direct Get batches as an Arrow IPC stream (``Accept: application/vnd.apache.arrow.stream``).
+
+Per-message JSON with base64 costs more than the read itself on both ends; a bulk reader such
+as the Spark data source in ``pipeline/`` asks for Arrow instead and receives record batches
+it can hand on without touching each message. pyarrow is optional on the gateway: without
+it, a client that accepts only Arrow gets 406 and one that also accepts NDJSON gets NDJSON.
+
+The stream carries one schema (:func:`schema`), record batches of up to
+:data:`ROWS_PER_BATCH` messages, and ends with a batch of no rows whose custom metadata is
+either the end of batch (``jsgw: eob``, ``num_pending``, ``last_seq``) or, when the read
+failed after the answer had started, ``jsgw: error`` with the problem document as JSON.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+import orjson
+
+from app import errors
+from app.nats.direct import EndOfBatch, StoredMessage
+
+try:
+    import pyarrow as pa
+except ImportError:  # pragma: no cover - exercised on installs without the extra
+    pa = None
+
+ARROW_STREAM = "application/vnd.apache.arrow.stream"
+FORMAT_VERSION = "direct-batch/1"
+ROWS_PER_BATCH = 1000
+BYTES_PER_BATCH = 4 * 1024 * 1024
+
+
+class NotAcceptable(errors.GatewayError):
+    status = 406
+    code = "direct.arrow_unavailable"
+    title = "Not Acceptable"
+
+
+# OpenAPI ``responses`` entry of the 406, for the routes that answer Arrow.
+RESPONSES: dict[int | str, dict[str, Any]] = {
+    406: {
+        "description": "Arrow asked for alone, and the gateway has no pyarrow",
+        "content": {errors.PROBLEM_CONTENT_TYPE: {"schema": {"$ref": "#/components/schemas/Problem"}}},
+    }
+}
+
+
+def available() -> bool:
+    return pa is not None
+
+
+def wants_arrow(accept: str) -> bool:
+    return ARROW_STREAM in accept
+
+
+def accepts_ndjson(accept: str) -> bool:
+    return "application/x-ndjson" in accept or "*/*" in accept
+
+
+def check_available(accept: str) -> bool:
+    """True to answer in Arrow, False to fall back on NDJSON; 406 when neither will do."""
+    if not wants_arrow(accept):
+        return False
+    if available():
+        return True
+    if accepts_ndjson(accept):
+        return False
+    raise NotAcceptable(
+        detail="this gateway cannot answer in Arrow (pyarrow is not installed); "
+        "accept application/x-ndjson as well to get NDJSON"
+    )
+
+
+def schema() -> Any:
+    return pa.schema(
+        [
+            pa.field("stream", pa.string(), nullable=False),
+            pa.field("subject", pa.string(), nullable=False),
+            pa.field("seq", pa.uint64(), nullable=False),
+            pa.field("time", pa.timestamp("ns", tz="UTC")),
+            pa.field("headers", pa.map_(pa.string(), pa.list_(pa.string()))),
+            pa.field("data", pa.binary(), nullable=False),
+        ],
+        metadata={"jsgw.format": FORMAT_VERSION},
+    )
+
+
+class _Sink:
+    """A file-like object that pyarrow writes into and that is drained after each batch."""
+
+    def __init__(self) -> None:
+        self.chunks: list[bytes] = []
+        self.closed = False
+
+    def write(self, data: Any) -> int:
+        self.chunks.append(bytes(data))
+        return len(data)
+
+    def flush(self) -> None:
+        pass
+
+    def close(self) -> None:
+        self.closed = True
+
+    def drain(self) -> bytes:
+        out = b"".join(self.chunks)
+        self.chunks.clear()
+        return out
+
+
+class _Rows:
+    """Column buffers for one record batch."""
+
+    def __init__(self) -> None:
+        self.subjects: list[str] = []
+        self.seqs: list[int] = []
+        self.times: list[str | None] = []
+        self.headers: list[list[tuple[str, list[str]]] | None] = []
+        self.data: list[bytes] = []
+        self.size = 0
+        self.stream = ""
+
+    def add(self, message: StoredMessage) -> None:
+        self.stream = message.stream
+        self.subjects.append(message.subject)
+        self.seqs.append(message.seq)
+        self.times.append(message.time)
+        self.headers.append(list(message.headers.items()) if message.headers else None)
+        self.data.append(message.data)
+        self.size += len(message.data) + len(message.subject)
+
+    def __len__(self) -> int:
+        return len(self.seqs)
+
+    def batch(self, arrow_schema: Any) -> Any:
+        n = len(self.seqs)
+        times = pa.array(self.times, pa.string()).cast(pa.timestamp("ns", tz="UTC"))
+        columns = [
+            pa.repeat(pa.scalar(self.stream, pa.string()), n),
+            pa.array(self.subjects, pa.string()),
+            pa.array(self.seqs, pa.uint64()),
+            times,
+            pa.array(self.headers, arrow_schema.field("headers").type),
+            pa.array(self.data, pa.binary()),
+        ]
+        return pa.RecordBatch.from_arrays(columns, schema=arrow_schema)
+
+
+def _marker(arrow_schema: Any, writer: Any, metadata: dict[str, str]) -> None:
+    empty = pa.RecordBatch.from_pylist([], schema=arrow_schema)
+    writer.write_batch(empty, custom_metadata=metadata)
+
+
+async def encode(
+    first: StoredMessage | EndOfBatch, rest: AsyncIterator[StoredMessage | EndOfBatch]
+) -> AsyncIterator[bytes]:
+    """The Arrow IPC stream of a batch read: record batches, then the EOB (or error) marker."""
+    arrow_schema = schema()
+    sink = _Sink()
+    writer = pa.ipc.new_stream(sink, arrow_schema)
+    rows = _Rows()
+    item: StoredMessage | EndOfBatch = first
+    try:
+        while True:
+            if isinstance(item, EndOfBatch):
+                if rows:
+                    writer.write_batch(rows.batch(arrow_schema))
+                _marker(arrow_schema, writer, {
+                    "jsgw": "eob",
+                    "num_pending": str(item.num_pending),
+                    "last_seq": str(item.last_seq),
+                })  # fmt: skip
+                writer.close()
+                yield sink.drain()
+                return
+            rows.add(item)
+            if len(rows) >= ROWS_PER_BATCH or rows.size >= BYTES_PER_BATCH:
+                writer.write_batch(rows.batch(arrow_schema))
+                rows = _Rows()
+                yield sink.drain()
+            item = await anext(rest)
+    except errors.GatewayError as exc:
+        # The status line is gone already: the problem travels in the last batch's metadata.
+        if rows:
+            writer.write_batch(rows.batch(arrow_schema))
+        _marker(arrow_schema, writer, {"jsgw": "error", "problem": orjson.dumps(exc.problem()).decode()})
+        writer.close()
+        yield sink.drain()
+    finally:
+        await rest.aclose()  # type: ignore[attr-defined]

@@ -1,0 +1,118 @@
+"""Ack tokens: a delivered message's ``$JS.ACK`` reply subject, signed and bound to its consumer.
+
+An HTTP client acks a message by handing back the token it got with it. The token carries the
+reply subject the server chose, with an HMAC-SHA256 (key ``JSGW_ACK_SECRET``) over the stream,
+the consumer and that subject. So a client can only ack what a gateway sharing the secret
+delivered from that consumer, can never make the gateway publish to a subject of its choosing,
+and any replica can verify a token another one issued: no server-side session state.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import hmac
+import re
+from dataclasses import dataclass
+
+from app import errors
+
+MAX_TOKEN_LENGTH = 1024
+_VERSION = b"\x01"
+_MAC_SIZE = hashlib.sha256().digest_size
+_CONTEXT = b"jsgw-ack-v1"
+_TOKEN = re.compile(r"[A-Za-z0-9_-]+")
+_NUMBER = re.compile(r"[0-9]{1,20}")
+# A subject token as the server writes names into ack subjects: printable, no separators.
+_NAME_TOKEN = re.compile(r"[!-)+-\-/-=?-~]+")
+
+
+@dataclass(frozen=True, slots=True)
+class AckSubject:
+    """The metadata the server encodes in an ack reply subject."""
+
+    subject: str
+    stream: str
+    consumer: str
+    delivered: int
+    stream_seq: int
+    consumer_seq: int
+    timestamp_ns: int
+    pending: int
+
+
+def parse_ack_subject(subject: str) -> AckSubject | None:
+    """``$JS.ACK.<stream>.<consumer>.<delivered>.<sseq>.<dseq>.<ts>.<pending>``, or the v2 form
+    ``$JS.ACK.<domain>.<account hash>.<stream>.<consumer>.<the same five>[.<more>]``."""
+    tokens = subject.split(".")
+    if len(tokens) < 9 or tokens[0] != "$JS" or tokens[1] != "ACK":
+        return None
+    if len(tokens) == 9:
+        names, numbers = tokens[2:4], tokens[4:9]
+    elif len(tokens) >= 11:
+        names, numbers = tokens[4:6], tokens[6:11]
+    else:
+        return None
+    if not all(_NAME_TOKEN.fullmatch(token) for token in tokens[2:]):
+        return None
+    if not all(_NUMBER.fullmatch(number) for number in numbers):
+        return None
+    delivered, stream_seq, consumer_seq, timestamp, pending = (int(n) for n in numbers)
+    return AckSubject(
+        subject, names[0], names[1], delivered, stream_seq, consumer_seq, timestamp, pending
+    )
+
+
+def _mac(secret: bytes, stream: str, consumer: str, body: bytes) -> bytes:
+    message = b"\0".join((_CONTEXT, stream.encode(), consumer.encode(), body))
+    return hmac.new(secret, message, hashlib.sha256).digest()
+
+
+def sign(secret: bytes, stream: str, consumer: str, reply: str) -> str:
+    """The opaque token for a message delivered from ``stream``/``consumer`` with ``reply``."""
+    body = _VERSION + reply.encode()
+    raw = body + _mac(secret, stream, consumer, body)
+    return base64.urlsafe_b64encode(raw).rstrip(b"=").decode()
+
+
+def verify(secret: bytes, stream: str, consumer: str, token: str) -> AckSubject:
+    """The ack subject in ``token``, if this gateway signed it for this stream and consumer.
+
+    Raises 400 ``ack.token_invalid`` for a malformed or forged token and 403
+    ``ack.token_foreign`` for a genuine token of another consumer. Nothing is published.
+    """
+    body, mac = _decode(token)
+    if hmac.compare_digest(mac, _mac(secret, stream, consumer, body)):
+        parsed = parse_ack_subject(body[1:].decode("ascii", "replace"))
+        # A signed subject is one the server sent; re-checked anyway before it is published to.
+        if parsed is not None and (parsed.stream, parsed.consumer) == (stream, consumer):
+            return parsed
+        raise _invalid()
+    parsed = parse_ack_subject(body[1:].decode("ascii", "replace"))
+    if parsed is not None and hmac.compare_digest(
+        mac, _mac(secret, parsed.stream, parsed.consumer, body)
+    ):
+        raise errors.Forbidden(
+            "ack.token_foreign",
+            "this ack token belongs to another stream or consumer; ack it through that one",
+        )
+    raise _invalid()
+
+
+def _decode(token: str) -> tuple[bytes, bytes]:
+    if len(token) > MAX_TOKEN_LENGTH or _TOKEN.fullmatch(token) is None:
+        raise _invalid()
+    try:
+        raw = base64.urlsafe_b64decode(token + "=" * (-len(token) % 4))
+    except (binascii.Error, ValueError):
+        raise _invalid() from None
+    if len(raw) <= len(_VERSION) + _MAC_SIZE or not raw.startswith(_VERSION):
+        raise _invalid()
+    return raw[:-_MAC_SIZE], raw[-_MAC_SIZE:]
+
+
+def _invalid() -> errors.InvalidInput:
+    return errors.InvalidInput(
+        "ack.token_invalid", "not an ack token issued by this gateway (malformed or forged)"
+    )

@@ -1,0 +1,293 @@
+"""An ordered push consumer (ADR-17) that outlives server restarts and knows when its stream
+is gone.
+
+nats-py has an ordered consumer, but when re-creating it fails it only calls the connection's
+error callback and stops, and it cannot say that the stream itself was deleted. A KV watch
+needs both, so the gateway runs the protocol itself:
+
+- an ephemeral push consumer (flow control, idle heartbeats, ack none, memory storage) on a
+  fresh inbox per consumer "generation";
+- every delivery must carry the next consumer sequence, every heartbeat the last one sent;
+  otherwise, or after two heartbeat intervals of silence, or when the server announces that
+  the consumer was deleted, the consumer is re-created from the stream sequence after the
+  last one delivered;
+- before re-creating, a stream info tells a deleted (or deleted and re-created) stream from a
+  lost consumer; while NATS is unreachable it keeps retrying with a backoff.
+
+Deliveries are handed to a listener that must not block (it owns any queueing).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import nats.errors
+from nats.aio.client import Client
+from nats.aio.msg import Msg
+from nats.aio.subscription import Subscription
+
+from app import errors
+from app.durations import NS_PER_SECOND
+from app.nats.jsapi import JetStreamApi
+from app.nats.scan import Delivery, delivery
+
+log = logging.getLogger("jsgw.ordered")
+
+_INACTIVE_THRESHOLD_NS = 30 * NS_PER_SECOND
+_MAX_BACKOFF = 5.0
+_MISSED_HEARTBEATS = 2
+_LAST_CONSUMER = "Nats-Last-Consumer"
+_STALLED = "Nats-Consumer-Stalled"
+
+
+@dataclass(frozen=True, slots=True)
+class OrderedConfig:
+    stream: str
+    filter_subject: str
+    deliver_policy: str  # all | last_per_subject | new | by_start_sequence
+    start_seq: int | None = None
+    headers_only: bool = False
+    idle_heartbeat: float = 5.0
+
+
+class Listener(Protocol):
+    def on_start(self, num_pending: int, position: int) -> None:
+        """A consumer was (re)created with this much pending; everything up to ``position``
+        in the filter has been seen when nothing is pending."""
+
+    def on_message(self, message: Delivery) -> None:
+        """The next message, in stream order, never twice."""
+
+    def on_error(self, error: errors.GatewayError) -> None:
+        """The feed ended for good (stream deleted, consumer refused)."""
+
+
+def _stream_gone(stream: str) -> errors.GatewayError:
+    return errors.NotFound("stream.deleted", f"stream {stream!r} was deleted")
+
+
+class OrderedConsumer:
+    def __init__(self, js: JetStreamApi, config: OrderedConfig, listener: Listener) -> None:
+        self.js = js
+        self.config = config
+        self.listener = listener
+        self._loop = asyncio.get_running_loop()
+        self._generation = 0
+        self._client: Client | None = None
+        self._sub: Subscription | None = None
+        self._advisory: Subscription | None = None
+        self._consumer: str | None = None
+        self._expected = 1  # the consumer sequence the next delivery must carry
+        # Every message of the filter up to this stream sequence was delivered (or superseded);
+        # None until known (last_per_subject delivers in an order of its own).
+        self._position: int | None = None
+        self._stream_created: str | None = None
+        self._last_seen = self._loop.time()
+        self._reset = asyncio.Event()
+        self._watchdog: asyncio.Task[None] | None = None
+        self._closed = False
+
+    @property
+    def consumer_name(self) -> str | None:
+        return self._consumer
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Create the first consumer; errors (stream not found, ...) are raised here."""
+        info = await self.js.call("stream.info", "STREAM", "INFO", self.config.stream)
+        self._stream_created = info.get("created")
+        if self.config.deliver_policy == "all":
+            self._position = 0
+        elif self.config.deliver_policy == "by_start_sequence":
+            self._position = max((self.config.start_seq or 1) - 1, 0)
+        await self._attach(_last_seq(info))
+        self._watchdog = asyncio.create_task(self._watch(), name=f"ordered-{self.config.stream}")
+
+    async def close(self) -> None:
+        """Stop: unsubscribe and delete the consumer now. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        watchdog, self._watchdog = self._watchdog, None
+        if watchdog is not None and watchdog is not asyncio.current_task():
+            watchdog.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await watchdog
+        await self._detach()
+
+    # -- consumers -------------------------------------------------------------------------
+
+    def _consumer_config(self, inbox: str) -> dict[str, Any]:
+        c = self.config
+        config: dict[str, Any] = {
+            "deliver_subject": inbox,
+            "filter_subject": c.filter_subject,
+            "ack_policy": "none",
+            "max_deliver": 1,
+            "flow_control": True,
+            "idle_heartbeat": int(c.idle_heartbeat * NS_PER_SECOND),
+            "headers_only": c.headers_only,
+            "mem_storage": True,
+            "num_replicas": 1,
+            "inactive_threshold": _INACTIVE_THRESHOLD_NS,
+            "replay_policy": "instant",
+        }
+        if self._position is not None:
+            # Where the last consumer left off (the first one: "all" or a resume point).
+            config["deliver_policy"] = "by_start_sequence"
+            config["opt_start_seq"] = self._position + 1
+        else:
+            config["deliver_policy"] = c.deliver_policy
+        return config
+
+    async def _attach(self, stream_last_seq: int) -> None:
+        """Subscribe a fresh inbox, then create a consumer that delivers to it."""
+        self._generation += 1
+        generation = self._generation
+        client = self.js.pool.pick()
+        inbox = client.new_inbox()
+        # Deliveries wait until the consumer's starting point is known (on_start comes first).
+        gate = asyncio.Event()
+
+        async def on_msg(msg: Msg) -> None:
+            await gate.wait()
+            if generation == self._generation and not self._closed:
+                await self._handle(client, inbox, msg)
+
+        sub = await client.subscribe(inbox, cb=on_msg)
+        body = {"stream_name": self.config.stream, "config": self._consumer_config(inbox)}
+        try:
+            info = await self.js.call(
+                "consumer.create", "CONSUMER", "CREATE", self.config.stream, body=body
+            )
+        except BaseException:
+            await _unsubscribe(sub)
+            raise
+        self._client, self._sub, self._consumer = client, sub, str(info["name"])
+        self._expected = 1
+        self._last_seen = self._loop.time()
+        self._advisory = await self._watch_deletion(client, generation)
+        num_pending = int(info.get("num_pending", 0))
+        delivered = int((info.get("delivered") or {}).get("stream_seq", 0))
+        if self._position is None and self.config.deliver_policy == "new":
+            self._position = delivered
+        position = self._position or 0
+        if num_pending == 0:
+            # Nothing in the filter up to the consumer's start: any point before it will do.
+            position = max(position, delivered, stream_last_seq)
+        self.listener.on_start(num_pending, position)
+        gate.set()
+
+    async def _watch_deletion(self, client: Client, generation: int) -> Subscription | None:
+        """The server announces a deleted consumer (and so a deleted stream) at once."""
+        subject = f"$JS.EVENT.ADVISORY.CONSUMER.DELETED.{self.config.stream}.{self._consumer}"
+
+        async def on_advisory(_: Msg) -> None:
+            if generation == self._generation:
+                self._reset.set()
+
+        try:
+            return await client.subscribe(subject, cb=on_advisory)
+        except nats.errors.Error:
+            return None  # heartbeats still tell, only later
+
+    async def _detach(self) -> None:
+        sub, advisory, consumer = self._sub, self._advisory, self._consumer
+        self._sub = self._advisory = self._consumer = None
+        for subscription in (advisory, sub):
+            if subscription is not None:
+                await _unsubscribe(subscription)
+        if consumer is not None:
+            with contextlib.suppress(errors.GatewayError):
+                await self.js.call(
+                    "consumer.delete", "CONSUMER", "DELETE", self.config.stream, consumer
+                )
+
+    # -- deliveries ------------------------------------------------------------------------
+
+    async def _handle(self, client: Client, inbox: str, msg: Msg) -> None:
+        self._last_seen = self._loop.time()
+        if msg.subject == inbox:
+            await self._control(client, msg)
+            return
+        try:
+            message = delivery(msg)
+        except errors.GatewayError:
+            return
+        if message.consumer_seq != self._expected:
+            self._reset.set()  # a gap: re-create from the last stream sequence delivered
+            return
+        self._expected += 1
+        self._position = message.stream_seq
+        self.listener.on_message(message)
+
+    async def _control(self, client: Client, msg: Msg) -> None:
+        """Flow control requests and idle heartbeats (status 100 on the inbox)."""
+        headers = msg.headers or {}
+        replies = [msg.reply] if msg.reply else []
+        if headers.get(_STALLED):
+            replies.append(headers[_STALLED])
+        for reply in replies:
+            with contextlib.suppress(nats.errors.Error):
+                await client.publish(reply, b"")
+        last = headers.get(_LAST_CONSUMER)
+        if last is not None and last.isdigit() and int(last) != self._expected - 1:
+            self._reset.set()
+
+    # -- recovery --------------------------------------------------------------------------
+
+    async def _watch(self) -> None:
+        heartbeat = self.config.idle_heartbeat
+        while not self._closed:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._reset.wait(), heartbeat)
+            silent = self._loop.time() - self._last_seen > _MISSED_HEARTBEATS * heartbeat
+            if self._closed or not (self._reset.is_set() or silent):
+                continue
+            self._reset.clear()
+            try:
+                await self._recover()
+            except errors.GatewayError as exc:
+                self._fail(exc)
+                return
+
+    async def _recover(self) -> None:
+        """Re-create the consumer after the last delivered message, once the stream answers."""
+        backoff = 0.25
+        while not self._closed:
+            try:
+                info = await self.js.call("stream.info", "STREAM", "INFO", self.config.stream)
+                if info.get("created") != self._stream_created:
+                    raise _stream_gone(self.config.stream)
+                await self._detach()
+                await self._attach(_last_seq(info))
+                log.info("consumer on %s re-created at %s", self.config.stream, self._position)
+                return
+            except (errors.Unavailable, errors.Timeout) as exc:
+                log.debug("consumer on %s waits for NATS: %s", self.config.stream, exc.detail)
+            except errors.NotFound as exc:
+                if exc.code in ("stream.not_found", "stream.deleted"):
+                    raise _stream_gone(self.config.stream) from None
+                raise
+            await asyncio.sleep(backoff)
+            backoff = min(backoff * 2, _MAX_BACKOFF)
+
+    def _fail(self, error: errors.GatewayError) -> None:
+        if not self._closed:
+            self.listener.on_error(error)
+
+
+def _last_seq(info: dict[str, Any]) -> int:
+    return int((info.get("state") or {}).get("last_seq", 0))
+
+
+async def _unsubscribe(sub: Subscription) -> None:
+    # A connection that is gone already took its subscriptions along.
+    with contextlib.suppress(nats.errors.Error):
+        await sub.unsubscribe()
+

@@ -1,0 +1,302 @@
+"""Durable pull consumers: administration, fetch/next, consume, acks, unpinning.
+
+Pinning keeps no state in the gateway: the pin id the server puts on messages goes back to the
+HTTP client, which sends it with its next pull, so any replica can serve a pinned client.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime
+from typing import Any
+
+import orjson
+from nats.aio.client import Client
+from nats.aio.msg import Msg
+
+from app import errors
+from app.config import Settings
+from app.nats import acks, pull
+from app.nats import headers as nats_headers
+from app.nats.consume import Consume, Delivered, Failed, Pinned, Unpinned, Warn
+from app.nats.jsapi import JetStreamApi
+from app.nats.pool import NatsPool, NoResponders
+from app.schemas import AckItem, ConsumeQuery, ConsumerConfig, PullOptions
+from app.services import consumer_config, pull_options
+
+_LIST_PAGE = 256
+_MAX_REASON = 1024
+
+
+@dataclass(frozen=True, slots=True)
+class Fetched:
+    messages: list[dict[str, Any]]
+    pin_id: str | None
+    """The pin id the client should send with its next pull; None: send none."""
+
+
+class ConsumerService:
+    def __init__(
+        self, pool: NatsPool, js: JetStreamApi, settings: Settings, ack_secret: bytes
+    ) -> None:
+        self.pool = pool
+        self.js = js
+        self.settings = settings
+        self._secret = ack_secret
+
+    # -- administration --------------------------------------------------------------------
+
+    async def list(self, stream: str, offset: int, limit: int) -> dict[str, Any]:
+        """Consumers ``[offset, offset+limit)``, paging the server's 256-consumer pages."""
+        consumers: list[dict[str, Any]] = []
+        total = 0
+        server_offset = offset
+        while len(consumers) < limit:
+            page = await self.js.call(
+                "consumer.list", "CONSUMER", "LIST", stream, body={"offset": server_offset}
+            )
+            total = page.get("total", 0)
+            batch = page.get("consumers") or []
+            consumers.extend(consumer_config.consumer_info_out(info) for info in batch)
+            server_offset += len(batch)
+            if not batch or server_offset >= total or len(batch) < _LIST_PAGE:
+                break
+        return {"consumers": consumers[:limit], "total": total, "offset": offset, "limit": limit}
+
+    async def info(self, stream: str, name: str) -> dict[str, Any]:
+        return consumer_config.consumer_info_out(await self._info(stream, name))
+
+    async def _info(self, stream: str, name: str) -> dict[str, Any]:
+        return await self.js.call("consumer.info", "CONSUMER", "INFO", stream, name)
+
+    async def put(
+        self, stream: str, name: str, config: ConsumerConfig
+    ) -> tuple[dict[str, Any], bool]:
+        """Create the consumer, or update it when it exists. Returns (info, created)."""
+        body = consumer_config.to_nats(name, config)
+        try:
+            await self._info(stream, name)
+        except errors.NotFound as exc:
+            if exc.code != "consumer.not_found":
+                raise
+            try:
+                return consumer_config.consumer_info_out(
+                    await self._create(stream, body, "create")
+                ), True
+            except errors.Conflict as conflict:
+                if conflict.code != "consumer.exists":
+                    raise
+                # Created by someone else between our INFO and CREATE: fall through to update.
+        return consumer_config.consumer_info_out(await self._create(stream, body, "update")), False
+
+    async def _create(self, stream: str, config: dict[str, Any], action: str) -> dict[str, Any]:
+        request = {"stream_name": stream, "config": config, "action": action}
+        return await self.js.call(
+            f"consumer.{action}", "CONSUMER", "CREATE", stream, config["name"], body=request
+        )
+
+    async def delete(self, stream: str, name: str) -> None:
+        await self.js.call("consumer.delete", "CONSUMER", "DELETE", stream, name, write=True)
+
+    async def unpin(self, stream: str, name: str, group: str) -> None:
+        """Clear the group's pin; the server pins the next client that pulls (ADR-42)."""
+        await self.js.call(
+            "consumer.unpin", "CONSUMER", "UNPIN", stream, name, body={"group": group}
+        )
+
+    # -- fetch and next --------------------------------------------------------------------
+
+    async def fetch(
+        self, stream: str, name: str, options: PullOptions, pin_id: str | None
+    ) -> Fetched:
+        """One pull: what arrived before it ended (404/408 are no errors), or the refusal."""
+        request = pull_options.fetch_request(options, self.settings, pin_id)
+        bytes_mode = request.max_bytes > 0
+        if bytes_mode or request.group is not None:
+            # The server ignores a group on a consumer without groups, and refuses a byte
+            # fetch whose large batch is over max_batch: look at the config first.
+            config = (await self._info(stream, name)).get("config") or {}
+            if bytes_mode and config.get("max_batch"):
+                request = replace(request, batch=min(request.batch, config["max_batch"]))
+            pull_options.check_against(config, request, bytes_mode=bytes_mode)
+        timeout = request.expires + pull.CLIENT_MARGIN if request.expires_ns else self.pool.timeout
+        subject = self.js.subject("CONSUMER", "MSG", "NEXT", stream, name)
+        client = self.pool.pick()
+        outcome = await self.pool.observe(
+            "consumer.fetch", lambda: pull.fetch(client, subject, request, timeout=timeout)
+        )
+        messages = [self._delivered(stream, name, msg) for msg in outcome.messages]
+        status = outcome.status
+        if status is None:
+            if outcome.stalled and not messages:
+                raise errors.Timeout(
+                    "nats.timeout", "the server neither ended the pull nor sent heartbeats in time"
+                )
+        elif status.no_responders:
+            await self._info(stream, name)  # raises 404 when the consumer or stream is gone
+            raise errors.Unavailable(
+                "jetstream.unavailable",
+                "the consumer did not take the pull request; retry shortly",
+                headers={"Retry-After": str(self.settings.retry_after)},
+            )
+        elif status.pin_lost:
+            if not messages:
+                raise status.error()
+            return Fetched(messages, None)  # delivered before the pin moved: keep them, drop the id
+        elif not status.ends_quietly:
+            raise status.error()
+        return Fetched(messages, _pin_of(outcome.messages) or request.pin_id)
+
+    def _delivered(self, stream: str, name: str, msg: Msg) -> dict[str, Any]:
+        """Message JSON plus ``ack_token``, ``delivered``, ``consumer_seq``, ``pending``."""
+        meta = acks.parse_ack_subject(msg.reply)
+        if meta is None or (meta.stream, meta.consumer) != (stream, name):
+            raise errors.UpstreamError(
+                "consumer.bad_delivery",
+                "the server delivered a message without a valid ack subject",
+            )
+        return {
+            "stream": stream,
+            "subject": msg.subject,
+            "seq": meta.stream_seq,
+            "time": _time_from_ns(meta.timestamp_ns),
+            "headers": nats_headers.from_nats_py(msg.headers),
+            "data": base64.b64encode(msg.data).decode(),
+            "ack_token": acks.sign(self._secret, stream, name, msg.reply),
+            "delivered": meta.delivered,
+            "consumer_seq": meta.consumer_seq,
+            "pending": meta.pending,
+        }
+
+    # -- consume ---------------------------------------------------------------------------
+
+    async def consume(
+        self, stream: str, name: str, query: ConsumeQuery, pin_id: str | None
+    ) -> AsyncIterator[dict[str, str]]:
+        """Check everything, then return the SSE events of an ADR-37 consume.
+
+        Errors found here are answered as problem+json; once streaming, they become an
+        ``error`` event and the stream ends.
+        """
+        config = (await self._info(stream, name)).get("config") or {}
+        options = pull_options.consume_options(query, self.settings, pin_id, config)
+        session = Consume(
+            self.pool,
+            self.js.subject("CONSUMER", "MSG", "NEXT", stream, name),
+            options,
+            check=lambda: self._info(stream, name),
+        )
+        return self._events(stream, name, options.template.group, session)
+
+    async def _events(
+        self, stream: str, name: str, group: str | None, session: Consume
+    ) -> AsyncIterator[dict[str, str]]:
+        async for event in session.events():
+            if isinstance(event, Delivered):
+                try:
+                    message = self._delivered(stream, name, event.msg)
+                except errors.GatewayError as exc:
+                    yield _sse("error", exc.problem())
+                    return
+                yield {"event": "message", "id": str(message["seq"]), "data": _json(message)}
+            elif isinstance(event, Pinned):
+                yield _sse("pinned", {"group": group, "pin_id": event.pin_id})
+            elif isinstance(event, Unpinned):
+                yield _sse("unpinned", {"group": group, "pin_id": event.pin_id})
+            elif isinstance(event, Warn):
+                yield _sse("warning", {"code": event.code, "detail": event.detail})
+            elif isinstance(event, Failed):
+                yield _sse("error", event.error.problem())
+
+    # -- acks ------------------------------------------------------------------------------
+
+    async def ack(self, stream: str, name: str, items: list[AckItem]) -> list[dict[str, Any]]:
+        """Every token is verified first: one bad token rejects the batch, nothing is sent.
+        Then each ack is sent with a reply subject and counts only once the server confirmed
+        it (what nats-py's ``ack_sync`` does); one result per ack."""
+        if len(items) > self.settings.max_fetch_messages:
+            raise errors.PayloadTooLarge(
+                "ack.batch_too_large",
+                f"at most {self.settings.max_fetch_messages} acks per request",
+            )
+        prepared = [self._prepare(stream, name, i, item) for i, item in enumerate(items)]
+        client = self.pool.pick()
+        tasks = [
+            asyncio.ensure_future(self._ack_one(client, index, subject, payload))
+            for index, (subject, payload) in enumerate(prepared)
+        ]
+        return list(await asyncio.gather(*tasks))
+
+    def _prepare(
+        self, stream: str, name: str, index: int, item: AckItem
+    ) -> tuple[acks.AckSubject, bytes]:
+        try:
+            return acks.verify(self._secret, stream, name, item.token), _ack_payload(item)
+        except errors.GatewayError as exc:
+            exc.detail = f"acks[{index}]: {exc.detail}"
+            raise
+
+    async def _ack_one(
+        self, client: Client, index: int, subject: acks.AckSubject, payload: bytes
+    ) -> dict[str, Any]:
+        result: dict[str, Any] = {"index": index, "ok": True, "seq": subject.stream_seq}
+        try:
+            await self.pool.request(
+                subject.subject, payload, operation="consumer.ack", write=True, client=client
+            )
+        except NoResponders:
+            error: errors.GatewayError = errors.NotFound(
+                "consumer.not_found", "nobody takes acks for this consumer: it was deleted"
+            )
+            result.update(ok=False, error=error.problem())
+        except errors.OutcomeUnknown:
+            error = errors.OutcomeUnknown(
+                detail="the server did not confirm the ack in time: it may or may not be "
+                "applied. Acks are safe to send again."
+            )
+            result.update(ok=False, error=error.problem())
+        except errors.GatewayError as exc:
+            result.update(ok=False, error=exc.problem())
+        return result
+
+
+def _ack_payload(item: AckItem) -> bytes:
+    """The ack body the server expects for each kind (see consumer.go processAck)."""
+    if item.delay is not None and item.kind != "nak":
+        raise errors.InvalidInput("ack.invalid", "delay is for kind 'nak' only")
+    if item.reason is not None and item.kind != "term":
+        raise errors.InvalidInput("ack.invalid", "reason is for kind 'term' only")
+    if item.kind == "ack":
+        return b"+ACK"
+    if item.kind == "wpi":
+        return b"+WPI"
+    if item.kind == "nak":
+        return b"-NAK " + orjson.dumps({"delay": item.delay}) if item.delay else b"-NAK"
+    reason = item.reason or ""
+    if any(ord(ch) < 0x20 or ord(ch) == 0x7F for ch in reason):
+        raise errors.InvalidInput("ack.invalid", "reason cannot contain control characters")
+    return b"+TERM " + reason.encode() if reason else b"+TERM"
+
+
+def _pin_of(messages: list[Msg]) -> str | None:
+    for msg in reversed(messages):
+        if msg.headers and msg.headers.get(pull.PIN_HEADER):
+            return msg.headers[pull.PIN_HEADER]
+    return None
+
+
+def _time_from_ns(ns: int) -> str:
+    """A Unix time in nanoseconds (from the ack subject) as RFC 3339 UTC, to the nanosecond."""
+    seconds, fraction = divmod(ns, 1_000_000_000)
+    return datetime.fromtimestamp(seconds, UTC).strftime("%Y-%m-%dT%H:%M:%S") + f".{fraction:09d}Z"
+
+
+def _json(value: Any) -> str:
+    return orjson.dumps(value).decode()
+
+
+def _sse(event: str, data: Any) -> dict[str, str]:
+    return {"event": event, "data": _json(data)}

@@ -1,0 +1,354 @@
+"""The KV service: entries over JetStream, as ADR-8 (and ADR-48 for TTLs) specify them.
+
+A bucket is the stream ``KV_<bucket>``; a key is the subject ``$KV.<bucket>.<key>``; a
+revision is a stream sequence. Reads use Direct Get, and fall back on ``STREAM.MSG.GET`` or an
+ephemeral consumer (as ADR-8 does) for buckets made without ``allow_direct`` (nats-py's
+default). Writes are plain JetStream publishes with the ADR-8 headers, so every KV client reads
+what the gateway writes, and the other way round.
+
+Bucket administration is in :mod:`kv_buckets`, key listings in :mod:`kv_keys`, watches in
+:mod:`kv_watch`; names, subjects and the Entry model (shared with multi-key reads) in
+:mod:`kv_model`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from app import errors, validation
+from app.config import Settings
+from app.durations import nats_ttl
+from app.nats.direct import DirectGet, StoredMessage
+from app.nats.jsapi import JetStreamApi
+from app.nats.scan import ConsumerScan
+from app.services import kv_model
+from app.services.kv_buckets import Buckets
+from app.services.kv_keys import list_keys
+from app.services.kv_model import (
+    ANY_REVISION,
+    PUT,
+    Entry,
+    Precondition,
+    bucket_errors,
+    entry_from_message,
+    key_subject,
+    operation_of,
+    stream_name,
+)
+from app.services.kv_watch import (
+    Watches,
+    WatchOptions,
+    WatchSession,
+    entry_from_delivery,
+)
+from app.services.publish import Outgoing, Publisher
+
+# ADR-8 caps history at 64 per key; a stream changed by hand could hold more.
+MAX_HISTORY = 1024
+_CREATE_ATTEMPTS = 3
+
+KeyVisible = Callable[[str], bool]
+"""Whether the caller may see a key (auth narrowing of wildcard reads)."""
+
+
+def _key_not_found(key: str, last: Entry | None = None) -> errors.NotFound:
+    if last is None:
+        return errors.NotFound("kv.key_not_found", f"key {key!r} has no value")
+    return errors.NotFound(
+        "kv.key_not_found",
+        f"key {key!r} has no value (its last operation is {last.operation})",
+        extra={"revision": last.revision, "operation": last.operation},
+    )
+
+
+def ttl_header(value: str) -> str:
+    """``?ttl=`` as a ``Nats-TTL`` header value (ADR-43): at least 1 second, or ``never``."""
+    try:
+        return nats_ttl(value)
+    except ValueError as exc:
+        raise errors.InvalidInput("kv.ttl_invalid", f"ttl: {exc}") from None
+
+
+
+class KVService:
+    def __init__(
+        self, js: JetStreamApi, direct: DirectGet, publisher: Publisher, settings: Settings
+    ) -> None:
+        self.js = js
+        self.direct = direct
+        self.publisher = publisher
+        self.buckets = Buckets(js, direct)
+        self.watches = Watches(
+            js,
+            limit=settings.kv_max_watches,
+            queue_size=settings.sse_queue_size,
+            idle_heartbeat=settings.kv_watch_heartbeat,
+            retry_after=settings.retry_after,
+        )
+
+    async def close(self) -> None:
+        await self.watches.close()
+
+    # -- reading entries -------------------------------------------------------------------
+
+    @staticmethod
+    def _names(bucket: str, key: str, *, writing: bool = False) -> tuple[str, str]:
+        validation.bucket_name(bucket)
+        validation.kv_key(key, writing=writing)
+        return stream_name(bucket), key_subject(bucket, key)
+
+    async def get(self, bucket: str, key: str, revision: int | None = None) -> Entry:
+        """The value of a key (latest, or at a revision): a PUT entry, else 404."""
+        stream, subject = self._names(bucket, key)
+        with bucket_errors(bucket):
+            if revision is None:
+                message, delta = await self._last(stream, subject), 0
+            else:
+                message, delta = await self._at(stream, subject, revision)
+        # Never another key's value: the subject must be this key's exactly.
+        if message is None or message.subject != subject:
+            raise _key_not_found(key)
+        entry = entry_from_message(bucket, message, delta=delta)
+        if entry.operation != PUT:
+            raise _key_not_found(key, entry)
+        return entry
+
+    async def _last(self, stream: str, subject: str) -> StoredMessage | None:
+        try:
+            return await self.direct.last_for(stream, subject)
+        except errors.NotFound as exc:
+            if exc.code == "message.not_found":
+                return None
+            raise
+        except errors.Conflict as exc:
+            if exc.code != "direct.not_allowed":
+                raise
+        return await self._msg_get(stream, {"last_by_subj": subject})
+
+    async def _at(
+        self, stream: str, subject: str, revision: int
+    ) -> tuple[StoredMessage | None, int | None]:
+        """The message at ``revision`` if it is on ``subject``, and its delta (how many newer).
+
+        A one-message batch from ``revision`` filtered on the key's subject: the server
+        counts what follows on that subject (Nats-Num-Pending), which is ADR-8's delta.
+        """
+        request = {"seq": revision, "next_by_subj": subject, "batch": 1}
+        found: StoredMessage | None = None
+        try:
+            async for item in self.direct.page(stream, request, operation="kv.get"):
+                if isinstance(item, StoredMessage):
+                    found = item
+        except errors.Conflict as exc:
+            if exc.code != "direct.not_allowed":
+                raise
+            return await self._msg_get(stream, {"seq": revision}), None
+        if found is None or found.seq != revision:
+            return None, None
+        return found, found.num_pending
+
+    async def _msg_get(self, stream: str, request: dict[str, Any]) -> StoredMessage | None:
+        """``STREAM.MSG.GET``, for buckets without Direct Get (ADR-8 "allow_direct is false")."""
+        try:
+            result = await self.js.call("kv.get", "STREAM", "MSG", "GET", stream, body=request)
+        except errors.NotFound as exc:
+            if exc.code == "message.not_found":
+                return None
+            raise
+        return StoredMessage.from_msg_get(stream, result.get("message") or {})
+
+    async def history(self, bucket: str, key: str) -> list[Entry]:
+        """Every stored revision of a key, oldest first, deletes included."""
+        stream, subject = self._names(bucket, key)
+        with bucket_errors(bucket):
+            try:
+                entries = [
+                    entry_from_message(bucket, item, delta=item.num_pending)
+                    async for item in self.direct.batch(
+                        stream, seq=1, next_by_subj=subject, limit=MAX_HISTORY
+                    )
+                    if isinstance(item, StoredMessage)
+                ]
+            except errors.Conflict as exc:
+                if exc.code != "direct.not_allowed":
+                    raise
+                entries = await self._history_by_consumer(bucket, stream, subject)
+        if not entries:
+            raise _key_not_found(key)
+        return entries
+
+    async def _history_by_consumer(self, bucket: str, stream: str, subject: str) -> list[Entry]:
+        entries: list[Entry] = []
+        async with ConsumerScan(self.js, stream, [subject]) as scan:
+            while not scan.done and len(entries) < MAX_HISTORY:
+                for message in await scan.next(min(256, MAX_HISTORY - len(entries))):
+                    entries.append(entry_from_delivery(bucket, message, meta_only=False))
+        return entries
+
+    async def keys(
+        self,
+        bucket: str,
+        key_filter: str | None,
+        *,
+        limit: int,
+        cursor: str | None,
+        visible: KeyVisible | None = None,
+    ) -> tuple[list[str], str | None]:
+        """One page of the keys with a value (deletes and purges left out); see kv_keys."""
+        validation.bucket_name(bucket)
+        key_filter = validation.kv_key_filter(key_filter) if key_filter else ">"
+        with bucket_errors(bucket):
+            info = await self.js.call("stream.info", "STREAM", "INFO", stream_name(bucket))
+            return await list_keys(self.js, bucket, info, key_filter, limit, cursor, visible)
+
+    # -- writing entries -------------------------------------------------------------------
+
+    async def put(
+        self,
+        bucket: str,
+        key: str,
+        value: bytes,
+        precondition: Precondition,
+        ttl: str | None = None,
+    ) -> tuple[int, bool]:
+        """Store a value; returns (revision, created). ``ttl`` only when creating (ADR-48)."""
+        stream, subject = self._names(bucket, key, writing=True)
+        headers: dict[str, str] = {}
+        if ttl is not None:
+            if not precondition.create:
+                raise errors.InvalidInput(
+                    "kv.ttl_not_allowed",
+                    "a per-key ttl is set when creating a key (If-None-Match: *) or purging it; "
+                    "on a plain put an older revision could outlive it (ADR-48)",
+                )
+            headers[kv_model.TTL_HEADER] = ttl_header(ttl)
+        with bucket_errors(bucket):
+            if precondition.create:
+                return await self._create(stream, subject, key, value, headers), True
+            expected = await self._expected(stream, subject, key, precondition)
+            return await self._write(stream, subject, key, value, headers, expected), False
+
+    async def delete(
+        self,
+        bucket: str,
+        key: str,
+        *,
+        purge: bool,
+        precondition: Precondition,
+        ttl: str | None = None,
+    ) -> int:
+        """Write a DEL marker (history kept) or a PURGE marker (``Nats-Rollup: sub``)."""
+        stream, subject = self._names(bucket, key, writing=True)
+        if precondition.create:
+            raise errors.InvalidInput(
+                "kv.precondition_invalid", "If-None-Match does not apply to a delete"
+            )
+        if purge:
+            headers = {kv_model.OPERATION_HEADER: kv_model.PURGE, kv_model.ROLLUP_HEADER: "sub"}
+        else:
+            headers = {kv_model.OPERATION_HEADER: kv_model.DEL}
+        if ttl is not None:
+            if not purge:
+                raise errors.InvalidInput(
+                    "kv.ttl_not_allowed", "a ttl applies to a purge marker only (ADR-48)"
+                )
+            headers[kv_model.TTL_HEADER] = ttl_header(ttl)
+        with bucket_errors(bucket):
+            expected = await self._expected(stream, subject, key, precondition)
+            return await self._write(stream, subject, key, b"", headers, expected)
+
+    async def _expected(
+        self, stream: str, subject: str, key: str, precondition: Precondition
+    ) -> int | None:
+        """The revision a write must find, from If-Match (``*``: whatever value is there)."""
+        if precondition.revision != ANY_REVISION:
+            return precondition.revision
+        last = await self._last(stream, subject)
+        if last is None or operation_of(last.headers) != PUT:
+            raise self._mismatch(key, last)
+        return last.seq
+
+    async def _create(
+        self, stream: str, subject: str, key: str, value: bytes, headers: dict[str, str]
+    ) -> int:
+        """ADR-8 Create: expect no message on the key, or else a delete/purge as its last."""
+        expected = 0
+        for _ in range(_CREATE_ATTEMPTS):
+            try:
+                expect = {kv_model.EXPECTED_HEADER: str(expected)}
+                return await self._publish(subject, value, {**headers, **expect})
+            except errors.PreconditionFailed:
+                last = await self._last(stream, subject)
+                if last is not None and operation_of(last.headers) == PUT:
+                    raise errors.PreconditionFailed(
+                        "kv.key_exists",
+                        f"key {key!r} already has a value (revision {last.seq})",
+                        extra={"revision": last.seq},
+                    ) from None
+                expected = last.seq if last is not None else 0
+        raise self._mismatch(key, await self._last(stream, subject))
+
+    async def _write(
+        self,
+        stream: str,
+        subject: str,
+        key: str,
+        value: bytes,
+        headers: dict[str, str],
+        expected: int | None,
+    ) -> int:
+        if expected is not None:
+            headers = {**headers, kv_model.EXPECTED_HEADER: str(expected)}
+        try:
+            return await self._publish(subject, value, headers)
+        except errors.PreconditionFailed:
+            raise self._mismatch(key, await self._last(stream, subject)) from None
+
+    async def _publish(self, subject: str, value: bytes, headers: dict[str, str]) -> int:
+        """Publish and return the revision; JetStream's refusals as KV errors."""
+        pool = self.publisher.pool
+        message = Outgoing(subject, value, headers)
+        if message.size > pool.max_payload:
+            raise _too_large(
+                f"the value is over the server's max_payload of {pool.max_payload} bytes"
+            )
+        try:
+            ack = await self.publisher.publish(message)
+        except errors.PayloadTooLarge as exc:
+            detail = f"the value is over the bucket's max_value_size ({exc.detail})"
+            raise _too_large(detail) from None
+        except errors.InvalidInput as exc:
+            if exc.code == "publish.ttl_disabled":
+                raise errors.InvalidInput(
+                    "kv.ttl_disabled",
+                    "this bucket takes no per-key ttl: set limit_marker_ttl on it first (ADR-48)",
+                    nats=exc.nats,
+                ) from None
+            raise
+        return int(ack["seq"])
+
+    @staticmethod
+    def _mismatch(key: str, last: StoredMessage | None) -> errors.PreconditionFailed:
+        revision = last.seq if last is not None else 0
+        extra: dict[str, Any] = {"revision": revision}
+        if last is not None:
+            extra["operation"] = operation_of(last.headers)
+        return errors.PreconditionFailed(
+            "kv.revision_mismatch",
+            f"key {key!r} is at revision {revision}, not the one the write expected",
+            extra=extra,
+        )
+
+    # -- watching --------------------------------------------------------------------------
+
+    async def watch(
+        self, bucket: str, options: WatchOptions, visible: KeyVisible | None = None
+    ) -> WatchSession:
+        validation.bucket_name(bucket)
+        with bucket_errors(bucket):
+            return await self.watches.open(bucket, options, visible)
+
+
+def _too_large(detail: str) -> errors.PayloadTooLarge:
+    return errors.PayloadTooLarge("kv.value_too_large", detail)

@@ -1,0 +1,95 @@
+"""KV bucket administration: the stream behind a bucket is always the one ADR-8 prescribes."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable
+from typing import Any
+
+from app import errors, validation
+from app.nats.direct import DirectGet
+from app.nats.jsapi import JetStreamApi
+from app.schemas import KVConfig
+from app.services import kv_model
+from app.services.kv_model import bucket_errors, status_from_info, stream_name
+
+
+class Buckets:
+    def __init__(self, js: JetStreamApi, direct: DirectGet) -> None:
+        self.js = js
+        self.direct = direct
+
+    async def list_all(self, visible: Callable[[str], bool] | None = None) -> list[dict[str, Any]]:
+        """Every bucket (a ``KV_`` stream on ``$KV.<bucket>.>``) with its status."""
+        buckets: list[dict[str, Any]] = []
+        offset = 0
+        while True:
+            body = {"offset": offset, "subject": "$KV.*.>"}
+            page = await self.js.call("stream.list", "STREAM", "LIST", body=body)
+            streams = page.get("streams") or []
+            for info in streams:
+                name = str((info.get("config") or {}).get("name", ""))
+                bucket = kv_model.bucket_of_stream(name)
+                if bucket and (visible is None or visible(bucket)):
+                    buckets.append(status_from_info(info))
+            offset += len(streams)
+            if not streams or offset >= int(page.get("total", 0)):
+                return buckets
+
+    async def _info(self, bucket: str) -> dict[str, Any]:
+        validation.bucket_name(bucket)
+        with bucket_errors(bucket):
+            return await self.js.call("stream.info", "STREAM", "INFO", stream_name(bucket))
+
+    async def status(self, bucket: str) -> dict[str, Any]:
+        return status_from_info(await self._info(bucket))
+
+    async def put(self, bucket: str, config: KVConfig) -> tuple[dict[str, Any], bool]:
+        """Create (True) or update (False) a bucket; the stream config is ADR-8's, always."""
+        validation.bucket_name(bucket)
+        stream = stream_name(bucket)
+        existing: dict[str, Any] | None = None
+        with contextlib.suppress(errors.NotFound):
+            existing = (await self.js.call("stream.info", "STREAM", "INFO", stream)).get("config")
+        if existing is not None:
+            self._check_update(bucket, existing, config)
+        if config.limit_marker_ttl and not (existing or {}).get("subject_delete_marker_ttl"):
+            await self._require_api_level(1, "limit_marker_ttl needs nats-server 2.11 or later")
+        body = kv_model.stream_config(bucket, config, existing)
+        self.direct.forget(stream)
+        if existing is None:
+            try:
+                info = await self.js.call("stream.create", "STREAM", "CREATE", stream, body=body)
+                return status_from_info(info), True
+            except errors.Conflict as exc:
+                if exc.code != "stream.exists":
+                    raise
+                # Made by someone else between our INFO and CREATE: update it as asked.
+        info = await self.js.call("stream.update", "STREAM", "UPDATE", stream, body=body)
+        return status_from_info(info), False
+
+    @staticmethod
+    def _check_update(bucket: str, existing: dict[str, Any], config: KVConfig) -> None:
+        if existing.get("subjects") != [f"$KV.{bucket}.>"]:
+            raise errors.Conflict(
+                "kv.not_a_bucket",
+                f"stream {stream_name(bucket)!r} exists but is not a KV bucket "
+                f"(its subjects are not $KV.{bucket}.>)",
+            )
+        if existing.get("subject_delete_marker_ttl") and not config.limit_marker_ttl:
+            raise errors.Conflict(
+                "kv.limit_markers_locked",
+                "limit markers cannot be turned off once on (ADR-48): give limit_marker_ttl again",
+            )
+
+    async def _require_api_level(self, level: int, detail: str) -> None:
+        info = await self.js.call("account.info", "INFO")
+        if int((info.get("api") or {}).get("level") or 0) < level:
+            raise errors.Conflict("kv.unsupported", detail)
+
+    async def delete(self, bucket: str) -> None:
+        validation.bucket_name(bucket)
+        stream = stream_name(bucket)
+        with bucket_errors(bucket):
+            await self.js.call("stream.delete", "STREAM", "DELETE", stream, write=True)
+        self.direct.forget(stream)

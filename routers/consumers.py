@@ -1,0 +1,228 @@
+"""Durable pull consumers (ADR-37) with priority groups, overflow and pinning (ADR-42)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Header, Query
+from sse_starlette import EventSourceResponse
+from starlette.responses import Response
+
+from app import errors
+from app.deps import (
+    ConsumerName,
+    ConsumersDep,
+    PrincipalDep,
+    SettingsDep,
+    SseSlotsDep,
+    StreamName,
+)
+from app.http import JSON, problems
+from app.nats.pull import PIN_HEADER
+from app.schemas import (
+    AckBatch,
+    AckBatchResult,
+    ConsumeQuery,
+    ConsumerConfig,
+    ConsumerInfo,
+    ConsumerList,
+    DeliveredMessage,
+    FetchRequest,
+    FetchResult,
+    NextRequest,
+    UnpinRequest,
+)
+from app.sse import sse_response
+
+router = APIRouter(prefix="/v1/streams/{stream}/consumers", tags=["consumers"])
+
+PinId = Annotated[
+    str | None,
+    Header(
+        alias=PIN_HEADER,
+        description="the pin id of the last answer, for a pinned_client group; omit it when "
+        "the last answer had none, and drop it after a 423",
+    ),
+]
+_PIN_RESPONSE_HEADER = {
+    PIN_HEADER: {
+        "description": "pinned: send this back with the next pull",
+        "schema": {"type": "string"},
+    }
+}
+_PULL_ERRORS = problems(errors.NotFound, errors.Conflict, errors.Locked, errors.TooManyRequests)
+
+
+@router.get(
+    "",
+    response_model=ConsumerList,
+    response_model_exclude_none=True,
+    response_class=JSON,
+    responses=problems(errors.NotFound),
+)
+async def list_consumers(
+    stream: StreamName,
+    consumers: ConsumersDep,
+    offset: Annotated[int, Query(ge=0)] = 0,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 256,
+) -> Any:
+    """List a stream's consumers with their config and state."""
+    return await consumers.list(stream, offset, limit)
+
+
+@router.put(
+    "/{consumer}",
+    response_model=ConsumerInfo,
+    response_model_exclude_none=True,
+    response_class=JSON,
+    status_code=200,
+    responses={
+        201: {"description": "Created", "model": ConsumerInfo},
+        **problems(errors.NotFound, errors.Conflict),
+    },
+)
+async def put_consumer(
+    stream: StreamName, name: ConsumerName, config: ConsumerConfig, consumers: ConsumersDep
+) -> Any:
+    """Create (201) or update (200) a durable pull consumer from a ConsumerConfig."""
+    info, created = await consumers.put(stream, name, config)
+    return JSON(info, status_code=201 if created else 200)
+
+
+@router.get(
+    "/{consumer}",
+    response_model=ConsumerInfo,
+    response_model_exclude_none=True,
+    response_class=JSON,
+    responses=problems(errors.NotFound),
+)
+async def get_consumer(stream: StreamName, name: ConsumerName, consumers: ConsumersDep) -> Any:
+    """Consumer info: config (durations in seconds), state and priority group pins."""
+    return await consumers.info(stream, name)
+
+
+@router.delete("/{consumer}", status_code=204, responses=problems(errors.NotFound))
+async def delete_consumer(
+    stream: StreamName, name: ConsumerName, consumers: ConsumersDep
+) -> Response:
+    """Delete a consumer."""
+    await consumers.delete(stream, name)
+    return Response(status_code=204)
+
+
+@router.post(
+    "/{consumer}/fetch",
+    response_model=FetchResult,
+    response_model_exclude_none=True,
+    response_class=JSON,
+    responses={200: {"headers": _PIN_RESPONSE_HEADER}, **_PULL_ERRORS},
+)
+async def fetch_messages(
+    stream: StreamName,
+    name: ConsumerName,
+    consumers: ConsumersDep,
+    pin_id: PinId = None,
+    request: FetchRequest | None = None,
+) -> Any:
+    """Pull up to max_messages (or max_bytes) messages; 200 with what arrived before expires.
+
+    Ack each message with its ack_token. With a pinned_client group, send back the pin_id
+    of the last answer in the Nats-Pin-Id header; 423 means another client holds the pin.
+    """
+    fetched = await consumers.fetch(stream, name, request or FetchRequest(), pin_id)
+    body: dict[str, Any] = {"messages": fetched.messages}
+    if fetched.pin_id:
+        body["pin_id"] = fetched.pin_id
+    return JSON(body, headers=_pin_headers(fetched.pin_id))
+
+
+@router.post(
+    "/{consumer}/next",
+    response_model=DeliveredMessage,
+    response_class=JSON,
+    responses={
+        200: {"headers": _PIN_RESPONSE_HEADER},
+        204: {"description": "No message arrived before expires"},
+        **_PULL_ERRORS,
+    },
+)
+async def next_message(
+    stream: StreamName,
+    name: ConsumerName,
+    consumers: ConsumersDep,
+    pin_id: PinId = None,
+    request: NextRequest | None = None,
+) -> Any:
+    """Pull one message: 200 with it, or 204 when none arrived before expires."""
+    fetched = await consumers.fetch(stream, name, request or NextRequest(), pin_id)
+    headers = _pin_headers(fetched.pin_id)
+    if not fetched.messages:
+        return Response(status_code=204, headers=headers)
+    return JSON(fetched.messages[0], headers=headers)
+
+
+@router.get(
+    "/{consumer}/consume",
+    response_class=EventSourceResponse,
+    responses={
+        200: {
+            "description": "SSE: `message` (id = stream sequence, data = delivered message "
+            "JSON), `pinned`, `unpinned`, `warning`, and `error` before the gateway closes",
+            "content": {"text/event-stream": {"schema": {"type": "string"}}},
+        },
+        **_PULL_ERRORS,
+    },
+)
+async def consume_messages(
+    stream: StreamName,
+    name: ConsumerName,
+    query: Annotated[ConsumeQuery, Query()],
+    consumers: ConsumersDep,
+    settings: SettingsDep,
+    slots: SseSlotsDep,
+    principal: PrincipalDep,
+    pin_id: PinId = None,
+) -> EventSourceResponse:
+    """Consume continuously over Server-Sent Events (ADR-37), acking with the ack_tokens.
+
+    Closing the connection stops pulling at once; messages delivered to the gateway but not
+    to you are not acked and come back after the consumer's ack_wait.
+    """
+    release = slots.acquire(principal.name)
+    try:
+        events = await consumers.consume(stream, name, query, pin_id)
+    except BaseException:
+        await release()
+        raise
+    return sse_response(events, release=release, heartbeat=settings.sse_heartbeat)
+
+
+@router.post(
+    "/{consumer}/ack",
+    response_model=AckBatchResult,
+    response_model_exclude_none=True,
+    response_class=JSON,
+    responses=problems(errors.Forbidden, errors.PayloadTooLarge),
+)
+async def ack_messages(
+    stream: StreamName, name: ConsumerName, batch: AckBatch, consumers: ConsumersDep
+) -> Any:
+    """Ack, nak (with an optional delay), wpi or term (with a reason) delivered messages.
+
+    Every token is checked first: a forged or foreign token rejects the whole request and
+    nothing is sent. Each ack counts once the server confirmed it; one result per ack.
+    """
+    return {"results": await consumers.ack(stream, name, batch.acks)}
+
+
+@router.post("/{consumer}/unpin", status_code=204, responses=problems(errors.NotFound))
+async def unpin_group(
+    stream: StreamName, name: ConsumerName, request: UnpinRequest, consumers: ConsumersDep
+) -> Response:
+    """Unpin a pinned_client group: the server pins the next client that pulls."""
+    await consumers.unpin(stream, name, request.group)
+    return Response(status_code=204)
+
+
+def _pin_headers(pin_id: str | None) -> dict[str, str]:
+    return {PIN_HEADER: pin_id} if pin_id else {}

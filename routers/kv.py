@@ -1,0 +1,451 @@
+"""KV (ADR-8): buckets, entries with revisions as entity tags, history, keys, SSE watches."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Annotated, Any
+
+import anyio
+from fastapi import APIRouter, Header, Path, Query, Request
+from sse_starlette import EventSourceResponse, ServerSentEvent
+from starlette.background import BackgroundTask
+from starlette.responses import Response
+
+from app import errors, validation
+from app.auth.policy import Principal, Resource
+from app.deps import (
+    DirectServiceDep,
+    KVDep,
+    PoolDep,
+    PrincipalDep,
+    SettingsDep,
+    SseSlotsDep,
+)
+from app.http import JSON, problems, read_body, wants_json
+from app.schemas import (
+    KVBucketList,
+    KVConfig,
+    KVHistory,
+    KVKeys,
+    KVReadRequest,
+    KVReadResult,
+    KVStatus,
+    KVWriteResult,
+)
+from app.services.kv_model import Entry, Precondition, etag, if_none_match_hits
+from app.services.kv_read import read_at
+from app.services.kv_watch import WatchOptions, WatchSession
+
+router = APIRouter(prefix="/v1/kv", tags=["kv"])
+
+Bucket = Annotated[str, Path(description="Bucket name (letters, digits, '-', '_')")]
+Key = Annotated[str, Path(description="Key: letters, digits and -/_=. ; no wildcards")]
+Revision = Annotated[int | None, Query(ge=1, le=2**64 - 1, description="read this revision")]
+Ttl = Annotated[
+    str | None,
+    Query(description="per-key TTL (ADR-48): seconds, '30s', or 'never'; needs limit_marker_ttl"),
+]
+IfMatch = Annotated[str | None, Header(description='"<revision>": write only over that revision')]
+IfNoneMatch = Annotated[str | None, Header()]
+
+# A client whose connection takes this long to accept one write is gone or stuck: drop it.
+_SSE_SEND_TIMEOUT = 60.0
+_SHUTDOWN_GRACE = 2.0
+
+_ENTRY_HEADERS = {
+    "ETag": {"description": '"<revision>"', "schema": {"type": "string"}},
+    "KV-Revision": {"schema": {"type": "integer"}},
+    "KV-Created": {"description": "RFC 3339", "schema": {"type": "string"}},
+    "KV-Operation": {"schema": {"type": "string", "enum": ["PUT"]}},
+}
+_ENTRY_DOC = {
+    "description": "The value as the raw body, or Entry JSON with `Accept: application/json`",
+    "headers": _ENTRY_HEADERS,
+    "content": {
+        "application/octet-stream": {"schema": {"type": "string", "format": "binary"}},
+        "application/json": {"schema": {"$ref": "#/components/schemas/KVEntry"}},
+    },
+}
+_RAW_BODY = {
+    "requestBody": {
+        "content": {"application/octet-stream": {"schema": {"type": "string", "format": "binary"}}}
+    }
+}
+_WATCH_DOC = {
+    "description": "Server-sent events: `put`, `delete`, `purge` (id: revision, data: Entry "
+    "JSON), `ready` once the initial values are sent (id: the revision to resume from), "
+    "`error` before the gateway ends the stream; `: ping` comments as heartbeats",
+    "content": {
+        "text/event-stream": {
+            # OpenAPI 3.1: the schema of one event (3.2 would call it itemSchema).
+            "schema": {
+                "type": "object",
+                "required": ["event", "data"],
+                "properties": {
+                    "event": {"enum": ["put", "delete", "purge", "ready", "error"]},
+                    "id": {"type": "string", "pattern": "^[0-9]+$"},
+                    "data": {
+                        "type": "string",
+                        "contentMediaType": "application/json",
+                        "description": "put/delete/purge: KVEntry; ready: {revision}; "
+                        "error: Problem",
+                    },
+                },
+            }
+        }
+    },
+}
+
+
+def _keys_visible(principal: Principal, bucket: str) -> Callable[[str], bool] | None:
+    """None when the principal reads the whole bucket; else a check per key."""
+    if principal.readable_prefixes("kv", bucket) is None:
+        return None
+    return lambda key: principal.allows("read", Resource("kv", bucket, key))
+
+
+# -- buckets ------------------------------------------------------------------------------------
+
+
+@router.get("", response_model=KVBucketList, response_class=JSON, responses=problems())
+async def list_buckets(kv: KVDep, principal: PrincipalDep) -> Any:
+    """List buckets with their status."""
+    buckets = await kv.buckets.list_all(
+        lambda bucket: principal.readable_prefixes("kv", bucket) != []
+    )
+    return {"buckets": buckets}
+
+
+@router.put(
+    "/{bucket}",
+    response_model=KVStatus,
+    response_model_exclude_none=True,
+    response_class=JSON,
+    responses={201: {"description": "Created", "model": KVStatus}, **problems(errors.Conflict)},
+)
+async def put_bucket(bucket: Bucket, kv: KVDep, config: KVConfig | None = None) -> Any:
+    """Create (201) or update (200) a bucket.
+
+    The stream is always ADR-8's: `KV_<bucket>` on `$KV.<bucket>.>`, history as
+    max_msgs_per_subject, ttl as max_age (duplicate window min(ttl, 2m)), direct get, rollups,
+    deny delete, discard new. A body left out means the defaults (history 1, no ttl).
+    """
+    status, created = await kv.buckets.put(bucket, config or KVConfig())
+    return JSON(status, status_code=201 if created else 200)
+
+
+@router.get(
+    "/{bucket}",
+    response_model=KVStatus,
+    response_model_exclude_none=True,
+    response_class=JSON,
+    responses=problems(errors.NotFound),
+)
+async def bucket_status(bucket: Bucket, kv: KVDep) -> Any:
+    """Bucket status (ADR-8 Status) and settings."""
+    return await kv.buckets.status(bucket)
+
+
+@router.delete("/{bucket}", status_code=204, responses=problems(errors.NotFound))
+async def delete_bucket(bucket: Bucket, kv: KVDep) -> Response:
+    """Delete a bucket and all its values; its watches end with an `error` event."""
+    await kv.buckets.delete(bucket)
+    return Response(status_code=204)
+
+
+@router.get(
+    "/{bucket}/keys",
+    response_model=KVKeys,
+    response_class=JSON,
+    responses=problems(errors.NotFound),
+)
+async def list_keys(
+    bucket: Bucket,
+    kv: KVDep,
+    principal: PrincipalDep,
+    filter: Annotated[str | None, Query(description="key filter, NATS wildcards * and >")] = None,
+    limit: Annotated[int, Query(ge=1, le=10_000)] = 1000,
+    cursor: Annotated[str | None, Query(description="next_cursor of the previous page")] = None,
+) -> Any:
+    """Keys holding a value (deleted and purged keys left out), a page at a time.
+
+    Keys come in the order of their latest revision. A page may hold fewer than `limit` keys
+    while `next_cursor` is not null; `null` means the listing is complete. As with Redis
+    SCAN, a key written during the listing may be listed twice or missed.
+    """
+    keys, next_cursor = await kv.keys(
+        bucket, filter, limit=limit, cursor=cursor, visible=_keys_visible(principal, bucket)
+    )
+    return {"keys": keys, "next_cursor": next_cursor}
+
+
+# -- entries ------------------------------------------------------------------------------------
+
+
+def _entry_headers(entry: Entry) -> dict[str, str]:
+    headers = {
+        "ETag": etag(entry.revision),
+        "KV-Revision": str(entry.revision),
+        "KV-Operation": entry.operation,
+    }
+    if entry.created:
+        headers["KV-Created"] = entry.created
+    return headers
+
+
+def _entry_response(entry: Entry, request: Request, if_none_match: str | None) -> Response:
+    headers = _entry_headers(entry)
+    if if_none_match_hits(if_none_match, entry.revision):
+        return Response(status_code=304, headers=headers)
+    if wants_json(request):
+        return JSON(entry.to_json(), headers=headers)
+    return Response(entry.value or b"", media_type="application/octet-stream", headers=headers)
+
+
+@router.get(
+    "/{bucket}/keys/{key:text}",
+    response_class=Response,
+    responses={200: _ENTRY_DOC, 304: {"description": "Not modified"}, **problems(errors.NotFound)},
+)
+async def get_key(
+    bucket: Bucket,
+    key: Key,
+    request: Request,
+    kv: KVDep,
+    revision: Revision = None,
+    if_none_match: IfNoneMatch = None,
+) -> Response:
+    """A key's value (latest, or `?revision=`), by Direct Get.
+
+    Raw bytes with `ETag: "<revision>"`, `KV-Revision`, `KV-Created` and `KV-Operation`, or
+    Entry JSON with `Accept: application/json`. `If-None-Match: "<revision>"` answers 304 when
+    that is still the current revision. A deleted or purged key is 404, with the revision of
+    the delete in the problem.
+    """
+    entry = await kv.get(bucket, key, revision)
+    return _entry_response(entry, request, if_none_match)
+
+
+@router.head(
+    "/{bucket}/keys/{key:text}",
+    response_class=Response,
+    responses={200: {"description": "As GET, without a body", "headers": _ENTRY_HEADERS},
+               **problems(errors.NotFound)},
+)
+async def head_key(
+    bucket: Bucket,
+    key: Key,
+    request: Request,
+    kv: KVDep,
+    revision: Revision = None,
+    if_none_match: IfNoneMatch = None,
+) -> Response:
+    """A key's metadata: the headers of GET, no body."""
+    full = _entry_response(await kv.get(bucket, key, revision), request, if_none_match)
+    return Response(status_code=full.status_code, headers=dict(full.headers))
+
+
+@router.put(
+    "/{bucket}/keys/{key:text}",
+    response_model=KVWriteResult,
+    response_class=JSON,
+    status_code=200,
+    responses={
+        201: {"description": "Created (If-None-Match: *)", "model": KVWriteResult},
+        **problems(errors.NotFound, errors.PreconditionFailed, errors.PayloadTooLarge),
+    },
+    openapi_extra=_RAW_BODY,
+)
+async def put_key(
+    bucket: Bucket,
+    key: Key,
+    request: Request,
+    kv: KVDep,
+    pool: PoolDep,
+    ttl: Ttl = None,
+    if_match: IfMatch = None,
+    if_none_match: Annotated[
+        str | None, Header(description="*: create; succeeds over a deleted or purged key")
+    ] = None,
+) -> Response:
+    """Store the raw body as the key's value.
+
+    No precondition: put. `If-None-Match: *`: create (ADR-8: also over a key whose last
+    operation is a delete or purge), 201. `If-Match: "<revision>"`: update only if that is
+    the key's current revision (`Nats-Expected-Last-Subject-Sequence`). A failed precondition
+    is 412 with the current `revision` in the problem. `?ttl=` only with create (ADR-48).
+    """
+    precondition = Precondition.from_headers(if_match, if_none_match)
+    value = await read_body(request, pool.max_payload)
+    revision, created = await kv.put(bucket, key, value, precondition, ttl)
+    headers = {"ETag": etag(revision), "KV-Revision": str(revision)}
+    if created:
+        headers["Location"] = str(request.url.path)
+    return JSON({"revision": revision}, status_code=201 if created else 200, headers=headers)
+
+
+@router.delete(
+    "/{bucket}/keys/{key:text}",
+    status_code=204,
+    responses=problems(errors.NotFound, errors.PreconditionFailed),
+)
+async def delete_key(
+    bucket: Bucket,
+    key: Key,
+    kv: KVDep,
+    purge: Annotated[bool, Query(description="drop the history too (Nats-Rollup: sub)")] = False,
+    ttl: Annotated[
+        str | None, Query(description="purge only: how long the purge marker stays")
+    ] = None,
+    if_match: IfMatch = None,
+    if_none_match: IfNoneMatch = None,
+) -> Response:
+    """Delete a key: a `DEL` marker that keeps the history, or with `?purge=true` a `PURGE`
+    marker that removes it. Always writes a marker (ADR-8), so deleting an absent key is a
+    204 too; `If-Match` makes it conditional. The marker's revision is in `KV-Revision`."""
+    precondition = Precondition.from_headers(if_match, if_none_match)
+    revision = await kv.delete(bucket, key, purge=purge, precondition=precondition, ttl=ttl)
+    return Response(status_code=204, headers={"KV-Revision": str(revision)})
+
+
+@router.get(
+    "/{bucket}/history/{key:text}",
+    response_model=KVHistory,
+    response_model_exclude_none=True,
+    response_class=JSON,
+    responses=problems(errors.NotFound),
+)
+async def history(bucket: Bucket, key: Key, kv: KVDep) -> Any:
+    """Every stored revision of a key, oldest first, deletes and purges included.
+
+    `delta` counts the newer revisions of the key (0 for the latest).
+    """
+    return {"entries": [entry.to_json() for entry in await kv.history(bucket, key)]}
+
+
+@router.post(
+    "/{bucket}/read",
+    response_model=KVReadResult,
+    response_model_exclude_none=True,
+    response_class=JSON,
+    responses=problems(errors.NotFound, errors.Conflict, errors.PayloadTooLarge),
+)
+async def read(
+    bucket: Bucket,
+    body: KVReadRequest,
+    direct: DirectServiceDep,
+    principal: PrincipalDep,
+    settings: SettingsDep,
+) -> Any:
+    """Consistent multi-key read: the entries of the keys as of one bucket revision.
+
+    Every server request (filters are split per 1,024 subjects, and paged) is pinned to the
+    same revision: `at_revision`, the revision at `at_time`, or the bucket's last revision when
+    the read starts. Deleted and purged keys are left out unless `include_deleted`. A filter
+    matching more than 1,024 keys is refused (413): list the keys, or narrow the filter.
+    """
+    validation.bucket_name(bucket)
+    if len(body.keys) > settings.max_multi_subjects:
+        raise errors.PayloadTooLarge(
+            "direct.too_many_subjects", f"at most {settings.max_multi_subjects} keys per request"
+        )
+    if body.at_revision is not None and body.at_time is not None:
+        raise errors.InvalidInput("request.invalid", "at_revision and at_time exclude each other")
+    revision, entries = await read_at(
+        direct, bucket, body.keys, at_revision=body.at_revision, at_time=body.at_time,
+        include_deleted=body.include_deleted,
+    )  # fmt: skip
+    if not principal.allows("read", Resource("kv", bucket)):
+        # Narrowed to the keys this token may read, never widened.
+        entries = [e for e in entries if principal.allows("read", Resource("kv", bucket, e.key))]
+    return {"revision": revision, "entries": [entry.to_json() for entry in entries]}
+
+
+# -- watch --------------------------------------------------------------------------------------
+
+
+def _ping() -> ServerSentEvent:
+    return ServerSentEvent(comment="ping")
+
+
+async def _events(
+    session: WatchSession, shutdown: anyio.Event, release: Callable[[], Awaitable[None]]
+) -> AsyncIterator[ServerSentEvent]:
+    async def farewell() -> None:
+        await shutdown.wait()
+        session.end(errors.Unavailable("gateway.shutdown", "the gateway is shutting down"))
+
+    stopper = asyncio.ensure_future(farewell())
+    try:
+        async for event in session.events():
+            yield ServerSentEvent(event.data, event=event.event, id=event.id)
+    finally:
+        stopper.cancel()
+        # Also on a client disconnect, which cancels this generator: release NATS at once.
+        with anyio.CancelScope(shield=True):
+            await session.close()
+            await release()
+
+
+@router.get(
+    "/{bucket}/watch",
+    response_class=EventSourceResponse,
+    responses={200: _WATCH_DOC, **problems(errors.NotFound, errors.TooManyRequests)},
+)
+async def watch(
+    bucket: Bucket,
+    kv: KVDep,
+    settings: SettingsDep,
+    principal: PrincipalDep,
+    slots: SseSlotsDep,
+    key: Annotated[
+        str | None, Query(description="key, or filter with * and >; default: all")
+    ] = None,
+    history: Annotated[bool, Query(description="send all stored revisions first")] = False,
+    ignore_deletes: Annotated[bool, Query(description="only PUT entries")] = False,
+    meta_only: Annotated[bool, Query(description="entries without values")] = False,
+    updates_only: Annotated[bool, Query(description="no current values, only changes")] = False,
+    since: Annotated[
+        int | None, Query(ge=0, le=2**64 - 1, description="resume after this revision")
+    ] = None,
+    last_event_id: Annotated[str | None, Header(description="resume after this revision")] = None,
+) -> Response:
+    """Watch keys as server-sent events (ADR-8 watch).
+
+    Without options: the current value of every matching key (deletes included), then
+    `ready`, then every change. `Last-Event-ID` (sent by browsers on reconnect) or `?since=`
+    resumes right after that revision, with no gap and no repeat.
+    """
+    options = WatchOptions.parse(
+        key,
+        history=history,
+        ignore_deletes=ignore_deletes,
+        meta_only=meta_only,
+        updates_only=updates_only,
+        since=since,
+        last_event_id=last_event_id,
+    )
+    release = slots.acquire(principal.name)
+    try:
+        session = await kv.watch(bucket, options, _keys_visible(principal, bucket))
+    except BaseException:
+        await release()
+        raise
+    shutdown = anyio.Event()
+
+    async def finish() -> None:
+        await session.close()
+        await release()
+
+    return EventSourceResponse(
+        _events(session, shutdown, release),
+        ping=settings.sse_heartbeat,
+        ping_message_factory=_ping,
+        send_timeout=_SSE_SEND_TIMEOUT,
+        # On shutdown the client gets an error event (and reconnects elsewhere) before the end.
+        shutdown_event=shutdown,
+        shutdown_grace_period=_SHUTDOWN_GRACE,
+        # Also when the generator never ran (a client gone before the response started).
+        background=BackgroundTask(finish),
+    )

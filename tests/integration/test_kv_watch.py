@@ -1,0 +1,389 @@
+"""KV watches over SSE, through a real uvicorn (the in-process transport buffers responses)."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import json
+import time
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass, field
+
+import httpx
+import nats
+import orjson
+import pytest
+
+from app.nats.embedded import EmbeddedServer
+from tests.helpers import gateway_settings, served_gateway
+
+
+@dataclass
+class Event:
+    event: str = "message"
+    id: str | None = None
+    data: str = ""
+    comments: list[str] = field(default_factory=list)
+
+    @property
+    def json(self) -> dict:
+        return json.loads(self.data)
+
+
+class SSE:
+    """A small reader of the text/event-stream format (WHATWG HTML 9.2.6)."""
+
+    def __init__(self, response: httpx.Response) -> None:
+        self.response = response
+        self._lines = response.aiter_lines()
+
+    async def next(self, timeout: float = 5.0, *, comments: bool = False) -> Event:
+        """The next event (or, with ``comments``, the next comment-only block too)."""
+        return await asyncio.wait_for(self._next(comments), timeout)
+
+    async def _next(self, comments: bool) -> Event:
+        event, data = Event(), []
+        async for line in self._lines:
+            if line == "":
+                if data or event.id is not None or event.event != "message":
+                    event.data = "\n".join(data)
+                    return event
+                if comments and event.comments:
+                    return event
+                continue
+            name, _, value = line.partition(":")
+            value = value[1:] if value.startswith(" ") else value
+            if name == "":
+                event.comments.append(value)
+            elif name == "event":
+                event.event = value
+            elif name == "data":
+                data.append(value)
+            elif name == "id":
+                event.id = value
+        raise EOFError("the stream ended")
+
+    async def until(self, kind: str, timeout: float = 5.0) -> list[Event]:
+        """Events up to and including the first of ``kind``."""
+        seen: list[Event] = []
+        deadline = time.monotonic() + timeout
+        while True:
+            event = await self.next(max(deadline - time.monotonic(), 0.01))
+            seen.append(event)
+            if event.event == kind:
+                return seen
+
+
+@contextlib.asynccontextmanager
+async def watching(
+    client: httpx.AsyncClient, bucket: str, headers: dict[str, str] | None = None, **params: object
+) -> AsyncIterator[SSE]:
+    query = {k: str(v).lower() if isinstance(v, bool) else v for k, v in params.items()}
+    async with client.stream("GET", f"/v1/kv/{bucket}/watch", params=query, headers=headers) as r:
+        assert r.status_code == 200, (await r.aread()).decode()
+        assert r.headers["content-type"].startswith("text/event-stream")
+        yield SSE(r)
+
+
+async def consumer_count(nc: nats.NATS, bucket: str) -> int:
+    reply = await nc.request(f"$JS.API.STREAM.INFO.KV_{bucket}", b"", timeout=2)
+    return orjson.loads(reply.data)["state"]["consumer_count"]
+
+
+@pytest.fixture
+def url(nats_server: EmbeddedServer) -> Iterator[str]:
+    settings = gateway_settings(nats_server.url, sse_heartbeat=0.5, kv_watch_heartbeat=0.5)
+    with served_gateway(settings) as served:
+        yield served
+
+
+@pytest.fixture
+async def client(url: str) -> AsyncIterator[httpx.AsyncClient]:
+    async with httpx.AsyncClient(base_url=url, timeout=10) as http:
+        yield http
+
+
+async def bucket(client: httpx.AsyncClient, name: str, **config: object) -> str:
+    response = await client.put(f"/v1/kv/{name}", json=config)
+    assert response.status_code == 201, response.text
+    return name
+
+
+async def put(client: httpx.AsyncClient, bucket: str, key: str, value: bytes) -> int:
+    response = await client.put(f"/v1/kv/{bucket}/keys/{key}", content=value)
+    assert response.status_code == 200, response.text
+    return response.json()["revision"]
+
+
+async def test_initial_values_then_ready_then_changes(client: httpx.AsyncClient, name: str) -> None:
+    await bucket(client, name, history=5)
+    await put(client, name, "a", b"1")  # 1
+    await put(client, name, "a", b"2")  # 2
+    await put(client, name, "b", b"x")  # 3
+    await client.delete(f"/v1/kv/{name}/keys/b")  # 4
+    async with watching(client, name) as sse:
+        initial = await sse.until("ready")
+        assert [(e.event, e.id) for e in initial] == [("put", "2"), ("delete", "4"), ("ready", "4")]
+        a = initial[0].json
+        assert a["key"] == "a" and base64.b64decode(a["value"]) == b"2" and a["revision"] == 2
+        assert a["operation"] == "PUT" and a["bucket"] == name and a["created"].endswith("Z")
+        assert initial[1].json["operation"] == "DEL"
+        # The same timestamp as a read gives for that revision (consumer vs Direct Get).
+        read = await client.get(f"/v1/kv/{name}/keys/a")
+        assert a["created"] == read.headers["kv-created"]
+        assert initial[2].json == {"revision": 4}
+        await put(client, name, "c", b"new")
+        change = await sse.next()
+        assert (change.event, change.id, change.json["key"]) == ("put", "5", "c")
+        assert change.json["delta"] == 0
+        await client.delete(f"/v1/kv/{name}/keys/c", params={"purge": "true"})
+        purge = await sse.next()
+        assert (purge.event, purge.id, purge.json["operation"]) == ("purge", "6", "PURGE")
+
+
+async def test_ready_comes_first_when_nothing_is_there(
+    client: httpx.AsyncClient, name: str
+) -> None:
+    await bucket(client, name)
+    async with watching(client, name) as sse:
+        ready = await sse.next()
+        assert ready.event == "ready"
+        await put(client, name, "k", b"v")
+        assert (await sse.next()).id == "1"
+    await put(client, name, "k", b"w")  # 2
+    async with watching(client, name, updates_only=True) as sse:
+        ready = await sse.next()
+        assert (ready.event, ready.id) == ("ready", "2")  # nothing current is sent
+        await put(client, name, "k", b"x")
+        change = await sse.next()
+        assert (change.event, change.id) == ("put", "3")
+    async with watching(client, name, key="other.>") as sse:
+        assert (await sse.next()).event == "ready"  # a filter matching nothing
+
+
+async def test_watch_options(client: httpx.AsyncClient, name: str) -> None:
+    await bucket(client, name, history=10)
+    await put(client, name, "a.1", b"one")  # 1
+    await put(client, name, "a.1", b"two")  # 2
+    await put(client, name, "a.2", b"x")  # 3
+    await client.delete(f"/v1/kv/{name}/keys/a.2")  # 4
+    await put(client, name, "b", b"y")  # 5
+    async with watching(client, name, history=True) as sse:
+        ids = [e.id for e in await sse.until("ready")]
+        assert ids == ["1", "2", "3", "4", "5", "5"]
+    async with watching(client, name, ignore_deletes=True) as sse:
+        events = await sse.until("ready")
+        assert [(e.event, e.id) for e in events] == [("put", "2"), ("put", "5"), ("ready", "5")]
+    async with watching(client, name, meta_only=True, key="a.*") as sse:
+        events = await sse.until("ready")
+        assert [e.id for e in events] == ["2", "4", "4"]
+        assert all("value" not in e.json for e in events[:-1])
+        assert events[0].json["key"] == "a.1" and events[0].json["delta"] == 1
+    async with watching(client, name, key="a.1", history=True) as sse:
+        events = await sse.until("ready")
+        assert [(e.id, e.json.get("delta")) for e in events[:-1]] == [("1", 1), ("2", 0)]
+        await put(client, name, "b", b"not watched")
+        await put(client, name, "a.1", b"three")
+        assert (await sse.next()).id == "7"
+
+
+async def test_resume_after_disconnect_sees_every_revision_once(
+    client: httpx.AsyncClient, name: str
+) -> None:
+    await bucket(client, name)
+    total = 80
+    writes_done = asyncio.Event()
+
+    async def writer() -> None:
+        for i in range(total):
+            await put(client, name, f"k.{i}", str(i).encode())
+            await asyncio.sleep(0.005)
+        writes_done.set()
+
+    first: list[int] = []
+    writing = asyncio.create_task(writer())
+    async with watching(client, name) as sse:
+        while len(first) < 20:
+            event = await sse.next()
+            if event.event in ("put", "ready"):
+                first.append(int(event.id or 0))
+    last_id = str(first[-1])  # what a browser sends back as Last-Event-ID
+    first = [i for i in first if i]  # a ready on an empty bucket has id 0
+    await asyncio.sleep(0.1)  # writes go on while nobody watches
+    second: list[int] = []
+    async with watching(client, name, headers={"Last-Event-ID": last_id}) as sse:
+        await writes_done.wait()
+        while True:
+            event = await sse.next()
+            if event.event == "put":
+                second.append(int(event.id or 0))
+            if second and second[-1] == total:
+                break
+    await writing
+    assert not set(first) & set(second), "an event was repeated"
+    assert sorted(set(first) | set(second)) == list(range(1, total + 1)), "an event was lost"
+    assert second == sorted(second)
+    async with watching(client, name, since=total - 3) as sse:
+        assert [e.id for e in await sse.until("ready")] == [
+            str(total - 2), str(total - 1), str(total), str(total)
+        ]
+
+
+async def test_deleting_the_bucket_ends_the_watch_with_an_error(
+    client: httpx.AsyncClient, nc: nats.NATS, name: str
+) -> None:
+    await bucket(client, name)
+    await put(client, name, "k", b"v")
+    async with watching(client, name) as sse:
+        await sse.until("ready")
+        assert (await client.delete(f"/v1/kv/{name}")).status_code == 204
+        error = await sse.next()
+        assert error.event == "error" and error.json["code"] == "kv.bucket_deleted"
+        with pytest.raises(EOFError):
+            await sse.next(comments=True)
+
+
+async def test_disconnect_releases_the_consumer_at_once(
+    client: httpx.AsyncClient, nc: nats.NATS, name: str
+) -> None:
+    await bucket(client, name)
+    async with watching(client, name) as sse:
+        await sse.until("ready")
+        assert await consumer_count(nc, name) == 1
+        async with watching(client, name, key="x") as other:
+            await other.until("ready")
+            assert await consumer_count(nc, name) == 2
+    started = time.monotonic()
+    while await consumer_count(nc, name) and time.monotonic() - started < 5:
+        await asyncio.sleep(0.02)
+    assert await consumer_count(nc, name) == 0
+    assert time.monotonic() - started < 1.0, "the consumer outlived its client"
+
+
+async def test_heartbeats_are_comments(client: httpx.AsyncClient, name: str) -> None:
+    await bucket(client, name)
+    async with watching(client, name) as sse:
+        await sse.until("ready")
+        ping = await sse.next(timeout=3, comments=True)
+        assert ping.comments == ["ping"] and ping.data == ""
+
+
+async def test_errors_come_before_the_stream(client: httpx.AsyncClient, name: str) -> None:
+    await bucket(client, name)
+    cases = [
+        (f"/v1/kv/{name}X/watch", {}, 404, "kv.bucket_not_found"),
+        ("/v1/kv/a.b/watch", {}, 400, "kv.bucket_invalid"),
+        (f"/v1/kv/{name}/watch?key=a.>.b", {}, 400, "kv.key_filter_invalid"),
+        (f"/v1/kv/{name}/watch?key=a%0A", {}, 400, "kv.key_filter_invalid"),
+        (f"/v1/kv/{name}/watch?history=true&updates_only=true", {}, 400, "kv.watch_invalid"),
+        (f"/v1/kv/{name}/watch", {"Last-Event-ID": "abc"}, 400, "kv.last_event_id_invalid"),
+        (f"/v1/kv/{name}/watch?since=-1", {}, 400, "request.invalid"),
+    ]
+    for path, headers, status, code in cases:
+        response = await client.get(path, headers=headers)
+        assert response.status_code == status, (path, response.text)
+        assert response.headers["content-type"].startswith("application/problem+json")
+        assert response.json()["code"] == code
+
+
+async def test_too_many_watches(nats_server: EmbeddedServer, name: str) -> None:
+    settings = gateway_settings(nats_server.url, kv_max_watches=1)
+    with served_gateway(settings) as served:
+        async with httpx.AsyncClient(base_url=served, timeout=10) as http:
+            await bucket(http, name)
+            async with watching(http, name) as sse:
+                await sse.until("ready")
+                refused = await http.get(f"/v1/kv/{name}/watch")
+                assert refused.status_code == 429 and refused.headers["retry-after"]
+                assert refused.json()["code"] == "kv.too_many_watches"
+            # The slot is given back as soon as the server sees the first client go.
+            for _ in range(100):
+                async with http.stream("GET", f"/v1/kv/{name}/watch") as again:
+                    if again.status_code == 200:
+                        assert (await SSE(again).next()).event == "ready"
+                        break
+                    assert again.status_code == 429
+                await asyncio.sleep(0.02)
+            else:
+                raise AssertionError("the watch slot was never given back")
+
+
+async def test_a_slow_client_is_cut_off_with_an_error(
+    nats_server: EmbeddedServer, nc: nats.NATS, name: str
+) -> None:
+    """A client that stops reading: the queue stays bounded, NATS is released, an error ends it."""
+    settings = gateway_settings(nats_server.url, sse_queue_size=4, kv_watch_heartbeat=0.5)
+    with served_gateway(settings) as served:
+        async with httpx.AsyncClient(base_url=served, timeout=10) as http:
+            await bucket(http, name, history=64)
+        host, port = served.removeprefix("http://").split(":")
+        reader, writer = await asyncio.open_connection(host, int(port))
+        try:
+            writer.write(f"GET /v1/kv/{name}/watch HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+            await writer.drain()
+            assert b"200" in await reader.readline()
+            assert await consumer_count(nc, name) == 1
+            value = b"v" * 200_000
+            js = nc.jetstream()
+            # The client reads nothing: socket buffers fill, then the gateway's queue does.
+            for i in range(150):
+                await js.publish(f"$KV.{name}.k.{i}", value)
+                if i > 60 and await consumer_count(nc, name) == 0:
+                    break
+            assert await consumer_count(nc, name) == 0, "a stalled client still holds a consumer"
+            received = b""
+            with contextlib.suppress(TimeoutError):
+                while chunk := await asyncio.wait_for(reader.read(1 << 20), 5):
+                    received += chunk
+                    if b"kv.watch_too_slow" in received:
+                        break
+            tail = received[-2000:].decode(errors="replace")
+            assert "event: error" in tail and "kv.watch_too_slow" in tail
+            assert received.count(b"event: put") < 150
+        finally:
+            writer.close()
+
+
+async def test_watch_survives_a_server_restart(own_nats_server: EmbeddedServer, name: str) -> None:
+    settings = gateway_settings(own_nats_server.url, kv_watch_heartbeat=0.5)
+    with served_gateway(settings) as served:
+        async with httpx.AsyncClient(base_url=served, timeout=10) as http:
+            await bucket(http, name, history=10, storage="file")
+            await put(http, name, "k", b"1")
+            async with watching(http, name) as sse:
+                assert [e.id for e in await sse.until("ready")] == ["1", "1"]
+                await put(http, name, "k", b"2")
+                assert (await sse.next()).id == "2"
+                await asyncio.to_thread(own_nats_server.restart)
+                # Written while the gateway is still finding its way back.
+                nc = await nats.connect(own_nats_server.url)
+                try:
+                    js = nc.jetstream()
+                    for value in (b"3", b"4", b"5"):
+                        await js.publish(f"$KV.{name}.k", value)
+                finally:
+                    await nc.close()
+                seen = [await sse.next(timeout=15) for _ in range(3)]
+                assert [(e.event, e.id) for e in seen] == [("put", "3"), ("put", "4"), ("put", "5")]
+                assert [base64.b64decode(e.json["value"]) for e in seen] == [b"3", b"4", b"5"]
+                await put(http, name, "k", b"6")
+                assert (await sse.next(timeout=10)).id == "6"
+
+
+async def test_gateway_shutdown_ends_watches_with_an_error(
+    client: httpx.AsyncClient, name: str
+) -> None:
+    from sse_starlette.sse import AppStatus
+
+    await bucket(client, name)
+    async with watching(client, name) as sse:
+        await sse.until("ready")
+        AppStatus.should_exit = True  # what uvicorn's signal handler sets on SIGTERM
+        try:
+            farewell = await sse.next(timeout=5)
+        finally:
+            AppStatus.should_exit = False
+        assert farewell.event == "error" and farewell.json["code"] == "gateway.shutdown"
+        with pytest.raises(EOFError):
+            await sse.next(comments=True)
