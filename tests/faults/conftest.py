@@ -1,0 +1,51 @@
+"""Fixtures of the fault tests: one 3-node JetStream cluster shared by the tests of this package."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Iterator
+
+import pytest
+
+from app.nats.embedded import EmbeddedServerError
+from tests.cluster import Cluster
+
+
+@pytest.fixture(scope="package")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    """Three nats-servers routed to each other on loopback, JetStream on, meta leader elected.
+
+    A test that kills a node restarts it before it ends (see ``Cluster.kill``); the fixture
+    stops every node when the package's tests are done.
+    """
+    nodes = _started(tmp_path_factory)
+    try:
+        asyncio.run(nodes.wait_for_jetstream())
+        yield nodes
+    finally:
+        nodes.stop()
+
+
+def _started(tmp_path_factory: pytest.TempPathFactory, attempts: int = 3) -> Cluster:
+    """The route ports are picked before the nodes bind them: if another process took one in
+    between, the node exits at start-up, and a new set of ports is tried."""
+    for attempt in range(attempts):
+        nodes = Cluster(tmp_path_factory.mktemp("cluster"))
+        try:
+            nodes.start()
+            return nodes
+        except EmbeddedServerError:
+            nodes.stop()
+            if attempt == attempts - 1:
+                raise
+    raise AssertionError("unreachable")
+
+
+@pytest.fixture
+async def healed(cluster: Cluster) -> AsyncIterator[Cluster]:
+    """The cluster, ready for JetStream; every node is started again after the test."""
+    await cluster.wait_for_jetstream()
+    yield cluster
+    for name, node in cluster.nodes.items():
+        if not node.running:
+            await cluster.start_node(name)
