@@ -38,6 +38,7 @@ def serve(_: argparse.Namespace) -> int:
     import uvicorn
 
     from app.nats.embedded import EmbeddedServer
+    from app.tls import uvicorn_options
 
     settings = _load_settings()
     logs.setup(settings.log_level)
@@ -53,6 +54,7 @@ def serve(_: argparse.Namespace) -> int:
         shared_server = EmbeddedServer(settings.data_dir)
         os.environ["JSGW_NATS_URL"] = shared_server.start()
         log.info("embedded nats-server for %d workers at %s", settings.workers, shared_server.url)
+    options = {"http": "httptools", **uvicorn_options(settings)}
     try:
         uvicorn.run(
             "app.cli:app_from_env",
@@ -61,11 +63,11 @@ def serve(_: argparse.Namespace) -> int:
             port=settings.port,
             workers=settings.workers,
             loop="uvloop",
-            http="httptools",
             access_log=False,
             log_config=logs.config(settings.log_level),
             timeout_graceful_shutdown=10,
             proxy_headers=False,
+            **options,
         )
     finally:
         if shared_server is not None:

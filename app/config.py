@@ -40,6 +40,11 @@ class Settings(BaseSettings):
     max_reconnect_attempts: int = Field(default=120, ge=1)
     reconnect_wait: float = Field(default=0.5, gt=0, le=60)
 
+    # HTTPS serving; with a client CA, client certificates can authenticate (optional).
+    tls_cert: Path | None = None
+    tls_key: Path | None = None
+    tls_client_ca: Path | None = None
+
     host: str = "127.0.0.1"
     port: int = Field(default=8080, ge=0, le=65535)
     workers: int = Field(default=1, ge=1, le=64)
@@ -109,7 +114,10 @@ class Settings(BaseSettings):
             raise ValueError("JSGW_LOG_LEVEL must be one of critical, error, warning, info, debug")
         return level
 
-    @field_validator("nats_creds", "nats_tls_ca", "nats_tls_cert", "nats_tls_key", "auth_file")
+    @field_validator(
+        "nats_creds", "nats_tls_ca", "nats_tls_cert", "nats_tls_key", "auth_file",
+        "tls_cert", "tls_key", "tls_client_ca",
+    )
     @classmethod
     def _file_exists(cls, path: Path | None) -> Path | None:
         if path is not None and not path.is_file():
@@ -129,6 +137,10 @@ class Settings(BaseSettings):
     def _check_combinations(self) -> Settings:
         if (self.nats_tls_cert is None) != (self.nats_tls_key is None):
             raise ValueError("JSGW_NATS_TLS_CERT and JSGW_NATS_TLS_KEY go together")
+        if (self.tls_cert is None) != (self.tls_key is None):
+            raise ValueError("JSGW_TLS_CERT and JSGW_TLS_KEY go together")
+        if self.tls_client_ca is not None and self.tls_cert is None:
+            raise ValueError("JSGW_TLS_CLIENT_CA needs JSGW_TLS_CERT and JSGW_TLS_KEY (HTTPS)")
         methods = [
             name
             for name, set_ in (

@@ -17,6 +17,7 @@ from fastapi import Request
 from app import errors
 from app.auth.guard import SSE_COOKIE, SSE_QUERY, Authenticator
 from app.auth.policy import ANONYMOUS, Principal, Resource
+from app.tls import client_cert_name
 
 Params = dict[str, Any]
 
@@ -148,7 +149,9 @@ async def authorize(request: Request) -> Principal:
     sse_token = None
     if need.sse:
         sse_token = request.query_params.get(SSE_QUERY) or request.cookies.get(SSE_COOKIE)
-    principal = authenticator.authenticate(request.headers.get("authorization"), sse_token)
+    principal = authenticator.authenticate(
+        request.headers.get("authorization"), sse_token, client_cert_name(request.scope)
+    )
     authenticator.limit(principal)
     resource = need.resource(request.path_params, request) if need.resource else None
     check(principal, need, resource)

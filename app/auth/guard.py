@@ -76,7 +76,7 @@ class Authenticator:
         except (PolicyError, OSError) as exc:
             log.error("auth file not reloaded, keeping the previous tokens: %s", exc)
             return False
-        log.info("auth file reloaded: %d tokens", len(self.policy.by_digest))
+        log.info("auth file reloaded: %d principals", len(self.policy.principals))
         return True
 
     def _reload_if_changed(self) -> None:
@@ -94,9 +94,13 @@ class Authenticator:
     # -- requests --------------------------------------------------------------------------
 
     def authenticate(
-        self, authorization: str | None, sse_token: str | None = None
+        self,
+        authorization: str | None,
+        sse_token: str | None = None,
+        client_cert: str | None = None,
     ) -> Principal:
-        """The principal of a request, or 401. ``sse_token`` is only offered on SSE routes."""
+        """The principal of a request, or 401. ``sse_token`` is only offered on SSE routes;
+        ``client_cert`` is the subject of a client certificate the TLS layer verified."""
         if self.policy is None:
             return ANONYMOUS
         self._reload_if_changed()
@@ -110,6 +114,11 @@ class Authenticator:
             return principal
         if sse_token:
             return self._verify_sse_token(sse_token)
+        if client_cert:
+            principal = self.policy.by_cert.get(client_cert)
+            if principal is None:
+                raise _unauthorized("no grants for this client certificate")
+            return principal
         raise _unauthorized("authentication required: 'Authorization: Bearer <token>'")
 
     def limit(self, principal: Principal) -> None:
@@ -151,7 +160,7 @@ class Authenticator:
         claims = orjson.loads(body)
         if float(claims.get("e", 0)) < time.time():
             raise _unauthorized("SSE token expired: mint a new one")
-        for principal in self.policy.by_digest.values():
+        for principal in self.policy.principals:
             if principal.name == claims.get("n"):
                 return principal
         raise _unauthorized("the SSE token's owner no longer exists")

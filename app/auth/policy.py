@@ -58,12 +58,17 @@ class TokenModel(BaseModel):
     name: str = Field(min_length=1, max_length=128)
     sha256: str | None = Field(default=None, pattern=r"^[0-9a-f]{64}$")
     token: str | None = Field(default=None, min_length=16)
+    client_cert: str | None = Field(
+        default=None, min_length=3, description="RFC 4514 subject of a client certificate"
+    )
     rules: list[RuleModel] = Field(default_factory=list)
 
     @model_validator(mode="after")
     def _one_secret(self) -> TokenModel:
-        if (self.sha256 is None) == (self.token is None):
-            raise ValueError(f"token {self.name!r}: give exactly one of sha256 or token")
+        if self.sha256 is not None and self.token is not None:
+            raise ValueError(f"token {self.name!r}: give sha256 or token, not both")
+        if self.sha256 is None and self.token is None and self.client_cert is None:
+            raise ValueError(f"token {self.name!r}: give sha256, token or client_cert")
         return self
 
 
@@ -170,6 +175,11 @@ ANONYMOUS = Principal("anonymous", anonymous=True)
 @dataclass
 class Policy:
     by_digest: dict[bytes, Principal] = field(default_factory=dict)
+    by_cert: dict[str, Principal] = field(default_factory=dict)
+
+    @property
+    def principals(self) -> list[Principal]:
+        return [*self.by_digest.values(), *self.by_cert.values()]
 
     def authenticate(self, token: str) -> Principal | None:
         digest = hashlib.sha256(token.encode()).digest()
@@ -190,11 +200,15 @@ def load(path: Path) -> Policy:
         raise PolicyError(f"{path}: {exc}") from None
     policy = Policy()
     for token in parsed.tokens:
-        digest = (
-            bytes.fromhex(token.sha256)
-            if token.sha256
-            else hashlib.sha256((token.token or "").encode()).digest()
-        )
         rules = tuple(Rule(parse_pattern(r.resource), frozenset(r.actions)) for r in token.rules)
-        policy.by_digest[digest] = Principal(token.name, rules)
+        principal = Principal(token.name, rules)
+        if token.sha256 or token.token:
+            digest = (
+                bytes.fromhex(token.sha256)
+                if token.sha256
+                else hashlib.sha256((token.token or "").encode()).digest()
+            )
+            policy.by_digest[digest] = principal
+        if token.client_cert:
+            policy.by_cert[token.client_cert] = principal
     return policy
