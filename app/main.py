@@ -8,7 +8,7 @@ from fastapi import Depends, FastAPI
 from fastapi.openapi.utils import get_openapi
 from starlette.middleware.cors import CORSMiddleware
 
-from app import __version__, problems
+from app import __version__, fastpath, problems
 from app.auth.access import authorize
 from app.config import Settings
 from app.lifespan import make_lifespan
@@ -40,6 +40,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(direct.router)
     app.include_router(kv.router)
     app.include_router(consumers.router)
+    # Innermost of the middleware below: metrics, request ids, CORS and limits still apply.
+    fastpath.install(app, kv.router.routes)
     problems.install(app)
     if settings.cors_origins:
         app.add_middleware(

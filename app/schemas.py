@@ -44,10 +44,15 @@ Subject = Annotated[str, _check(validation.subject)]
 StreamName = Annotated[str, _check(validation.stream_name)]
 Int64 = Annotated[int, Field(ge=-1, le=2**63 - 1)]
 UInt64 = Annotated[int, Field(ge=0, le=2**64 - 1)]
+# Go's int: the upper bound of every count and limit in a NATS config. A larger number would
+# not even reach the server: the JSON encoder refuses integers past 64 bits (a 500).
+MAX_GO_INT = 2**63 - 1
 
 
 class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    # strict: JSON types are taken as they are, so "5", 5.0 or true is no integer and "yes"
+    # or 1 no boolean; lax coercion would turn {"keep": true} into a purge keeping 1 message.
+    model_config = ConfigDict(extra="forbid", strict=True)
 
 
 class Placement(Strict):
@@ -84,7 +89,7 @@ class StreamSource(Strict):
 
 class ConsumerLimits(Strict):
     inactive_threshold: Duration | None = None
-    max_ack_pending: int | None = Field(default=None, ge=-1)
+    max_ack_pending: int | None = Field(default=None, ge=-1, le=MAX_GO_INT)
 
 
 class StreamConfig(Strict):
@@ -94,7 +99,7 @@ class StreamConfig(Strict):
     description: str | None = Field(default=None, max_length=4096)
     subjects: list[SubjectFilter] | None = None
     retention: Literal["limits", "interest", "workqueue"] | None = None
-    max_consumers: int | None = Field(default=None, ge=-1)
+    max_consumers: int | None = Field(default=None, ge=-1, le=MAX_GO_INT)
     max_msgs: Int64 | None = None
     max_bytes: Int64 | None = None
     max_age: Duration | None = None
@@ -276,18 +281,18 @@ class ConsumerConfig(Strict):
     opt_start_time: Time | None = None
     ack_policy: Literal["none", "all", "explicit"] = "explicit"
     ack_wait: Duration | None = None
-    max_deliver: int | None = Field(default=None, ge=-1)
+    max_deliver: int | None = Field(default=None, ge=-1, le=MAX_GO_INT)
     backoff: list[Duration] | None = None
     filter_subject: SubjectFilter | None = None
     filter_subjects: list[SubjectFilter] | None = None
     replay_policy: Literal["instant", "original"] | None = None
     sample_freq: str | None = Field(default=None, pattern=r"\A[0-9]{1,3}%?\z")
-    max_waiting: int | None = Field(default=None, ge=1)
-    max_ack_pending: int | None = Field(default=None, ge=-1)
+    max_waiting: int | None = Field(default=None, ge=1, le=MAX_GO_INT)
+    max_ack_pending: int | None = Field(default=None, ge=-1, le=MAX_GO_INT)
     headers_only: bool | None = None
-    max_batch: int | None = Field(default=None, ge=0)
+    max_batch: int | None = Field(default=None, ge=0, le=MAX_GO_INT)
     max_expires: Duration | None = None
-    max_bytes: int | None = Field(default=None, ge=0)
+    max_bytes: int | None = Field(default=None, ge=0, le=MAX_GO_INT)
     inactive_threshold: Duration | None = None
     num_replicas: int | None = Field(default=None, ge=0, le=5)
     mem_storage: bool | None = None
@@ -372,6 +377,9 @@ class FetchRequest(PullOptions):
 
 class ConsumeQuery(Strict):
     """ADR-37 consume options; thresholds default to half the buffer."""
+
+    # Query parameters are text: numbers come as "100" and must be parsed.
+    model_config = ConfigDict(extra="forbid", strict=False)
 
     group: GroupName | None = None
     max_messages: int | None = Field(default=None, ge=1, description="buffer (default 100)")

@@ -11,7 +11,10 @@ import re
 from app.errors import InvalidInput
 
 _NAME_TOKEN = re.compile(r"[a-zA-Z0-9_-]+")
-_BUCKET = re.compile(r"[a-zA-Z0-9_-]+")
+# A bucket is the stream KV_<bucket>, and stream names have at most 255 characters: no longer
+# bucket can exist, and a longer name spliced into API subjects could exceed the server's
+# control line (see MAX_SUBJECT_LENGTH).
+_BUCKET = re.compile(r"[a-zA-Z0-9_-]{1,252}")
 _STREAM = re.compile(r"[a-zA-Z0-9_-]{1,255}")
 _KEY = re.compile(r"[-/_=.a-zA-Z0-9]+")
 _KEY_FILTER_TOKEN = re.compile(r"[-/_=a-zA-Z0-9]+|\*|>")
@@ -20,7 +23,12 @@ _SUBJECT_TOKEN = re.compile(r"[!-)+-\-/-=?-~]+")
 _HEADER_NAME = re.compile(r"[!#$%&'*+\-.^_`|~0-9a-zA-Z]+")
 _HEADER_VALUE = re.compile(r"[\t\x20-\x7e\x80-\U0010ffff]*")
 
-MAX_SUBJECT_LENGTH = 4096
+# A key or subject ends up in a protocol line to NATS, next to a stream name or bucket twice
+# (Direct Get appends "$KV.<bucket>.<key>" to "$JS.API.DIRECT.GET.KV_<bucket>.") and a reply
+# inbox. nats-server closes the whole connection when that line passes its max_control_line
+# (4096 bytes by default), so a 4,000-character key would drop a pooled connection and every
+# request on it. 2048 leaves room for all of that and for a JetStream domain.
+MAX_SUBJECT_LENGTH = 2048
 MAX_HEADER_VALUE_LENGTH = 4096
 
 # Subjects a client may never publish to through the gateway: the JetStream and system APIs,

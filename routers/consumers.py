@@ -20,6 +20,7 @@ from app.deps import (
 from app.http import JSON, problems
 from app.nats.pull import PIN_HEADER
 from app.schemas import (
+    MAX_GO_INT,
     AckBatch,
     AckBatchResult,
     ConsumeQuery,
@@ -63,7 +64,7 @@ _PULL_ERRORS = problems(errors.NotFound, errors.Conflict, errors.Locked, errors.
 async def list_consumers(
     stream: StreamName,
     consumers: ConsumersDep,
-    offset: Annotated[int, Query(ge=0)] = 0,
+    offset: Annotated[int, Query(ge=0, le=MAX_GO_INT)] = 0,
     limit: Annotated[int, Query(ge=1, le=1000)] = 256,
 ) -> Any:
     """List a stream's consumers with their config and state."""

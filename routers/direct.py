@@ -12,7 +12,7 @@ from starlette.responses import Response, StreamingResponse
 from app import arrow, errors
 from app.auth.policy import Resource
 from app.deps import DirectServiceDep, PrincipalDep, SettingsDep, StreamName
-from app.http import JSON, problems, wants_json
+from app.http import JSON, PlainDigits, problems, wants_json
 from app.nats.direct import EndOfBatch, StoredMessage
 from app.schemas import MultiRequest, MultiResult
 from app.services.direct import SingleQuery
@@ -72,7 +72,7 @@ async def direct_get(
     request: Request,
     service: DirectServiceDep,
     settings: SettingsDep,
-    seq: Annotated[int | None, Query(ge=1, le=2**64 - 1)] = None,
+    seq: Annotated[int | None, Query(ge=1, le=2**64 - 1), PlainDigits] = None,
     last_by_subj: Annotated[str | None, Query(description="last message on this subject")] = None,
     next_by_subj: Annotated[str | None, Query(description="first message at/after seq on this subject")] = None,
     start_time: Annotated[str | None, Query(description="first message at/after this RFC 3339 time")] = None,
@@ -168,7 +168,7 @@ async def multi(
         name, body.subjects, up_to_seq=body.up_to_seq, up_to_time=body.up_to_time,
         page_size=body.batch,
     )  # fmt: skip
-    if not principal.allows("read", Resource("stream", name)):
-        # Narrowed to the subjects this token may read, never widened.
+    if not principal.allows_all("read", "stream", name):
+        # Narrowed to the subjects this token may read, never widened (deny rules included).
         messages = [m for m in messages if principal.allows("read", Resource("stream", name, m.subject))]
     return {"up_to_seq": up_to, "messages": [m.to_json() for m in messages]}

@@ -22,7 +22,8 @@ from app.deps import (
     SettingsDep,
     SseSlotsDep,
 )
-from app.http import JSON, problems, read_body, wants_json
+from app.http import JSON, PlainDigits, problems, read_body
+from app.kv_http import entry_response
 from app.schemas import (
     KVBucketList,
     KVConfig,
@@ -33,7 +34,7 @@ from app.schemas import (
     KVStatus,
     KVWriteResult,
 )
-from app.services.kv_model import Entry, Precondition, etag, if_none_match_hits
+from app.services.kv_model import Precondition, etag
 from app.services.kv_read import read_at
 from app.services.kv_watch import WatchOptions, WatchSession
 
@@ -41,7 +42,9 @@ router = APIRouter(prefix="/v1/kv", tags=["kv"])
 
 Bucket = Annotated[str, Path(description="Bucket name (letters, digits, '-', '_')")]
 Key = Annotated[str, Path(description="Key: letters, digits and -/_=. ; no wildcards")]
-Revision = Annotated[int | None, Query(ge=1, le=2**64 - 1, description="read this revision")]
+Revision = Annotated[
+    int | None, Query(ge=1, le=2**64 - 1, description="read this revision"), PlainDigits
+]
 Ttl = Annotated[
     str | None,
     Query(description="per-key TTL (ADR-48): seconds, '30s', or 'never'; needs limit_marker_ttl"),
@@ -183,26 +186,6 @@ async def list_keys(
 # -- entries ------------------------------------------------------------------------------------
 
 
-def _entry_headers(entry: Entry) -> dict[str, str]:
-    headers = {
-        "ETag": etag(entry.revision),
-        "KV-Revision": str(entry.revision),
-        "KV-Operation": entry.operation,
-    }
-    if entry.created:
-        headers["KV-Created"] = entry.created
-    return headers
-
-
-def _entry_response(entry: Entry, request: Request, if_none_match: str | None) -> Response:
-    headers = _entry_headers(entry)
-    if if_none_match_hits(if_none_match, entry.revision):
-        return Response(status_code=304, headers=headers)
-    if wants_json(request):
-        return JSON(entry.to_json(), headers=headers)
-    return Response(entry.value or b"", media_type="application/octet-stream", headers=headers)
-
-
 @router.get(
     "/{bucket}/keys/{key:text}",
     response_class=Response,
@@ -224,7 +207,7 @@ async def get_key(
     the delete in the problem.
     """
     entry = await kv.get(bucket, key, revision)
-    return _entry_response(entry, request, if_none_match)
+    return entry_response(entry, request.headers, if_none_match)
 
 
 @router.head(
@@ -242,7 +225,7 @@ async def head_key(
     if_none_match: IfNoneMatch = None,
 ) -> Response:
     """A key's metadata: the headers of GET, no body."""
-    full = _entry_response(await kv.get(bucket, key, revision), request, if_none_match)
+    full = entry_response(await kv.get(bucket, key, revision), request.headers, if_none_match)
     return Response(status_code=full.status_code, headers=dict(full.headers))
 
 
@@ -356,8 +339,8 @@ async def read(
         direct, bucket, body.keys, at_revision=body.at_revision, at_time=body.at_time,
         include_deleted=body.include_deleted,
     )  # fmt: skip
-    if not principal.allows("read", Resource("kv", bucket)):
-        # Narrowed to the keys this token may read, never widened.
+    if not principal.allows_all("read", "kv", bucket):
+        # Narrowed to the keys this token may read, never widened (deny rules included).
         entries = [e for e in entries if principal.allows("read", Resource("kv", bucket, e.key))]
     return {"revision": revision, "entries": [entry.to_json() for entry in entries]}
 
@@ -407,7 +390,9 @@ async def watch(
     meta_only: Annotated[bool, Query(description="entries without values")] = False,
     updates_only: Annotated[bool, Query(description="no current values, only changes")] = False,
     since: Annotated[
-        int | None, Query(ge=0, le=2**64 - 1, description="resume after this revision")
+        int | None,
+        Query(ge=0, le=2**64 - 1, description="resume after this revision"),
+        PlainDigits,
     ] = None,
     last_event_id: Annotated[str | None, Header(description="resume after this revision")] = None,
 ) -> Response:

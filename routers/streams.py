@@ -9,8 +9,9 @@ from starlette.responses import Response
 
 from app import errors, validation
 from app.deps import PrincipalDep, StreamName, StreamsDep
-from app.http import JSON, problems
+from app.http import JSON, PlainDigits, problems
 from app.schemas import (
+    MAX_GO_INT,
     Message,
     PurgeRequest,
     PurgeResult,
@@ -21,7 +22,7 @@ from app.schemas import (
 
 router = APIRouter(prefix="/v1/streams", tags=["streams"])
 
-Seq = Annotated[int, Path(ge=1, le=2**64 - 1, description="Stream sequence")]
+Seq = Annotated[int, Path(ge=1, le=2**64 - 1, description="Stream sequence"), PlainDigits]
 
 
 @router.get("", response_model=StreamList, response_class=JSON, responses=problems())
@@ -29,7 +30,7 @@ async def list_streams(
     streams: StreamsDep,
     principal: PrincipalDep,
     subject: Annotated[str | None, Query(description="Only streams capturing this subject")] = None,
-    offset: Annotated[int, Query(ge=0)] = 0,
+    offset: Annotated[int, Query(ge=0, le=MAX_GO_INT)] = 0,
     limit: Annotated[int, Query(ge=1, le=1000)] = 256,
 ) -> Any:
     """List streams with their subjects and state (only those the token may read)."""

@@ -150,13 +150,31 @@ class Principal:
                 best = rule
         return best is not None and action in best.actions
 
+    def allows_all(self, action: str, kind: str, name: str) -> bool:
+        """``action`` on every item of one bucket/stream: the whole is granted, and no more
+        specific rule (``kv:USERS`` read, ``kv:USERS/1234.secret`` none) takes it away from
+        some items. Allowing the whole alone says nothing about such carve-outs."""
+        if self.anonymous:
+            return True
+        if not self.allows(action, Resource(kind, name, None)):
+            return False
+        # An item is denied if the rule decisive for it lacks the action; the first item a
+        # prefix rule decides is the prefix itself.
+        return all(
+            self.allows(action, Resource(kind, name, rule.pattern.prefix))
+            for rule in self.rules
+            if rule.pattern.kind == kind
+            and rule.pattern.prefix is not None
+            and fnmatch.fnmatchcase(name, rule.pattern.name)
+        )
+
     def readable_prefixes(self, kind: str, name: str, action: str = "read") -> list[str] | None:
         """Item prefixes this principal may ``action`` in one bucket/stream.
 
         ``None`` means everything; ``[]`` nothing. Used to narrow wildcard reads: a result
         item is kept only when :meth:`allows` says so, so deny rules still apply.
         """
-        if self.anonymous or self.allows(action, Resource(kind, name, None)):
+        if self.allows_all(action, kind, name):
             return None
         prefixes = [
             rule.pattern.prefix
@@ -166,6 +184,10 @@ class Principal:
             and action in rule.actions
             and fnmatch.fnmatchcase(name, rule.pattern.name)
         ]
+        if self.allows(action, Resource(kind, name, None)):
+            # The whole is granted with carve-outs: any item but those may be read, so the
+            # caller must check each one (None here would return the denied ones too).
+            prefixes.append("")
         return sorted(set(prefixes))
 
 

@@ -7,7 +7,15 @@ from pathlib import Path
 
 import pytest
 
-from app.auth.policy import PolicyError, Resource, load
+from app.auth.policy import (
+    ANONYMOUS,
+    PolicyError,
+    Principal,
+    Resource,
+    Rule,
+    load,
+    parse_pattern,
+)
 
 POLICY = """
 tokens:
@@ -67,6 +75,25 @@ def test_readable_prefixes_narrow(policy) -> None:  # type: ignore[no-untyped-de
     assert app.readable_prefixes("kv", "OTHER") == []
     admin = policy.authenticate("admin-token-0123456789")
     assert admin.readable_prefixes("kv", "USERS") is None
+
+
+def test_a_deny_rule_under_a_whole_grant_is_no_read_of_everything() -> None:
+    rules = (
+        Rule(parse_pattern("kv:USERS"), frozenset({"read"})),
+        Rule(parse_pattern("kv:USERS/1234.secret"), frozenset()),
+        Rule(parse_pattern("kv:*"), frozenset({"read"})),
+        Rule(parse_pattern("kv:*/tmp."), frozenset()),  # less specific than kv:USERS
+    )
+    token = Principal("t", rules)
+    assert token.allows("read", Resource("kv", "USERS"))  # the bucket is granted...
+    assert not token.allows_all("read", "kv", "USERS")  # ...but not every key of it
+    # Wildcard reads must check every key (None would mean "return them all").
+    assert token.readable_prefixes("kv", "USERS") == [""]
+    assert token.allows("read", Resource("kv", "USERS", "tmp.x"))  # kv:USERS decides
+    assert not token.allows_all("read", "kv", "LOGS")  # kv:*/tmp. decides for LOGS
+    assert Principal("u", rules[:1]).allows_all("read", "kv", "USERS")
+    assert Principal("u", rules[:1]).readable_prefixes("kv", "USERS") is None
+    assert ANONYMOUS.allows_all("read", "kv", "USERS")
 
 
 @pytest.mark.parametrize(

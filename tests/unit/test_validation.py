@@ -112,3 +112,18 @@ def test_bad_sequences(value: str) -> None:
 def test_good_sequence() -> None:
     assert validation.sequence("42") == 42
     assert validation.sequence(2**64 - 1) == 2**64 - 1
+
+
+def test_lengths_keep_nats_protocol_lines_short() -> None:
+    # KV_<bucket> is a stream name (255 at most); keys and subjects go into protocol lines
+    # that nats-server cuts off (with the whole connection) past 4096 bytes.
+    assert validation.bucket_name("b" * 252)
+    for fn, long in [
+        (validation.bucket_name, "b" * 253),
+        (validation.kv_key, "k" * 2049),
+        (validation.kv_key_filter, "k" * 2049),
+        (validation.subject, "s" * 2049),
+        (validation.subject_filter, "s" * 2049),
+    ]:
+        assert not accepted(fn, long), fn
+    assert validation.kv_key("k" * 2048) and validation.subject("s" * 2048)
