@@ -8,7 +8,7 @@ from fastapi import Depends, FastAPI
 from fastapi.openapi.utils import get_openapi
 from starlette.middleware.cors import CORSMiddleware
 
-from app import __version__, fastpath, problems
+from app import __version__, fastpath, problems, ui
 from app.auth.access import authorize
 from app.config import Settings
 from app.lifespan import make_lifespan
@@ -30,6 +30,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         version=__version__,
         description=DESCRIPTION,
         lifespan=make_lifespan(settings, metrics),
+        # /docs is served by app.ui from local files: FastAPI's own docs pages load their
+        # scripts from a CDN (and ReDoc its logo, whatever it is told: no /redoc).
+        docs_url=None,
+        redoc_url=None,
         # Every route is checked against app.auth.access.TABLE before its handler runs.
         dependencies=[Depends(authorize)],
     )
@@ -40,6 +44,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(direct.router)
     app.include_router(kv.router)
     app.include_router(consumers.router)
+    # Static pages, not API routes: outside the access table, public; their data comes
+    # through the API above.
+    ui.install(app)
     # Innermost of the middleware below: metrics, request ids, CORS and limits still apply.
     fastpath.install(app, kv.router.routes)
     problems.install(app)

@@ -51,13 +51,14 @@ def problem(response: httpx.Response, status: int, code: str | None = None) -> d
 
 
 @contextmanager
-def served_gateway(settings: Settings) -> Iterator[str]:
+def served_gateway(settings: Settings, port: int = 0) -> Iterator[str]:
     """The app served by a real uvicorn on a free loopback port, in a thread; yields its URL.
 
     For streaming responses (SSE, NDJSON), which the in-process transport buffers whole.
+    ``port``: serve on this one instead (to restart a gateway where its clients expect it).
     """
     config = uvicorn.Config(
-        create_app(settings), host="127.0.0.1", port=0, log_level="warning", lifespan="on",
+        create_app(settings), host="127.0.0.1", port=port, log_level="warning", lifespan="on",
         timeout_graceful_shutdown=5,
     )
     server = uvicorn.Server(config)
