@@ -26,3 +26,19 @@ async def test_body_limit(nats_server: EmbeddedServer, nc: nats.NATS, name: str)
         small = await gw.post(f"/v1/publish/{name}.a", content=b"ok")
         assert small.status_code == 200
     assert (await nc.jetstream().stream_info(name)).state.messages == 1
+
+
+async def test_cors_allowlist(nats_server: EmbeddedServer) -> None:
+    settings = gateway_settings(nats_server.url, cors_origins=["https://console.example"])
+    async with running_gateway(settings) as gw:
+        preflight = await gw.options("/v1/kv", headers={
+            "Origin": "https://console.example", "Access-Control-Request-Method": "GET",
+            "Access-Control-Request-Headers": "authorization"})
+        assert preflight.status_code == 200
+        assert preflight.headers["access-control-allow-origin"] == "https://console.example"
+        other = await gw.options("/v1/kv", headers={
+            "Origin": "https://evil.example", "Access-Control-Request-Method": "GET"})
+        assert "access-control-allow-origin" not in other.headers
+        simple = await gw.get("/healthz", headers={"Origin": "https://console.example"})
+        assert simple.headers["access-control-allow-origin"] == "https://console.example"
+        assert "X-Request-ID" in simple.headers["access-control-expose-headers"]
