@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 _LATENCY_BUCKETS = (
@@ -10,6 +12,9 @@ _LATENCY_BUCKETS = (
 
 
 class Metrics:
+    """The collectors, plus caches of their labelled children: ``labels()`` validates and
+    looks up its arguments on every call, a cost that shows in the hot path."""
+
     def __init__(self) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
         self.http_requests = Counter(
@@ -63,3 +68,22 @@ class Metrics:
             "Pooled connections that the client gave up on and the pool replaced.",
             registry=self.registry,
         )
+
+        self._http: dict[tuple[str, str, int], tuple[Any, Any]] = {}
+        self._nats: dict[str, Any] = {}
+
+    def observe_http(self, method: str, route: str, status: int, seconds: float) -> None:
+        children = self._http.get((method, route, status))
+        if children is None:
+            children = self._http[(method, route, status)] = (
+                self.http_requests.labels(method, route, str(status)),
+                self.http_latency.labels(method, route),
+            )
+        children[0].inc()
+        children[1].observe(seconds)
+
+    def observe_nats(self, operation: str, seconds: float) -> None:
+        child = self._nats.get(operation)
+        if child is None:
+            child = self._nats[operation] = self.nats_latency.labels(operation)
+        child.observe(seconds)

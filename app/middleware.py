@@ -71,8 +71,7 @@ class RequestContextMiddleware:
             route = _route_template(scope)
             if not probe:
                 self.metrics.http_in_flight.dec()
-                self.metrics.http_requests.labels(scope["method"], route, str(status)).inc()
-                self.metrics.http_latency.labels(scope["method"], route).observe(elapsed)
+                self.metrics.observe_http(scope["method"], route, status, elapsed)
             if self.log_requests:
                 access_log.info(
                     "%s %s %s",

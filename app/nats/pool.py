@@ -259,7 +259,7 @@ class NatsPool:
                 headers={"Retry-After": str(self._settings.retry_after)},
             ) from None
         finally:
-            self._metrics.nats_latency.labels(operation).observe(time.perf_counter() - started)
+            self._metrics.observe_nats(operation, time.perf_counter() - started)
 
     # -- state -----------------------------------------------------------------------------
 
