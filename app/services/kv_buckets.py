@@ -12,6 +12,7 @@ from app.nats.jsapi import JetStreamApi
 from app.schemas import KVConfig
 from app.services import kv_model
 from app.services.kv_model import bucket_errors, status_from_info, stream_name
+from app.services.streams import create_or_update
 
 
 class Buckets:
@@ -56,17 +57,10 @@ class Buckets:
         if config.limit_marker_ttl and not (existing or {}).get("subject_delete_marker_ttl"):
             await self._require_api_level(1, "limit_marker_ttl needs nats-server 2.11 or later")
         body = kv_model.stream_config(bucket, config, existing)
-        self.direct.forget(stream)
-        if existing is None:
-            try:
-                info = await self.js.call("stream.create", "STREAM", "CREATE", stream, body=body)
-                return status_from_info(info), True
-            except errors.Conflict as exc:
-                if exc.code != "stream.exists":
-                    raise
-                # Made by someone else between our INFO and CREATE: update it as asked.
-        info = await self.js.call("stream.update", "STREAM", "UPDATE", stream, body=body)
-        return status_from_info(info), False
+        info, created = await create_or_update(
+            self.js, self.direct, stream, body, exists=existing is not None
+        )
+        return status_from_info(info), created
 
     @staticmethod
     def _check_update(bucket: str, existing: dict[str, Any], config: KVConfig) -> None:

@@ -72,6 +72,21 @@ def message_out(stream: str, raw: dict[str, Any]) -> dict[str, Any]:
     return StoredMessage.from_msg_get(stream, raw).to_json()
 
 
+async def create_or_update(
+    js: JetStreamApi, direct: DirectGet, name: str, body: dict[str, Any], *, exists: bool
+) -> tuple[dict[str, Any], bool]:
+    """Create the stream, or update it when it exists. Returns (the server's info, created)."""
+    direct.forget(name)  # its config is about to change
+    if not exists:
+        try:
+            return await js.call("stream.create", "STREAM", "CREATE", name, body=body), True
+        except errors.Conflict as exc:
+            if exc.code != "stream.exists":
+                raise
+            # Created by someone else since we looked: update it as asked.
+    return await js.call("stream.update", "STREAM", "UPDATE", name, body=body), False
+
+
 class StreamService:
     def __init__(self, js: JetStreamApi, direct: DirectGet) -> None:
         self.js = js
@@ -111,19 +126,13 @@ class StreamService:
                 "stream.name_mismatch", f"body name {config.name!r} differs from path {name!r}"
             )
         body = config.to_nats(name)
-        self.direct.forget(name)
         try:
             await self.js.call("stream.info", "STREAM", "INFO", name)
+            exists = True
         except errors.NotFound:
-            try:
-                info = await self.js.call("stream.create", "STREAM", "CREATE", name, body=body)
-                return stream_info_out(info), True
-            except errors.Conflict as exc:
-                if exc.code != "stream.exists":
-                    raise
-                # Created by someone else between our INFO and CREATE: fall through to update.
-        info = await self.js.call("stream.update", "STREAM", "UPDATE", name, body=body)
-        return stream_info_out(info), False
+            exists = False
+        info, created = await create_or_update(self.js, self.direct, name, body, exists=exists)
+        return stream_info_out(info), created
 
     async def delete(self, name: str) -> None:
         await self.js.call("stream.delete", "STREAM", "DELETE", name, write=True)
