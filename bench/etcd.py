@@ -29,7 +29,8 @@ def find() -> str | None:
 
 def version(binary: str) -> str:
     try:
-        out = subprocess.run([binary, "--version"], capture_output=True, text=True, timeout=10).stdout
+        out = subprocess.run([binary, "--version"], check=False, capture_output=True, text=True,
+                             timeout=10).stdout
     except (OSError, subprocess.TimeoutExpired):
         return "?"
     return out.splitlines()[0].split(":", 1)[-1].strip() if out else "?"
@@ -57,7 +58,7 @@ def start(procs: Procs, binary: str, workdir: Path) -> tuple[Proc, str]:
             "--initial-cluster-state", "new",
             "--logger", "zap",
             "--log-level", "warn",
-        ],  # fmt: skip
+        ],
         log=workdir / "etcd.log",
     )
     wait_http(f"{client_url}/health", proc, timeout=30)

@@ -22,14 +22,21 @@ from pathlib import Path
 PYTHON = sys.executable
 ROOT = Path(__file__).resolve().parent.parent
 _PR_SET_PDEATHSIG = 1
+try:  # loaded here, not in the forked child (where other threads may hold locks)
+    _LIBC: ctypes.CDLL | None = ctypes.CDLL("libc.so.6", use_errno=True)
+except OSError:  # pragma: no cover - not glibc
+    _LIBC = None
+
+
+def die_with_parent() -> None:  # pragma: no cover - runs in the child before exec
+    """SIGTERM this child when the benchmark dies (prctl only: safe after fork)."""
+    if _LIBC is not None:
+        _LIBC.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
 def _child_setup() -> None:  # pragma: no cover - runs in the child before exec
     os.setsid()
-    try:
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
-    except OSError:
-        pass
+    die_with_parent()
 
 
 def free_port() -> int:
@@ -59,7 +66,7 @@ class Proc:
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 cwd=str(cwd or ROOT),
-                preexec_fn=_child_setup,
+                preexec_fn=_child_setup,  # noqa: PLW1509 - only setsid and prctl
             )
         finally:
             if out is not subprocess.DEVNULL:
@@ -158,12 +165,11 @@ def rss_mb(pid: int) -> float:
     """Resident memory of pid and its descendants, MiB."""
     total = 0
     for p in tree_pids(pid):
-        with contextlib.suppress(OSError, ValueError):
-            with open(f"/proc/{p}/status") as f:
-                for line in f:
-                    if line.startswith("VmRSS:"):
-                        total += int(line.split()[1])
-                        break
+        with contextlib.suppress(OSError, ValueError), open(f"/proc/{p}/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    total += int(line.split()[1])
+                    break
     return total / 1024
 
 

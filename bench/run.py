@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import datetime as dt
 import math
 import os
@@ -58,6 +59,7 @@ from bench.procs import (
     Proc,
     Procs,
     cpu_seconds,
+    die_with_parent,
     free_port,
     machine_busy_seconds,
     rss_mb,
@@ -149,20 +151,10 @@ class RssSampler(threading.Thread):
         return self.peak
 
 
-def _load_preexec() -> None:  # pragma: no cover - runs in the child
-    import ctypes
-    import signal
-
-    try:
-        ctypes.CDLL("libc.so.6").prctl(1, signal.SIGTERM)
-    except OSError:
-        pass
-
-
 def run_json(args: list[str], timeout: float) -> dict:
     """Run a load process; its last stdout line is its JSON result."""
-    out = subprocess.run(args, capture_output=True, text=True, timeout=timeout, cwd=str(ROOT),
-                         preexec_fn=_load_preexec)
+    out = subprocess.run(args, check=False, capture_output=True, text=True, timeout=timeout,
+                         cwd=str(ROOT), preexec_fn=die_with_parent)
     lines = [line for line in out.stdout.splitlines() if line.startswith("{")]
     if out.returncode != 0 or not lines:
         raise RuntimeError(f"{' '.join(args[2:4])} failed ({out.returncode}): {out.stderr[-800:]}")
@@ -265,9 +257,9 @@ class Bench:
     def _git_version() -> str:
         """The commit measured, and whether app/ or routers/ differ from it (read-only git)."""
         try:
-            head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT,
+            head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, check=False,
                                   capture_output=True, text=True, timeout=10).stdout.strip()
-            dirty = subprocess.run(["git", "status", "--porcelain", "--", "app", "routers"], cwd=ROOT,
+            dirty = subprocess.run(["git", "status", "--porcelain", "--", "app", "routers"], cwd=ROOT, check=False,
                                    capture_output=True, text=True, timeout=10).stdout.strip()
         except (OSError, subprocess.TimeoutExpired):
             return "(unknown commit)"
@@ -278,10 +270,8 @@ class Bench:
     def stop(self) -> None:
         self.procs.stop_all()
         if self.nats is not None:
-            try:
+            with contextlib.suppress(Exception):
                 self.nats.stop()
-            except Exception:  # noqa: BLE001
-                pass
         if not self.args.keep:
             shutil.rmtree(self.workdir, ignore_errors=True)
         else:
@@ -560,7 +550,6 @@ class Bench:
         self.results["sse"] = r
 
     def sse_run(self, clients: int, base: str, path: str, server: Proc) -> dict:
-        a = self.args
         out = self.workdir / f"sse-{clients}-{server.name}.json"
         baseline = rss_mb(server.pid)
         sampler = RssSampler(server.pid)
@@ -576,7 +565,7 @@ class Bench:
             [PYTHON, "-m", "bench.sseload", "--url", base, "--path", path, "--clients",
              str(clients), "--out", str(out)],
             cwd=str(ROOT), stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-            preexec_fn=_load_preexec,
+            preexec_fn=die_with_parent,  # noqa: PLW1509 - prctl only
         )
         try:
             assert proc.stdin and proc.stdout
@@ -676,7 +665,7 @@ class Bench:
         from app.nats.embedded import find_binary
 
         try:
-            nats_v = subprocess.run([find_binary(), "--version"], capture_output=True, text=True,
+            nats_v = subprocess.run([find_binary(), "--version"], check=False, capture_output=True, text=True,
                                     timeout=10).stdout.strip()
         except (OSError, subprocess.TimeoutExpired):
             nats_v = "?"
@@ -692,10 +681,10 @@ class Bench:
         code = self.code_version
         wrk_v = "wrk 4.x" if self.wrk else "not installed"
         lines = [
-            f"Run {dt.datetime.now(dt.UTC).strftime('%Y-%m-%d %H:%M UTC')} of jsgw {code} on {os.cpu_count()} cores "
-            f"({cpu}), Python {platform.python_version()}, {nats_v}, nats-py {ver('nats-py')}, "
-            f"uvicorn {ver('uvicorn')} (uvloop {ver('uvloop')}, httptools {ver('httptools')}), "
-            f"FastAPI {ver('fastapi')}, etcd {etcd_v}, {wrk_v}.",
+            (f"Run {dt.datetime.now(dt.UTC).strftime('%Y-%m-%d %H:%M UTC')} of jsgw {code} on "
+             f"{os.cpu_count()} cores ({cpu}), Python {platform.python_version()}, {nats_v}, "
+             f"nats-py {ver('nats-py')}, uvicorn {ver('uvicorn')} (uvloop {ver('uvloop')}, "
+             f"httptools {ver('httptools')}), FastAPI {ver('fastapi')}, etcd {etcd_v}, {wrk_v}."),
             "",
             f"Settings: `--workers {a.workers}` for the gateway, the raw ASGI app and the FastAPI app; "
             f"{a.duration:g} s per measurement after {a.warmup:g} s of warm-up; {a.keys:,} keys, "
@@ -998,7 +987,7 @@ def main(argv: list[str] | None = None) -> int:
         except KeyboardInterrupt:
             log("interrupted: stopping every process")
             return 130
-        except Exception:
+        except Exception:  # noqa: BLE001 - report, then clean up
             traceback.print_exc()
             log(f"failed; logs in {bench.workdir} (use --keep to keep them)")
             return 1

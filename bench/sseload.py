@@ -27,7 +27,7 @@ from bench.stats import install_uvloop
 
 
 class Client:
-    __slots__ = ("conn", "buf", "ready", "status", "events", "last_id", "closed", "error")
+    __slots__ = ("buf", "closed", "conn", "error", "events", "last_id", "ready", "status")
 
     def __init__(self) -> None:
         self.conn: Connection | None = None
@@ -61,8 +61,7 @@ class Client:
             if event == b"put" and ident:
                 rev = int(ident)
                 self.events.append((rev, now))
-                if rev > self.last_id:
-                    self.last_id = rev
+                self.last_id = max(self.last_id, rev)
             elif event == b"ready":
                 self.ready = True
             elif event == b"error":
@@ -86,7 +85,7 @@ async def run(args: argparse.Namespace) -> None:
                 errors[type(exc).__name__] = errors.get(type(exc).__name__, 0) + 1
                 return
         try:
-            status, body = await client.conn.send(raw, client.sink, client.on_headers)
+            status, _ = await client.conn.send(raw, client.sink, client.on_headers)
             # The stream ended (server closed it, or an error status with a body).
             if client.status != 200 and not client.error:
                 client.error = f"HTTP {status}"
@@ -133,8 +132,7 @@ async def run(args: argparse.Namespace) -> None:
         "error_samples": sorted({c.error for c in clients if c.error})[:5],
         "events": {str(k): v for k, v in by_rev.items()},
     }
-    with open(args.out, "wb") as f:
-        f.write(orjson.dumps(result))
+    _write(args.out, orjson.dumps(result))
     for c in clients:
         if c.conn is not None:
             c.conn.close()
@@ -143,6 +141,11 @@ async def run(args: argparse.Namespace) -> None:
     await asyncio.gather(*tasks, return_exceptions=True)
     sys.stdout.write("DONE\n")
     sys.stdout.flush()
+
+
+def _write(path: str, data: bytes) -> None:
+    with open(path, "wb") as f:
+        f.write(data)
 
 
 def parse(argv: list[str] | None = None) -> argparse.Namespace:

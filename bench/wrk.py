@@ -66,7 +66,7 @@ def run(binary: str, url: str, lua: Path, *, threads: int, connections: int, dur
         timeout: float = 5.0) -> dict:
     args = [binary, f"-t{threads}", f"-c{connections}", f"-d{max(1, round(duration))}s",
             f"--timeout={int(timeout)}s", "-s", str(lua), url]
-    out = subprocess.run(args, capture_output=True, text=True, timeout=duration + 60)
+    out = subprocess.run(args, check=False, capture_output=True, text=True, timeout=duration + 60)
     for line in reversed(out.stdout.splitlines()):
         if line.startswith("WRKJSON "):
             data = json.loads(line[len("WRKJSON "):])
