@@ -41,22 +41,24 @@ def is_name_token(value: str) -> bool:
     return _NAME_TOKEN.fullmatch(value) is not None
 
 
-def stream_name(value: str) -> str:
-    if _STREAM.fullmatch(value) is None:
-        raise InvalidInput(
-            "stream.name_invalid",
-            f"invalid stream name {value!r}: use 1-255 letters, digits, '-' or '_'",
-        )
+def _matching(pattern: re.Pattern[str], value: str, code: str, detail: str) -> str:
+    if pattern.fullmatch(value) is None:
+        raise InvalidInput(code, detail)
     return value
+
+
+def stream_name(value: str) -> str:
+    return _matching(
+        _STREAM, value, "stream.name_invalid",
+        f"invalid stream name {value!r}: use 1-255 letters, digits, '-' or '_'",
+    )  # fmt: skip
 
 
 def consumer_name(value: str) -> str:
-    if _STREAM.fullmatch(value) is None:
-        raise InvalidInput(
-            "consumer.name_invalid",
-            f"invalid consumer name {value!r}: use 1-255 letters, digits, '-' or '_'",
-        )
-    return value
+    return _matching(
+        _STREAM, value, "consumer.name_invalid",
+        f"invalid consumer name {value!r}: use 1-255 letters, digits, '-' or '_'",
+    )  # fmt: skip
 
 
 # ADR-42 priority groups: the limited-term of ADR-6, at most 16 characters (as the server checks).
@@ -66,31 +68,25 @@ _PIN_ID = re.compile(r"[a-zA-Z0-9_-]{1,64}")
 
 
 def group_name(value: str) -> str:
-    if _GROUP.fullmatch(value) is None:
-        raise InvalidInput(
-            "consumer.group_name_invalid",
-            f"invalid priority group {value!r}: 1-16 letters, digits, '-', '_', '/' or '='",
-        )
-    return value
+    return _matching(
+        _GROUP, value, "consumer.group_name_invalid",
+        f"invalid priority group {value!r}: 1-16 letters, digits, '-', '_', '/' or '='",
+    )  # fmt: skip
 
 
 def pin_id(value: str) -> str:
-    if _PIN_ID.fullmatch(value) is None:
-        raise InvalidInput(
-            "consumer.pin_id_invalid",
-            "invalid Nats-Pin-Id: send back exactly the pin id the gateway returned "
-            "(1-64 letters, digits, '-' or '_')",
-        )
-    return value
+    return _matching(
+        _PIN_ID, value, "consumer.pin_id_invalid",
+        "invalid Nats-Pin-Id: send back exactly the pin id the gateway returned "
+        "(1-64 letters, digits, '-' or '_')",
+    )  # fmt: skip
 
 
 def bucket_name(value: str) -> str:
-    if _BUCKET.fullmatch(value) is None:
-        raise InvalidInput(
-            "kv.bucket_invalid",
-            f"invalid bucket name {value!r}: use letters, digits, '-' or '_'",
-        )
-    return value
+    return _matching(
+        _BUCKET, value, "kv.bucket_invalid",
+        f"invalid bucket name {value!r}: use 1-252 letters, digits, '-' or '_'",
+    )  # fmt: skip
 
 
 def _tokens_ok(value: str, token: re.Pattern[str]) -> bool:

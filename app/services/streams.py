@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from app import errors
@@ -18,6 +19,8 @@ _STREAM_DURATIONS = (
     ("consumer_limits", "inactive_threshold"),
 )
 _LIST_PAGE = 256
+_CAPTURING_TTL = 5.0
+_CAPTURING_CACHE_SIZE = 10_000
 
 
 def durations_out(config: dict[str, Any], paths: tuple[tuple[str, ...], ...]) -> dict[str, Any]:
@@ -91,6 +94,7 @@ class StreamService:
     def __init__(self, js: JetStreamApi, direct: DirectGet) -> None:
         self.js = js
         self.direct = direct
+        self._capturing: dict[str, tuple[float, str | None]] = {}
 
     async def list(self, subject: str | None, offset: int, limit: int) -> dict[str, Any]:
         """Streams ``[offset, offset+limit)``, paging the server's 256-stream pages."""
@@ -111,10 +115,22 @@ class StreamService:
         return {"streams": streams[:limit], "total": total, "offset": offset, "limit": limit}
 
     async def capturing(self, subject: str) -> str | None:
-        """The stream that stores messages published to ``subject``, if any."""
+        """The stream that stores messages published to ``subject``, if any.
+
+        Asked for every authorized publish, so answers are kept for a few seconds (bounded):
+        which stream captures a subject changes only with stream configs.
+        """
+        now = time.monotonic()
+        cached = self._capturing.get(subject)
+        if cached is not None and cached[0] > now:
+            return cached[1]
         result = await self.js.call("stream.names", "STREAM", "NAMES", body={"subject": subject})
         names = result.get("streams") or []
-        return names[0] if names else None
+        stream = names[0] if names else None
+        if len(self._capturing) >= _CAPTURING_CACHE_SIZE:
+            self._capturing.clear()
+        self._capturing[subject] = (now + _CAPTURING_TTL, stream)
+        return stream
 
     async def info(self, name: str) -> dict[str, Any]:
         return stream_info_out(await self.js.call("stream.info", "STREAM", "INFO", name))
@@ -132,11 +148,13 @@ class StreamService:
         except errors.NotFound:
             exists = False
         info, created = await create_or_update(self.js, self.direct, name, body, exists=exists)
+        self._capturing.clear()  # its subjects may have changed
         return stream_info_out(info), created
 
     async def delete(self, name: str) -> None:
         await self.js.call("stream.delete", "STREAM", "DELETE", name, write=True)
         self.direct.forget(name)
+        self._capturing.clear()
 
     async def purge(self, name: str, request: PurgeRequest) -> int:
         if request.seq is not None and request.keep is not None:
