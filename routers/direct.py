@@ -7,6 +7,7 @@ from typing import Annotated, Any, Literal
 
 import orjson
 from fastapi import APIRouter, Path, Query, Request
+from starlette.background import BackgroundTask
 from starlette.responses import Response, StreamingResponse
 
 from app import arrow, errors
@@ -101,9 +102,14 @@ async def direct_get(
     # The first server page is read before answering, so that its errors are proper
     # problem responses; what follows streams as it arrives.
     first = await anext(aiter(items))
+    # The first page holds an inbox subscription: if the client leaves before the body starts,
+    # the encoder never runs its own cleanup, so the response closes the reader afterwards.
+    close = BackgroundTask(items.aclose)  # type: ignore[attr-defined]
     if use_arrow:
-        return StreamingResponse(arrow.encode(first, items), media_type=arrow.ARROW_STREAM)
-    return StreamingResponse(_ndjson(first, items), media_type=NDJSON)
+        return StreamingResponse(
+            arrow.encode(first, items), media_type=arrow.ARROW_STREAM, background=close
+        )
+    return StreamingResponse(_ndjson(first, items), media_type=NDJSON, background=close)
 
 
 async def _ndjson(
