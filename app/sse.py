@@ -5,13 +5,17 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import signal
 from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any
+from typing import Any, Protocol
 
 import anyio
 from sse_starlette import EventSourceResponse, ServerSentEvent
+from sse_starlette.sse import AppStatus
 from starlette.background import BackgroundTask
+from starlette.responses import Response
+from starlette.types import Receive, Scope, Send
 
 from app import errors
 
@@ -125,3 +129,88 @@ def sse_response(
         shutdown_event=shutdown,
         shutdown_grace_period=SHUTDOWN_GRACE,
     )
+
+
+def server_exiting() -> bool:
+    """Has the HTTP server begun to exit? uvicorn waits for open streams before it stops, so
+    streams must end themselves: the flag sse-starlette sets from uvicorn's signal handler, or
+    uvicorn's own, found through that handler as sse-starlette does."""
+    if AppStatus.should_exit:
+        return True
+    server = getattr(signal.getsignal(signal.SIGTERM), "__self__", None)
+    return bool(getattr(server, "should_exit", False))
+
+
+class ChunkSource(Protocol):
+    """What :class:`QueueStream` writes: encoded events from a queue that another task fills."""
+
+    sending_since: float
+    writer: asyncio.Task[Any] | None
+    cut_off: bool
+
+    async def next_chunk(self) -> bytes | None: ...
+
+    def end(self) -> None: ...
+
+
+_SSE_HEADERS = [
+    (b"content-type", b"text/event-stream; charset=utf-8"),
+    (b"cache-control", b"no-store"),
+    (b"x-accel-buffering", b"no"),
+]
+
+
+class QueueStream(Response):
+    """A text/event-stream of pre-encoded chunks, with no per-event work but the send.
+
+    The source's queue is filled elsewhere (a fan-out feed); heartbeats and cutting off a
+    client that reads nothing are done by whoever owns the sources, for all at once. A client
+    that disconnects ends the source; ``on_close`` runs however the stream ends.
+    """
+
+    media_type = "text/event-stream"
+
+    def __init__(
+        self,
+        source: ChunkSource,
+        on_close: Callable[[], Awaitable[None]],
+        headers: dict[str, str] | None = None,
+    ) -> None:
+        self.source = source
+        self.on_close = on_close
+        self.status_code = 200
+        self.background = None
+        self.extra = [(k.lower().encode(), v.encode()) for k, v in (headers or {}).items()]
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        source = self.source
+        loop = asyncio.get_running_loop()
+        listener = loop.create_task(_until_disconnect(receive, source))
+        source.writer = asyncio.current_task()
+        try:
+            await send(
+                {"type": "http.response.start", "status": 200, "headers": _SSE_HEADERS + self.extra}
+            )
+            while (chunk := await source.next_chunk()) is not None:
+                source.sending_since = loop.time()
+                await send({"type": "http.response.body", "body": chunk, "more_body": True})
+                source.sending_since = 0.0
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
+        except asyncio.CancelledError:
+            if not source.cut_off:
+                raise
+            # Cut off: the client read nothing for too long; uvicorn closes the connection.
+            asyncio.current_task().uncancel()  # type: ignore[union-attr]
+        except OSError:
+            pass  # the connection broke under the send
+        finally:
+            source.writer = None
+            listener.cancel()
+            with anyio.CancelScope(shield=True):
+                await self.on_close()
+
+
+async def _until_disconnect(receive: Receive, source: ChunkSource) -> None:
+    while (await receive())["type"] != "http.disconnect":
+        pass
+    source.end()

@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Callable
 from typing import Annotated, Any
 
-import anyio
 from fastapi import APIRouter, Header, Path, Query, Request
-from sse_starlette import EventSourceResponse, ServerSentEvent
-from starlette.background import BackgroundTask
+from sse_starlette import EventSourceResponse
 from starlette.responses import Response
 
 from app import errors, validation
@@ -36,7 +33,8 @@ from app.schemas import (
 )
 from app.services.kv_model import Precondition, etag
 from app.services.kv_read import read_at
-from app.services.kv_watch import WatchOptions, WatchSession
+from app.services.kv_watch import WatchOptions
+from app.sse import QueueStream
 
 router = APIRouter(prefix="/v1/kv", tags=["kv"])
 
@@ -53,8 +51,6 @@ IfMatch = Annotated[str | None, Header(description='"<revision>": write only ove
 IfNoneMatch = Annotated[str | None, Header()]
 
 # A client whose connection takes this long to accept one write is gone or stuck: drop it.
-_SSE_SEND_TIMEOUT = 60.0
-_SHUTDOWN_GRACE = 2.0
 
 _ENTRY_HEADERS = {
     "ETag": {"description": '"<revision>"', "schema": {"type": "string"}},
@@ -348,29 +344,6 @@ async def read(
 # -- watch --------------------------------------------------------------------------------------
 
 
-def _ping() -> ServerSentEvent:
-    return ServerSentEvent(comment="ping")
-
-
-async def _events(
-    session: WatchSession, shutdown: anyio.Event, release: Callable[[], Awaitable[None]]
-) -> AsyncIterator[ServerSentEvent]:
-    async def farewell() -> None:
-        await shutdown.wait()
-        session.end(errors.Unavailable("gateway.shutdown", "the gateway is shutting down"))
-
-    stopper = asyncio.ensure_future(farewell())
-    try:
-        async for event in session.events():
-            yield ServerSentEvent(event.data, event=event.event, id=event.id)
-    finally:
-        stopper.cancel()
-        # Also on a client disconnect, which cancels this generator: release NATS at once.
-        with anyio.CancelScope(shield=True):
-            await session.close()
-            await release()
-
-
 @router.get(
     "/{bucket}/watch",
     response_class=EventSourceResponse,
@@ -379,7 +352,6 @@ async def _events(
 async def watch(
     bucket: Bucket,
     kv: KVDep,
-    settings: SettingsDep,
     principal: PrincipalDep,
     slots: SseSlotsDep,
     key: Annotated[
@@ -417,20 +389,9 @@ async def watch(
     except BaseException:
         await release()
         raise
-    shutdown = anyio.Event()
 
     async def finish() -> None:
         await session.close()
         await release()
 
-    return EventSourceResponse(
-        _events(session, shutdown, release),
-        ping=settings.sse_heartbeat,
-        ping_message_factory=_ping,
-        send_timeout=_SSE_SEND_TIMEOUT,
-        # On shutdown the client gets an error event (and reconnects elsewhere) before the end.
-        shutdown_event=shutdown,
-        shutdown_grace_period=_SHUTDOWN_GRACE,
-        # Also when the generator never ran (a client gone before the response started).
-        background=BackgroundTask(finish),
-    )
+    return QueueStream(session, finish)

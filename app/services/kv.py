@@ -85,6 +85,7 @@ class KVService:
             queue_size=settings.sse_queue_size,
             idle_heartbeat=settings.kv_watch_heartbeat,
             retry_after=settings.retry_after,
+            ping_interval=settings.sse_heartbeat,
         )
 
     async def close(self) -> None:

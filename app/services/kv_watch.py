@@ -1,9 +1,22 @@
-"""KV watches (ADR-8): one ordered consumer per watch, one bounded event queue per client.
+"""KV watches (ADR-8), fanned out: one NATS consumer per distinct (bucket, filter, meta_only),
+shared by every SSE client watching it, and one bounded queue of pre-encoded events per client.
 
-The NATS side (:class:`app.nats.ordered.OrderedConsumer`) and the delivery side
-(:class:`WatchSession`: filtering, encoding, the ``ready`` marker, the bounded queue) meet only
-through the consumer's listener interface, so that one consumer could later feed several
-sessions watching the same thing without either side being rewritten.
+A :class:`Feed` is an ordered consumer that starts at the end of the bucket and delivers every
+later change once; it encodes each change once and offers it to its sessions. A session that
+needs the past first (the current values, ``history`` or ``since``; everything but
+``updates_only``) catches up with an ordered consumer of its own while it queues what the feed
+delivers. When the catch-up has sent everything up to revision Q (the ``ready`` event), the
+session keeps the queued feed events after Q, drops its own consumer and lives on the feed:
+
+- the session joined the feed at the feed's position P before its catch-up consumer existed,
+  so every change after P reaches it through the feed;
+- the catch-up consumer was created after that, so it sent every change up to P (or the later
+  revision of the same key when ``last_per_subject`` skipped one): Q >= every revision <= P
+  that matches the filter.
+
+So no revision is lost or sent twice. Catch-up consumers live a few milliseconds; at most
+``catchup_limit`` exist at once per worker, so thousands of clients connecting together do not
+run into the server's limit on consumers per stream.
 """
 
 from __future__ import annotations
@@ -12,7 +25,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import orjson
 
@@ -22,10 +35,13 @@ from app.nats.ordered import OrderedConfig, OrderedConsumer
 from app.nats.scan import Delivery
 from app.services import kv_model
 from app.services.kv_model import PUT, Entry
+from app.sse import server_exiting
 
 log = logging.getLogger("jsgw.kv.watch")
 
 EVENT_NAMES = {kv_model.PUT: "put", kv_model.DEL: "delete", kv_model.PURGE: "purge"}
+UPKEEP_INTERVAL = 0.5
+SHUTDOWN = errors.Unavailable("gateway.shutdown", "the gateway is shutting down; reconnect")
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,7 +83,13 @@ class WatchOptions:
             since = since or 0
         return cls(key_filter, history, ignore_deletes, meta_only, updates_only, since)
 
+    @property
+    def needs_catchup(self) -> bool:
+        """Everything but ``updates_only`` starts with stored revisions."""
+        return not self.updates_only or self.since is not None
+
     def consumer(self, bucket: str, idle_heartbeat: float) -> OrderedConfig:
+        """The consumer that sends what this watch wants from the past (its catch-up)."""
         if self.since is not None:
             policy, start = "by_start_sequence", self.since + 1
         elif self.history:
@@ -85,14 +107,34 @@ class WatchOptions:
             idle_heartbeat=idle_heartbeat,
         )
 
+    def feed(self, bucket: str, idle_heartbeat: float) -> OrderedConfig:
+        """The shared consumer: every change from now on."""
+        return OrderedConfig(
+            stream=kv_model.stream_name(bucket),
+            filter_subject=kv_model.filter_subject(bucket, self.key_filter),
+            deliver_policy="new",
+            headers_only=self.meta_only,
+            idle_heartbeat=idle_heartbeat,
+        )
+
 
 @dataclass(frozen=True, slots=True)
 class WatchEvent:
-    """One SSE event: ``event``, ``id`` (a revision) and ``data`` (JSON)."""
+    """One SSE event: ``event``, ``id`` (a revision) and ``data`` (JSON); ``wire`` is the
+    encoded event, made once however many clients it goes to."""
 
     event: str
     id: str | None
     data: str
+    wire: bytes = field(default=b"", compare=False, repr=False)
+
+    @classmethod
+    def make(cls, event: str, id: str | None, data: str) -> WatchEvent:
+        head = f"event: {event}\r\n" + (f"id: {id}\r\n" if id is not None else "")
+        return cls(event, id, data, f"{head}data: {data}\r\n\r\n".encode())
+
+
+PING = WatchEvent("", None, "", b": ping\r\n\r\n")
 
 
 def entry_from_delivery(bucket: str, message: Delivery, *, meta_only: bool) -> Entry:
@@ -107,12 +149,19 @@ def entry_from_delivery(bucket: str, message: Delivery, *, meta_only: bool) -> E
     )
 
 
-class WatchSession:
-    """The events of one SSE client: a listener of the ordered consumer, and an async iterator.
+def entry_event(entry: Entry) -> WatchEvent:
+    return WatchEvent.make(
+        EVENT_NAMES[entry.operation], str(entry.revision), orjson.dumps(entry.to_json()).decode()
+    )
 
-    The queue holds at most ``queue_size`` events; a client that falls that far behind gets an
-    ``error`` event and the end of the stream (it can resume with Last-Event-ID), and the NATS
-    consumer behind it is stopped at once.
+
+class WatchSession:
+    """The events of one SSE client.
+
+    It listens to its catch-up consumer (``on_start``/``on_message``/``on_error``) until the
+    ``ready`` marker, then to its feed (``on_feed``). The queue holds at most ``queue_size``
+    events; a client that falls that far behind gets an ``error`` event and the end of the
+    stream (it can resume with Last-Event-ID), and leaves the feed at once.
     """
 
     def __init__(
@@ -126,33 +175,40 @@ class WatchSession:
     ) -> None:
         self.bucket = bucket
         self.options = options
-        self.feed: OrderedConsumer | None = None
+        self.feed: Feed | None = None
+        self.catchup: OrderedConsumer | None = None
+        self._catchup_done: Callable[[], None] | None = None
         self._queue: asyncio.Queue[WatchEvent | None] = asyncio.Queue()
         self._queue_size = queue_size
         self._visible = visible
         self._on_closed = on_closed
+        # Feed events that arrive while catching up; None once live on the feed.
+        self._backlog: list[tuple[Entry, WatchEvent]] | None = []
         self._ready = False
         self._ended = False
-        self._stopping: asyncio.Task[None] | None = None
+        self._closed = False
+        self._stopping: list[asyncio.Task[None]] = []
+        # The writer of the HTTP response: since when it waits for a send (0: it does not).
+        self.sending_since = 0.0
+        self.writer: asyncio.Task[object] | None = None
+        self.cut_off = False
 
-    # -- the listener side (called by the consumer, never blocks) ---------------------------
+    @property
+    def ended(self) -> bool:
+        return self._ended
+
+    # -- the catch-up side (the session's own consumer) -------------------------------------
 
     def on_start(self, num_pending: int, position: int) -> None:
-        if num_pending == 0:
+        if num_pending == 0 and self._backlog is not None:
             self._send_ready(position)
 
     def on_message(self, message: Delivery) -> None:
-        if self._ended:
-            return
+        if self._ended or self._backlog is None:
+            return  # the feed has taken over
         entry = entry_from_delivery(self.bucket, message, meta_only=self.options.meta_only)
         if self._wanted(entry):
-            self._push(
-                WatchEvent(
-                    EVENT_NAMES[entry.operation],
-                    str(entry.revision),
-                    orjson.dumps(entry.to_json()).decode(),
-                )
-            )
+            self._push(entry_event(entry))
         if message.pending == 0:
             self._send_ready(message.stream_seq)
 
@@ -163,10 +219,9 @@ class WatchSession:
             )
         self.end(error)
 
-    def _wanted(self, entry: Entry) -> bool:
-        if self.options.ignore_deletes and entry.operation != PUT:
-            return False
-        return self._visible is None or self._visible(entry.key)
+    def live_from(self, position: int) -> None:
+        """No catch-up (``updates_only``): ready at the feed's position, live at once."""
+        self._send_ready(position)
 
     def _send_ready(self, position: int) -> None:
         """End Of Initial Data (ADR-8), once; its id resumes the watch right after it."""
@@ -174,23 +229,58 @@ class WatchSession:
             return
         self._ready = True
         data = orjson.dumps({"revision": position}).decode()
-        self._push(WatchEvent("ready", str(position), data))
+        self._push(WatchEvent.make("ready", str(position), data))
+        backlog, self._backlog = self._backlog or [], None
+        for entry, event in backlog:
+            if entry.revision > position:
+                self._offer(entry, event)
+        self._stop_catchup()
+
+    # -- the feed side -------------------------------------------------------------------------
+
+    def on_feed(self, entry: Entry, event: WatchEvent) -> None:
+        if self._ended:
+            return
+        backlog = self._backlog
+        if backlog is None:
+            self._offer(entry, event)
+        elif len(backlog) >= self._queue_size:
+            self._too_slow()
+        else:
+            backlog.append((entry, event))
+
+    def _offer(self, entry: Entry, event: WatchEvent) -> None:
+        if self._wanted(entry):
+            self._push(event)
+
+    def _wanted(self, entry: Entry) -> bool:
+        if self.options.ignore_deletes and entry.operation != PUT:
+            return False
+        return self._visible is None or self._visible(entry.key)
 
     def _push(self, event: WatchEvent) -> None:
         if self._queue.qsize() >= self._queue_size:
-            too_slow = errors.TooManyRequests(
-                "kv.watch_too_slow",
-                f"the client fell {self._queue_size} events behind: the watch ends; "
-                "reconnect with Last-Event-ID to resume",
-            )
-            self.end(too_slow, drop=True)
+            self._too_slow()
             return
         self._queue.put_nowait(event)
+
+    def _too_slow(self) -> None:
+        too_slow = errors.TooManyRequests(
+            "kv.watch_too_slow",
+            f"the client fell {self._queue_size} events behind: the watch ends; "
+            "reconnect with Last-Event-ID to resume",
+        )
+        self.end(too_slow, drop=True)
+
+    def ping(self) -> None:
+        """A heartbeat comment, unless events are on their way anyway."""
+        if not self._ended and self._queue.empty():
+            self._queue.put_nowait(PING)
 
     # -- the client side --------------------------------------------------------------------
 
     def end(self, error: errors.GatewayError | None = None, *, drop: bool = False) -> None:
-        """Finish the stream (after an ``error`` event when given) and stop the consumer now.
+        """Finish the stream (after an ``error`` event when given) and leave NATS now.
 
         ``drop``: forget what the client has not read yet (it resumes from its last event id).
         """
@@ -201,11 +291,47 @@ class WatchSession:
             self._queue.get_nowait()
         if error is not None:
             self._queue.put_nowait(
-                WatchEvent("error", None, orjson.dumps(error.problem()).decode())
+                WatchEvent.make("error", None, orjson.dumps(error.problem()).decode())
             )
         self._queue.put_nowait(None)
-        if self.feed is not None:
-            self._stopping = asyncio.get_running_loop().create_task(self.feed.close())
+        self._leave()
+
+    def _leave(self) -> None:
+        self._backlog = None
+        self._stop_catchup()
+        feed, self.feed = self.feed, None
+        if feed is not None:
+            feed.remove(self)
+
+    def _stop_catchup(self) -> None:
+        catchup, self.catchup = self.catchup, None
+        done, self._catchup_done = self._catchup_done, None
+        if catchup is None and done is None:
+            return
+
+        async def stop() -> None:
+            try:
+                if catchup is not None:
+                    await catchup.close()
+            finally:
+                if done is not None:
+                    done()
+
+        self._stopping.append(asyncio.get_running_loop().create_task(stop()))
+
+    async def next_chunk(self) -> bytes | None:
+        """The encoded events waiting (at least one), or None at the end of the stream."""
+        event = await self._queue.get()
+        if event is None:
+            return None
+        chunk = event.wire
+        queue = self._queue
+        while not queue.empty():
+            following = queue._queue[0]  # type: ignore[attr-defined]
+            if following is None:
+                break
+            chunk += queue.get_nowait().wire  # type: ignore[union-attr]
+        return chunk
 
     async def events(self) -> AsyncIterator[WatchEvent]:
         while True:
@@ -215,17 +341,72 @@ class WatchSession:
             yield event
 
     async def close(self) -> None:
-        """Release the NATS consumer and subscription. Idempotent."""
+        """Leave the feed and release the catch-up consumer. Idempotent."""
         if not self._ended:
             self._ended = True
             self._queue.put_nowait(None)
-        if self.feed is not None:
-            await self.feed.close()
-        self._on_closed(self)
+        self._leave()
+        stopping, self._stopping = self._stopping, []
+        for task in stopping:
+            with contextlib.suppress(errors.GatewayError):
+                await task
+        if not self._closed:
+            self._closed = True
+            self._on_closed(self)
+
+
+class Feed:
+    """One ordered consumer from the end of a bucket (a filter, meta_only or not), offering
+    every change, encoded once, to the sessions that watch it."""
+
+    def __init__(
+        self, js: JetStreamApi, bucket: str, config: OrderedConfig, on_empty: Callable[[Feed], None]
+    ) -> None:
+        self.bucket = bucket
+        self.meta_only = config.headers_only
+        self.sessions: set[WatchSession] = set()
+        self.consumer = OrderedConsumer(js, config, self)
+        self.position = 0
+        self.started: asyncio.Task[None] | None = None
+        self.waiting = 0  # clients waiting for the start
+        self.failed = False
+        self._on_empty = on_empty
+
+    def add(self, session: WatchSession) -> int:
+        """Join; every change after the returned position reaches the session."""
+        self.sessions.add(session)
+        session.feed = self
+        return self.position
+
+    def remove(self, session: WatchSession) -> None:
+        self.sessions.discard(session)
+        if not self.sessions and not self.waiting:
+            self._on_empty(self)
+
+    # -- the consumer's listener ---------------------------------------------------------------
+
+    def on_start(self, num_pending: int, position: int) -> None:
+        self.position = max(self.position, position)
+
+    def on_message(self, message: Delivery) -> None:
+        self.position = message.stream_seq
+        entry = entry_from_delivery(self.bucket, message, meta_only=self.meta_only)
+        event = entry_event(entry)
+        for session in list(self.sessions):
+            session.on_feed(entry, event)
+
+    def on_error(self, error: errors.GatewayError) -> None:
+        self.failed = True
+        for session in list(self.sessions):
+            session.on_error(error)
+
+
+FeedKey = tuple[str, str, bool]
 
 
 class Watches:
-    """The live watches of the gateway: a cap on their number, and closing them on shutdown."""
+    """The live watches of a worker: their feeds, a cap on their number, heartbeats, cutting
+    off writers stuck on a client that reads nothing, and a farewell on shutdown."""
 
     def __init__(
         self,
@@ -235,16 +416,33 @@ class Watches:
         queue_size: int,
         idle_heartbeat: float,
         retry_after: int,
+        ping_interval: float = 15.0,
+        send_timeout: float = 60.0,
+        catchup_limit: int = 32,
     ) -> None:
         self.js = js
         self.limit = limit
         self.queue_size = queue_size
         self.idle_heartbeat = idle_heartbeat
         self.retry_after = retry_after
+        self.ping_interval = ping_interval
+        self.send_timeout = send_timeout
+        self._upkeep: asyncio.Task[None] | None = None
         self._active: set[WatchSession] = set()
+        self._feeds: dict[FeedKey, Feed] = {}
+        self._catchups = asyncio.Semaphore(catchup_limit)
+        self._closing: set[asyncio.Task[None]] = set()
 
     def __len__(self) -> int:
         return len(self._active)
+
+    @property
+    def sessions(self) -> frozenset[WatchSession]:
+        return frozenset(self._active)
+
+    @property
+    def feeds(self) -> int:
+        return len(self._feeds)
 
     async def open(
         self, bucket: str, options: WatchOptions, visible: Callable[[str], bool] | None
@@ -263,23 +461,111 @@ class Watches:
             visible=visible,
             on_closed=self._active.discard,
         )
-        config = options.consumer(bucket, self.idle_heartbeat)
-        session.feed = OrderedConsumer(self.js, config, session)
         self._active.add(session)
+        if self._upkeep is None:
+            self._upkeep = asyncio.get_running_loop().create_task(self._keep_up())
         try:
-            await session.feed.start()
+            feed = await self._feed(bucket, options)
+            position = feed.add(session)
+            if not options.needs_catchup:
+                session.live_from(position)
+                return session
+            await self._catchups.acquire()
+            session._catchup_done = self._catchups.release
+            if session.ended:  # cut off while it waited: the writer sends the end
+                session._stop_catchup()
+                return session
+            session.catchup = OrderedConsumer(
+                self.js, options.consumer(bucket, self.idle_heartbeat), session
+            )
+            await session.catchup.start()
         except BaseException:
-            await session.close()
+            with contextlib.suppress(errors.GatewayError):
+                await session.close()
             raise
         return session
+
+    async def _feed(self, bucket: str, options: WatchOptions) -> Feed:
+        """The started feed of this (bucket, filter, meta_only), started here if need be."""
+        config = options.feed(bucket, self.idle_heartbeat)
+        key = (bucket, config.filter_subject, config.headers_only)
+        feed = self._feeds.get(key)
+        if feed is None or feed.failed:
+            feed = Feed(self.js, bucket, config, lambda f: self._drop(key, f))
+            self._feeds[key] = feed
+            feed.started = asyncio.get_running_loop().create_task(feed.consumer.start())
+        assert feed.started is not None
+        feed.waiting += 1
+        try:
+            # Shielded: one client leaving must not stop the start others wait for.
+            await asyncio.shield(feed.started)
+        except BaseException:
+            feed.waiting -= 1
+            if not feed.waiting and not feed.sessions:
+                self._drop(key, feed)  # a failed start, or every client left while it ran
+            raise
+        feed.waiting -= 1
+        return feed
+
+    def _drop(self, key: FeedKey, feed: Feed) -> None:
+        """The last client left (or the start failed): stop the feed's consumer."""
+        if self._feeds.get(key) is feed:
+            del self._feeds[key]
+        task = asyncio.get_running_loop().create_task(self._stop_feed(feed))
+        self._closing.add(task)
+        task.add_done_callback(self._closing.discard)
+
+    @staticmethod
+    async def _stop_feed(feed: Feed) -> None:
+        if feed.started is not None and not feed.started.done():
+            with contextlib.suppress(BaseException):
+                await feed.started
+        with contextlib.suppress(errors.GatewayError):
+            await feed.consumer.close()
+
+    # -- upkeep: one timer for all watches ------------------------------------------------------
+
+    async def _keep_up(self) -> None:
+        """Heartbeats, writers stuck on a client that reads nothing, the farewell on shutdown
+        (when the HTTP server starts to exit it waits for open streams, so they must end)."""
+        loop = asyncio.get_running_loop()
+        last_ping = loop.time()
+        try:
+            while self._active:
+                await asyncio.sleep(UPKEEP_INTERVAL)
+                now = loop.time()
+                if server_exiting():
+                    self.end_all(SHUTDOWN)
+                if now - last_ping >= self.ping_interval:
+                    last_ping = now
+                    for session in list(self._active):
+                        session.ping()
+                self._cut_off_stuck(now)
+        finally:
+            self._upkeep = None
+
+    def _cut_off_stuck(self, now: float) -> None:
+        for session in list(self._active):
+            since = session.sending_since
+            if since and now - since > self.send_timeout and session.writer is not None:
+                session.cut_off = True
+                session.end()
+                session.writer.cancel()
+
+    def end_all(self, error: errors.GatewayError) -> None:
+        for session in list(self._active):
+            session.end(error)
 
     async def close(self) -> None:
         """End every watch (the clients get an ``error`` event and may reconnect elsewhere)."""
         sessions = list(self._active)
-        for session in sessions:
-            session.end(
-                errors.Unavailable("gateway.shutdown", "the gateway is shutting down; reconnect")
-            )
+        self.end_all(SHUTDOWN)
         for session in sessions:
             with contextlib.suppress(errors.GatewayError):
                 await session.close()
+        upkeep, self._upkeep = self._upkeep, None
+        if upkeep is not None:
+            upkeep.cancel()
+        for task in list(self._closing):
+            with contextlib.suppress(Exception):
+                await task

@@ -244,21 +244,100 @@ async def test_deleting_the_bucket_ends_the_watch_with_an_error(
             await sse.next(comments=True)
 
 
+async def settled_consumer_count(nc: nats.NATS, bucket: str, expected: int) -> int:
+    """The consumer count once short-lived catch-up consumers are gone (at most 2 s)."""
+    deadline = time.monotonic() + 2
+    while (count := await consumer_count(nc, bucket)) != expected and time.monotonic() < deadline:
+        await asyncio.sleep(0.02)
+    return count
+
+
 async def test_disconnect_releases_the_consumer_at_once(
     client: httpx.AsyncClient, nc: nats.NATS, name: str
 ) -> None:
     await bucket(client, name)
     async with watching(client, name) as sse:
         await sse.until("ready")
-        assert await consumer_count(nc, name) == 1
+        assert await settled_consumer_count(nc, name, 1) == 1
         async with watching(client, name, key="x") as other:
             await other.until("ready")
-            assert await consumer_count(nc, name) == 2
+            assert await settled_consumer_count(nc, name, 2) == 2
     started = time.monotonic()
     while await consumer_count(nc, name) and time.monotonic() - started < 5:
         await asyncio.sleep(0.02)
     assert await consumer_count(nc, name) == 0
     assert time.monotonic() - started < 1.0, "the consumer outlived its client"
+
+
+async def test_watchers_of_the_same_keys_share_one_consumer(
+    client: httpx.AsyncClient, nc: nats.NATS, name: str
+) -> None:
+    """Fan-out: one NATS consumer per (bucket, filter, meta_only), however many clients watch,
+    whatever else they ask for; each still gets exactly its own events."""
+    await bucket(client, name, history=10)
+    for i in range(5):
+        await put(client, name, f"k{i}", b"old")
+    await client.delete(f"/v1/kv/{name}/keys/k4")  # revision 6
+    kinds = [{}, {"history": True}, {"updates_only": True}, {"ignore_deletes": True},
+             {"since": 3}]
+    async with contextlib.AsyncExitStack() as stack:
+        watchers = []
+        for i in range(20):
+            options = kinds[i % len(kinds)]
+            sse = await stack.enter_async_context(watching(client, name, **options))
+            initial = await sse.until("ready")
+            watchers.append((options, sse, initial))
+        assert await settled_consumer_count(nc, name, 1) == 1
+        meta = await stack.enter_async_context(watching(client, name, meta_only=True))
+        await meta.until("ready")
+        assert await settled_consumer_count(nc, name, 2) == 2
+        await put(client, name, "k1", b"new")  # revision 7
+        await client.delete(f"/v1/kv/{name}/keys/k0")  # revision 8
+        await put(client, name, "k9", b"new")  # revision 9
+        expected_initial = {
+            "{}": ["1", "2", "3", "4", "6", "6"],
+            "{'history': True}": ["1", "2", "3", "4", "5", "6", "6"],
+            "{'updates_only': True}": ["6"],
+            "{'ignore_deletes': True}": ["1", "2", "3", "4", "6"],
+            "{'since': 3}": ["4", "5", "6", "6"],
+        }
+        for options, sse, initial in watchers:
+            assert [e.id for e in initial] == expected_initial[str(options)], options
+            wanted = ["7", "9"] if options.get("ignore_deletes") else ["7", "8", "9"]
+            live = [await sse.next() for _ in wanted]
+            assert [e.id for e in live] == wanted, options
+            assert live[0].json["value"] == base64.b64encode(b"new").decode()
+        assert [(await meta.next()).id for _ in range(3)] == ["7", "8", "9"]
+    assert await settled_consumer_count(nc, name, 0) == 0
+
+
+async def test_many_watchers_connecting_at_once_stay_under_the_consumer_limit(
+    nats_server: EmbeddedServer, nc: nats.NATS, name: str
+) -> None:
+    """Catch-up consumers are limited per worker: 300 clients connecting together on a bucket
+    whose stream allows only 40 consumers all get their initial values and every change."""
+    settings = gateway_settings(nats_server.url, sse_max_per_token=1000)
+    with served_gateway(settings) as served:
+        limits = httpx.Limits(max_connections=400)
+        async with httpx.AsyncClient(base_url=served, timeout=30, limits=limits) as http:
+            await bucket(http, name)
+            js = nc.jetstream()
+            info = await js.stream_info(f"KV_{name}")
+            info.config.max_consumers = 40
+            await js.update_stream(info.config)
+            await put(http, name, "a", b"1")
+
+            async def one(stack: contextlib.AsyncExitStack) -> SSE:
+                sse = await stack.enter_async_context(watching(http, name))
+                assert [e.id for e in await sse.until("ready", timeout=20)] == ["1", "1"]
+                return sse
+
+            async with contextlib.AsyncExitStack() as stack:
+                clients = await asyncio.gather(*(one(stack) for _ in range(300)))
+                assert await settled_consumer_count(nc, name, 1) == 1
+                revision = await put(http, name, "a", b"2")
+                for sse in clients:
+                    assert (await sse.next(timeout=10)).id == str(revision)
 
 
 async def test_heartbeats_are_comments(client: httpx.AsyncClient, name: str) -> None:

@@ -1,4 +1,5 @@
-"""The delivery side of a watch, fed directly: filtering, the ready marker, the bounded queue."""
+"""The delivery side of a watch, fed directly: the catch-up, the hand-over to the shared feed,
+filtering, the ready marker, the bounded queue."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import json
 
 from app import errors
 from app.nats.scan import Delivery
-from app.services.kv_watch import WatchEvent, WatchOptions, WatchSession
+from app.services.kv_watch import WatchEvent, WatchOptions, WatchSession, entry_event, entry_from_delivery
 
 
 def delivery(seq: int, key: str, pending: int, *, op: str | None = None) -> Delivery:
@@ -21,6 +22,12 @@ def session(queue_size: int = 100, visible=None, **options: object) -> WatchSess
                         visible=visible, on_closed=closed.append)
 
 
+def feed(s: WatchSession, seq: int, key: str, *, op: str | None = None) -> None:
+    """What the shared feed offers: one entry, encoded once for every session."""
+    entry = entry_from_delivery("B", delivery(seq, key, 0, op=op), meta_only=s.options.meta_only)
+    s.on_feed(entry, entry_event(entry))
+
+
 async def drain(s: WatchSession) -> list[WatchEvent]:
     s.end()
     return [event async for event in s.events()]
@@ -31,7 +38,8 @@ async def test_ready_after_the_last_initial_message_even_when_it_is_filtered_out
     s.on_start(num_pending=2, position=0)
     s.on_message(delivery(3, "a", 1))
     s.on_message(delivery(5, "b", 0, op="DEL"))  # not sent, but it ends the initial data
-    s.on_message(delivery(6, "c", 0))
+    s.on_message(delivery(6, "c", 0))  # the catch-up consumer is done: the feed sends this
+    feed(s, 6, "c")
     events = await drain(s)
     assert [(e.event, e.id) for e in events] == [("put", "3"), ("ready", "5"), ("put", "6")]
     entry = json.loads(events[0].data)
@@ -42,7 +50,7 @@ async def test_ready_after_the_last_initial_message_even_when_it_is_filtered_out
 async def test_ready_once_and_at_once_when_nothing_is_pending() -> None:
     s = session(meta_only=True)
     s.on_start(num_pending=0, position=41)
-    s.on_message(delivery(42, "a", 0))
+    feed(s, 42, "a")
     s.on_start(num_pending=0, position=42)  # a re-created consumer: no second ready
     events = await drain(s)
     assert [(e.event, e.id) for e in events] == [("ready", "41"), ("put", "42")]
@@ -74,3 +82,48 @@ async def test_a_deleted_stream_is_a_deleted_bucket() -> None:
     events = [event async for event in s.events()]
     assert [e.event for e in events] == ["ready", "error"]
     assert json.loads(events[1].data)["code"] == "kv.bucket_deleted"
+
+
+async def test_feed_events_during_the_catch_up_follow_ready_without_repeats() -> None:
+    s = session()
+    s.on_start(num_pending=3, position=0)
+    feed(s, 7, "b")  # the feed runs ahead while the catch-up is still sending
+    s.on_message(delivery(2, "a", 2))
+    feed(s, 8, "a")
+    s.on_message(delivery(7, "b", 1))  # last_per_subject already sent b at 7
+    s.on_message(delivery(8, "a", 0))  # ... and a at 8: ready at 8
+    feed(s, 9, "c")
+    s.on_message(delivery(9, "c", 0))  # the catch-up consumer, after ready: ignored
+    events = await drain(s)
+    assert [(e.event, e.id) for e in events] == [
+        ("put", "2"), ("put", "7"), ("put", "8"), ("ready", "8"), ("put", "9")]
+
+
+async def test_updates_only_is_live_at_the_feed_position() -> None:
+    s = session(updates_only=True)
+    s.live_from(41)
+    feed(s, 42, "a", op="DEL")
+    events = await drain(s)
+    assert [(e.event, e.id) for e in events] == [("ready", "41"), ("delete", "42")]
+    assert events[1].wire == (b"event: delete\r\nid: 42\r\ndata: " + events[1].data.encode()
+                              + b"\r\n\r\n")
+
+
+async def test_a_backlog_longer_than_the_queue_ends_the_stream() -> None:
+    s = session(queue_size=2)
+    s.on_start(num_pending=5, position=0)
+    for seq in (10, 11, 12):
+        feed(s, seq, "k")
+    events = [event async for event in s.events()]
+    assert [e.event for e in events] == ["error"]
+    assert json.loads(events[0].data)["code"] == "kv.watch_too_slow"
+
+
+async def test_chunks_join_what_is_queued() -> None:
+    s = session(updates_only=True)
+    s.live_from(1)
+    feed(s, 2, "a")
+    first = await s.next_chunk()
+    assert first is not None and first.count(b"\r\n\r\n") == 2  # ready and the put, one write
+    s.end()
+    assert await s.next_chunk() is None
