@@ -7,6 +7,7 @@ from typing import Any
 from fastapi import Depends, FastAPI
 from fastapi.openapi.utils import get_openapi
 from starlette.middleware.cors import CORSMiddleware
+from starlette.types import Receive, Scope, Send
 
 from app import __version__, fastpath, problems, ui
 from app.auth.access import authorize
@@ -15,6 +16,7 @@ from app.lifespan import make_lifespan
 from app.metrics import Metrics
 from app.middleware import BodyLimitMiddleware, RequestContextMiddleware
 from app.schemas import EndOfBatchLine, Message, Problem
+from app.sse import RAW_SEND
 from routers import auth, consumers, direct, kv, publish, streams, system
 
 DESCRIPTION = """HTTP/REST + SSE gateway for NATS JetStream: streams, publish, KV, Direct Get
@@ -22,10 +24,17 @@ and pull consumers for programs without a NATS client. Errors are RFC 9457 probl
 stable `code`; every response carries `X-Request-ID`."""
 
 
+class Gateway(FastAPI):
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        # Streams write their body chunks to the server directly (app.sse.QueueStream).
+        scope[RAW_SEND] = send
+        await super().__call__(scope, receive, send)
+
+
 def create_app(settings: Settings | None = None) -> FastAPI:
     settings = settings or Settings()
     metrics = Metrics()
-    app = FastAPI(
+    app = Gateway(
         title="jsgw",
         version=__version__,
         description=DESCRIPTION,

@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections import deque
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 
@@ -178,7 +179,9 @@ class WatchSession:
         self.feed: Feed | None = None
         self.catchup: OrderedConsumer | None = None
         self._catchup_done: Callable[[], None] | None = None
-        self._queue: asyncio.Queue[WatchEvent | None] = asyncio.Queue()
+        # The client's events (None: the end), and the writer waiting for them, if it waits.
+        self._queue: deque[WatchEvent | None] = deque()
+        self._waiter: asyncio.Future[None] | None = None
         self._queue_size = queue_size
         self._visible = visible
         self._on_closed = on_closed
@@ -259,10 +262,18 @@ class WatchSession:
         return self._visible is None or self._visible(entry.key)
 
     def _push(self, event: WatchEvent) -> None:
-        if self._queue.qsize() >= self._queue_size:
+        if len(self._queue) >= self._queue_size:
             self._too_slow()
             return
-        self._queue.put_nowait(event)
+        self._put(event)
+
+    def _put(self, event: WatchEvent | None) -> None:
+        self._queue.append(event)
+        waiter = self._waiter
+        if waiter is not None:
+            self._waiter = None
+            if not waiter.done():
+                waiter.set_result(None)
 
     def _too_slow(self) -> None:
         too_slow = errors.TooManyRequests(
@@ -274,8 +285,8 @@ class WatchSession:
 
     def ping(self) -> None:
         """A heartbeat comment, unless events are on their way anyway."""
-        if not self._ended and self._queue.empty():
-            self._queue.put_nowait(PING)
+        if not self._ended and not self._queue:
+            self._put(PING)
 
     # -- the client side --------------------------------------------------------------------
 
@@ -287,13 +298,11 @@ class WatchSession:
         if self._ended:
             return
         self._ended = True
-        while drop and not self._queue.empty():
-            self._queue.get_nowait()
+        if drop:
+            self._queue.clear()
         if error is not None:
-            self._queue.put_nowait(
-                WatchEvent.make("error", None, orjson.dumps(error.problem()).decode())
-            )
-        self._queue.put_nowait(None)
+            self._put(WatchEvent.make("error", None, orjson.dumps(error.problem()).decode()))
+        self._put(None)
         self._leave()
 
     def _leave(self) -> None:
@@ -319,32 +328,33 @@ class WatchSession:
 
         self._stopping.append(asyncio.get_running_loop().create_task(stop()))
 
+    async def _next(self) -> WatchEvent | None:
+        queue = self._queue
+        while not queue:
+            self._waiter = asyncio.get_running_loop().create_future()
+            await self._waiter
+        return queue.popleft()
+
     async def next_chunk(self) -> bytes | None:
         """The encoded events waiting (at least one), or None at the end of the stream."""
-        event = await self._queue.get()
+        event = await self._next()
         if event is None:
             return None
         chunk = event.wire
         queue = self._queue
-        while not queue.empty():
-            following = queue._queue[0]  # type: ignore[attr-defined]
-            if following is None:
-                break
-            chunk += queue.get_nowait().wire  # type: ignore[union-attr]
+        while queue and queue[0] is not None:
+            chunk += queue.popleft().wire  # type: ignore[union-attr]
         return chunk
 
     async def events(self) -> AsyncIterator[WatchEvent]:
-        while True:
-            event = await self._queue.get()
-            if event is None:
-                return
+        while (event := await self._next()) is not None:
             yield event
 
     async def close(self) -> None:
         """Leave the feed and release the catch-up consumer. Idempotent."""
         if not self._ended:
             self._ended = True
-            self._queue.put_nowait(None)
+            self._put(None)
         self._leave()
         stopping, self._stopping = self._stopping, []
         for task in stopping:
