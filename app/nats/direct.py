@@ -140,13 +140,21 @@ class DirectGet:
     async def _single(self, stream: str, subject: str, payload: bytes) -> StoredMessage:
         await self._check_direct(stream)
         try:
-            reply = await self.pool.request(subject, payload, operation="direct.get")
+            reply = await self.pool.lean_request(subject, payload, operation="direct.get")
         except NoResponders:
             raise await self._why_no_responders(stream) from None
-        status = _status(reply)
-        if status is None:
-            return to_message(reply)
-        raise _status_error(status, reply)
+        block = reply.headers
+        if block.status is not None:
+            raise _status_error(block.status, block.description)
+        values = block.values
+        return StoredMessage(
+            stream=block.first("Nats-Stream") or "",
+            subject=block.first("Nats-Subject") or "",
+            seq=int(seq) if (seq := block.first("Nats-Sequence")) and seq.isdigit() else 0,
+            time=block.first("Nats-Time-Stamp"),
+            headers={k: v for k, v in values.items() if k not in _META_HEADERS},
+            data=reply.data,
+        )
 
     # -- batches ---------------------------------------------------------------------------
 
@@ -195,7 +203,7 @@ class DirectGet:
                 if status == 503:
                     raise await self._why_no_responders(stream)
                 if status is not None:
-                    raise _status_error(status, msg)
+                    raise _status_error(status, _description(msg))
                 message = to_message(msg)
                 if first and message.num_pending is None:
                     raise BatchUnsupported(
@@ -322,8 +330,11 @@ def _not_allowed(stream: str) -> errors.GatewayError:
     )
 
 
-def _status_error(status: int, msg: Msg) -> errors.GatewayError:
-    description = str((msg.headers or {}).get("Description", "")).strip()
+def _description(msg: Msg) -> str:
+    return str((msg.headers or {}).get("Description", "")).strip()
+
+
+def _status_error(status: int, description: str) -> errors.GatewayError:
     if status == 404:
         return errors.NotFound("message.not_found", "no message matches the request")
     if status == 413:

@@ -32,6 +32,7 @@ from app.errors import (
     Unavailable,
 )
 from app.metrics import Metrics
+from app.nats.replies import LeanClient, Reply
 
 log = logging.getLogger("jsgw.pool")
 
@@ -121,7 +122,7 @@ class NatsPool:
         backoff = self._settings.reconnect_wait
         while not self._closing:
             slot.closed.clear()
-            client = Client()
+            client = LeanClient()
             try:
                 await client.connect(**self._connect_options(slot))
             except (nats.errors.Error, OSError, TimeoutError) as exc:
@@ -227,6 +228,18 @@ class NatsPool:
                 subject, payload, timeout=timeout or self.timeout, headers=headers
             ),
             write=write,
+        )
+
+    async def lean_request(
+        self, subject: str, payload: bytes = b"", *, operation: str, timeout: float | None = None
+    ) -> Reply:
+        """A read-only request answered through the connection's reply mux (app.nats.replies):
+        the reply's raw header block parsed once, with the same metrics and error mapping."""
+        client = self.pick()
+        assert isinstance(client, LeanClient)
+        return await self.observe(
+            operation,
+            lambda: client.replies.request(subject, payload, timeout or self.timeout),
         )
 
     async def observe(
