@@ -50,6 +50,9 @@ class Settings(BaseSettings):
     workers: int = Field(default=1, ge=1, le=64)
     log_level: str = "info"
     access_log: bool = True
+    # FastAPI's native OpenTelemetry instrumentation (needs an OpenTelemetry SDK configured in
+    # the process). Off, it costs nothing; on, its checks run on every request.
+    otel: bool = False
 
     ack_secret: SecretStr | None = None
     auth_file: Path | None = None
@@ -78,9 +81,13 @@ class Settings(BaseSettings):
     sse_queue_size: int = Field(default=1000, ge=1, le=1_000_000)
     kv_watch_heartbeat: float = Field(default=5.0, ge=0.1, le=60)
     kv_max_watches: int = Field(default=10_000, ge=1)
+    # Opt-in read cache (app.services.kv_cache): buckets whose latest values are kept in
+    # memory, fed by a watch of each; a bucket whose values outgrow the cap is not cached.
+    kv_cache: Annotated[list[str], NoDecode] = Field(default_factory=list)
+    kv_cache_max_bytes: int = Field(default=64 * 1024 * 1024, ge=0)
     retry_after: int = Field(default=1, ge=1, le=3600)
 
-    @field_validator("nats_url", "cors_origins", mode="before")
+    @field_validator("nats_url", "cors_origins", "kv_cache", mode="before")
     @classmethod
     def _split_commas(cls, value: object) -> object:
         if isinstance(value, str):
@@ -95,6 +102,16 @@ class Settings(BaseSettings):
             if parts.scheme not in NATS_URL_SCHEMES or not parts.hostname:
                 raise ValueError(f"not a NATS server URL: {url!r} (expected nats://host:port)")
         return urls
+
+    @field_validator("kv_cache")
+    @classmethod
+    def _check_buckets(cls, buckets: list[str]) -> list[str]:
+        from app.validation import is_name_token
+
+        for bucket in buckets:
+            if not is_name_token(bucket):
+                raise ValueError(f"not a bucket name: {bucket!r}")
+        return buckets
 
     @field_validator("js_domain")
     @classmethod

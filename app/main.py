@@ -7,7 +7,7 @@ from typing import Any
 from fastapi import Depends, FastAPI
 from fastapi.openapi.utils import get_openapi
 from starlette.middleware.cors import CORSMiddleware
-from starlette.types import Receive, Scope, Send
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from app import __version__, fastpath, problems, ui
 from app.auth.access import authorize
@@ -25,10 +25,28 @@ stable `code`; every response carries `X-Request-ID`."""
 
 
 class Gateway(FastAPI):
+    """FastAPI, with the lean path for the hottest request taken before Starlette's layers."""
+
+    fast_path: fastpath.KVReadFastPath | None = None
+    _fast_stack: ASGIApp | None = None
+
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         # Streams write their body chunks to the server directly (app.sse.QueueStream).
         scope[RAW_SEND] = send
+        fast = self.fast_path
+        if fast is not None and scope["type"] == "http" and fast.takes(scope):
+            scope["app"] = self
+            if self._fast_stack is None:
+                self._fast_stack = self._around(fast)
+            await self._fast_stack(scope, receive, send)
+            return
         await super().__call__(scope, receive, send)
+
+    def _around(self, app: ASGIApp) -> ASGIApp:
+        """``app`` inside the gateway's own middleware, as Starlette stacks it."""
+        for cls, args, kwargs in reversed(self.user_middleware):
+            app = cls(app, *args, **kwargs)
+        return app
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:
@@ -45,6 +63,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         redoc_url=None,
         # Every route is checked against app.auth.access.TABLE before its handler runs.
         dependencies=[Depends(authorize)],
+        telemetry=None if settings.otel else {"tracing": False, "metrics": False, "logs": False},
     )
     app.include_router(system.router)
     app.include_router(auth.router)
@@ -56,7 +75,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     # Static pages, not API routes: outside the access table, public; their data comes
     # through the API above.
     ui.install(app)
-    # Innermost of the middleware below: metrics, request ids, CORS and limits still apply.
+    # Served inside the middleware below: metrics, request ids, CORS and limits still apply.
     fastpath.install(app, kv.router.routes)
     problems.install(app)
     if settings.cors_origins:
