@@ -95,6 +95,10 @@ class OrderedConsumer:
     def consumer_name(self) -> str | None:
         return self._consumer
 
+    def silent_for(self) -> float:
+        """Seconds since the server last sent a message or a heartbeat."""
+        return self._loop.time() - self._last_seen
+
     # -- lifecycle -------------------------------------------------------------------------
 
     async def start(self) -> None:

@@ -24,6 +24,7 @@ from app.nats.jsapi import JetStreamApi
 from app.nats.scan import ConsumerScan
 from app.services import kv_model
 from app.services.kv_buckets import Buckets
+from app.services.kv_cache import ReadCaches
 from app.services.kv_keys import list_keys
 from app.services.kv_model import (
     ANY_REVISION,
@@ -87,9 +88,14 @@ class KVService:
             retry_after=settings.retry_after,
             ping_interval=settings.sse_heartbeat,
         )
+        self.cache = ReadCaches(
+            js, settings.kv_cache, settings.kv_watch_heartbeat, settings.kv_cache_max_bytes
+        )
+        self.cache.start()
 
     async def close(self) -> None:
         await self.watches.close()
+        await self.cache.close()
 
     # -- reading entries -------------------------------------------------------------------
 
@@ -102,6 +108,14 @@ class KVService:
     async def get(self, bucket: str, key: str, revision: int | None = None) -> Entry:
         """The value of a key (latest, or at a revision): a PUT entry, else 404."""
         stream, subject = self._names(bucket, key)
+        if revision is None:
+            cached, entry = self.cache.lookup(bucket, key)
+            if cached:
+                if entry is None:
+                    raise _key_not_found(key)
+                if entry.operation != PUT:
+                    raise _key_not_found(key, entry)
+                return entry
         with bucket_errors(bucket):
             if revision is None:
                 message, delta = await self._last(stream, subject), 0
@@ -226,9 +240,12 @@ class KVService:
             headers[kv_model.TTL_HEADER] = ttl_header(ttl)
         with bucket_errors(bucket):
             if precondition.create:
-                return await self._create(stream, subject, key, value, headers), True
-            expected = await self._expected(stream, subject, key, precondition)
-            return await self._write(stream, subject, key, value, headers, expected), False
+                revision = await self._create(stream, subject, key, value, headers)
+            else:
+                expected = await self._expected(stream, subject, key, precondition)
+                revision = await self._write(stream, subject, key, value, headers, expected)
+        self.cache.written(bucket, key, revision)
+        return revision, precondition.create
 
     async def delete(
         self,
@@ -257,7 +274,9 @@ class KVService:
             headers[kv_model.TTL_HEADER] = ttl_header(ttl)
         with bucket_errors(bucket):
             expected = await self._expected(stream, subject, key, precondition)
-            return await self._write(stream, subject, key, b"", headers, expected)
+            revision = await self._write(stream, subject, key, b"", headers, expected)
+        self.cache.written(bucket, key, revision)
+        return revision
 
     async def _expected(
         self, stream: str, subject: str, key: str, precondition: Precondition

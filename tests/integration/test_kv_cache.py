@@ -1,0 +1,129 @@
+"""The opt-in KV read cache (JSGW_KV_CACHE): answers from memory, never older than what this
+gateway wrote, expiring what the server expires silently, and only while it is live."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from collections.abc import AsyncIterator
+
+import httpx
+import nats
+import pytest
+
+from app.nats.embedded import EmbeddedServer
+from tests.helpers import gateway_settings, problem, running_gateway
+
+NATS_REQUESTS = re.compile(r'^jsgw_nats_request_duration_seconds_count\{[^}]*\} (\S+)$', re.M)
+
+
+async def nats_requests(gateway: httpx.AsyncClient) -> float:
+    """NATS requests made so far, of any operation (Direct Get, or MSG.GET without it)."""
+    return sum(map(float, NATS_REQUESTS.findall((await gateway.get("/metrics")).text)))
+
+
+async def until_cached(gateway: httpx.AsyncClient, path: str) -> httpx.Response:
+    """Read until a read costs no NATS request and finds the key (the cache is live and the
+    watch has delivered the key: writes by others arrive after a delivery lag)."""
+    for _ in range(100):
+        before = await nats_requests(gateway)
+        response = await gateway.get(path)
+        if await nats_requests(gateway) == before and response.status_code == 200:
+            return response
+        await asyncio.sleep(0.05)
+    raise AssertionError("the cache never answered")
+
+
+@pytest.fixture
+async def cached(nats_server: EmbeddedServer, name: str) -> AsyncIterator[httpx.AsyncClient]:
+    nc = await nats.connect(nats_server.url)
+    await nc.jetstream().create_key_value(bucket=name, history=5)
+    await nc.close()
+    settings = gateway_settings(nats_server.url, kv_cache=[name, "other"])
+    async with running_gateway(settings) as gateway:
+        yield gateway
+
+
+async def test_reads_come_from_memory_and_follow_outside_writes(
+    cached: httpx.AsyncClient, nc: nats.NATS, name: str
+) -> None:
+    kv = await nc.jetstream().key_value(name)
+    revision = await kv.put("a", b"one")
+    first = await until_cached(cached, f"/v1/kv/{name}/keys/a")
+    assert first.status_code == 200 and first.content == b"one"
+    assert first.headers["kv-revision"] == str(revision)
+    # The same answer as Direct Get (a query string takes the regular path, and NATS).
+    direct = await cached.get(f"/v1/kv/{name}/keys/a", params={"via": "nats"})
+    for header in ("etag", "kv-revision", "kv-created", "kv-operation"):
+        assert first.headers[header] == direct.headers[header], header
+    before = await nats_requests(cached)
+    for _ in range(20):
+        assert (await cached.get(f"/v1/kv/{name}/keys/a")).content == b"one"
+    problem(await cached.get(f"/v1/kv/{name}/keys/never"), 404, "kv.key_not_found")
+    assert await nats_requests(cached) == before  # 21 reads, none to NATS
+    # Written by another client: seen once the watch delivers it.
+    await kv.put("a", b"two")
+    await kv.delete("b")
+    for _ in range(100):
+        if (await cached.get(f"/v1/kv/{name}/keys/a")).content == b"two":
+            break
+        await asyncio.sleep(0.01)
+    else:
+        raise AssertionError("the cache kept the old value")
+    gone = problem(await cached.get(f"/v1/kv/{name}/keys/b"), 404, "kv.key_not_found")
+    assert gone["operation"] == "DEL"
+
+
+async def test_a_write_through_the_gateway_is_read_back_at_once(
+    cached: httpx.AsyncClient, name: str
+) -> None:
+    path = f"/v1/kv/{name}/keys/counter"
+    await cached.put(path, content=b"0")
+    await until_cached(cached, path)
+    for i in range(1, 60):
+        written = await cached.put(path, content=str(i).encode())
+        read = await cached.get(path)
+        assert read.content == str(i).encode()
+        assert read.headers["kv-revision"] == str(written.json()["revision"])
+        if i % 10 == 0:
+            assert (await cached.delete(path)).status_code == 204
+            problem(await cached.get(path), 404, "kv.key_not_found")
+
+
+async def test_expired_keys_are_not_answered_from_memory(
+    nats_server: EmbeddedServer, nc: nats.NATS, name: str
+) -> None:
+    """Values of a bucket with a ttl (max_age) and no limit markers expire silently: the cache
+    must not serve one after its expiry."""
+    await nc.jetstream().create_key_value(bucket=name, ttl=1)
+    settings = gateway_settings(nats_server.url, kv_cache=[name])
+    async with running_gateway(settings) as gateway:
+        path = f"/v1/kv/{name}/keys/session"
+        assert (await gateway.put(path, content=b"token")).status_code == 200
+        assert (await until_cached(gateway, path)).content == b"token"
+        await asyncio.sleep(1.3)
+        problem(await gateway.get(path), 404, "kv.key_not_found")
+
+
+async def test_a_bucket_over_the_cap_is_read_from_nats(
+    nats_server: EmbeddedServer, nc: nats.NATS, name: str
+) -> None:
+    kv = await nc.jetstream().create_key_value(bucket=name)
+    await kv.put("big", b"x" * 2000)
+    settings = gateway_settings(nats_server.url, kv_cache=[name], kv_cache_max_bytes=1000)
+    async with running_gateway(settings) as gateway:
+        await asyncio.sleep(0.5)  # the cache has started, and given up on this bucket
+        for _ in range(10):
+            before = await nats_requests(gateway)
+            assert (await gateway.get(f"/v1/kv/{name}/keys/big")).status_code == 200
+            assert await nats_requests(gateway) >= before + 1
+
+
+def test_cached_bucket_names_are_checked() -> None:
+    from pydantic import ValidationError
+
+    from app.config import Settings
+
+    assert Settings(kv_cache="a, b").kv_cache == ["a", "b"]  # type: ignore[arg-type]
+    with pytest.raises(ValidationError):
+        Settings(kv_cache="a.b")  # type: ignore[arg-type]
