@@ -242,6 +242,36 @@ class NatsPool:
             lambda: client.replies.request(subject, payload, timeout or self.timeout),
         )
 
+    async def lean_requests(
+        self,
+        requests: list[tuple[str, bytes]],
+        *,
+        operation: str,
+        timeout: float | None = None,
+    ) -> list[Reply | Exception]:
+        """Many requests on one connection, sent together with one deadline (acks of a
+        batch): a reply each, or nats-py's NoRespondersError / TimeoutError for that one."""
+        client = self.pick()
+        assert isinstance(client, LeanClient)
+        started = time.perf_counter()
+        try:
+            results = await client.replies.request_all(requests, timeout or self.timeout)
+        except _NOT_CONNECTED:
+            self._metrics.nats_errors.labels(operation, "unavailable").inc()
+            raise Unavailable(
+                "nats.unavailable",
+                "the NATS connection went down while sending; retry shortly",
+                headers={"Retry-After": str(self._settings.retry_after)},
+            ) from None
+        finally:
+            self._metrics.observe_nats(operation, time.perf_counter() - started)
+        for result in results:
+            if isinstance(result, nats.errors.NoRespondersError):
+                self._metrics.nats_errors.labels(operation, "no_responders").inc()
+            elif isinstance(result, nats.errors.TimeoutError):
+                self._metrics.nats_errors.labels(operation, "timeout").inc()
+        return results
+
     async def observe(
         self, operation: str, call: Callable[[], Awaitable[Any]], *, write: bool = False
     ) -> Any:

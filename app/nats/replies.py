@@ -79,12 +79,15 @@ class ReplyMux:
         await self.client.raw_subscribe(prefix + "*", self._on_reply)
         self._prefix = prefix
 
-    async def request(self, subject: str, payload: bytes, timeout: float) -> Reply:
-        """The reply; nats-py's NoRespondersError / TimeoutError as its own request raises."""
+    async def _ready(self) -> None:
         if not self._prefix:
             if self._started is None:
                 self._started = asyncio.ensure_future(self._start())
             await asyncio.shield(self._started)
+
+    async def request(self, subject: str, payload: bytes, timeout: float) -> Reply:
+        """The reply; nats-py's NoRespondersError / TimeoutError as its own request raises."""
+        await self._ready()
         self._next += 1
         token = b"%x" % self._next
         loop = asyncio.get_running_loop()
@@ -100,6 +103,40 @@ class ReplyMux:
         if reply.status == 503 and not reply.data:
             raise nats.errors.NoRespondersError
         return reply
+
+    async def request_all(
+        self, requests: list[tuple[str, bytes]], timeout: float
+    ) -> list[Reply | Exception]:
+        """Many requests sent together, one deadline for all: a reply each, or the exception
+        its own request would have raised (NoRespondersError, TimeoutError)."""
+        await self._ready()
+        loop = asyncio.get_running_loop()
+        tokens: list[bytes] = []
+        futures: list[asyncio.Future[Reply]] = []
+        try:
+            for subject, payload in requests:
+                self._next += 1
+                token = b"%x" % self._next
+                future: asyncio.Future[Reply] = loop.create_future()
+                self._pending[token] = future
+                tokens.append(token)
+                futures.append(future)
+                await self.client.publish(subject, payload, reply=self._prefix + token.decode())
+            if futures:
+                await asyncio.wait(futures, timeout=timeout)
+        finally:
+            for token in tokens:
+                self._pending.pop(token, None)
+        results: list[Reply | Exception] = []
+        for future in futures:
+            if not future.done():
+                future.cancel()
+                results.append(nats.errors.TimeoutError())
+            elif (reply := future.result()).status == 503 and not reply.data:
+                results.append(nats.errors.NoRespondersError())
+            else:
+                results.append(reply)
+        return results
 
     def _on_reply(self, subject: bytes, headers: bytes, data: bytes) -> None:
         future = self._pending.pop(subject[subject.rfind(b".") + 1 :], None)

@@ -6,15 +6,14 @@ HTTP client, which sends it with its next pull, so any replica can serve a pinne
 
 from __future__ import annotations
 
-import asyncio
 import base64
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
 
+import nats.errors
 import orjson
-from nats.aio.client import Client
 from nats.aio.msg import Msg
 
 from app import errors
@@ -23,7 +22,8 @@ from app.nats import acks, pull
 from app.nats import headers as nats_headers
 from app.nats.consume import Consume, Delivered, Failed, Pinned, Unpinned, Warn
 from app.nats.jsapi import JetStreamApi
-from app.nats.pool import NatsPool, NoResponders
+from app.nats.pool import NatsPool
+from app.nats.replies import Reply
 from app.schemas import AckItem, ConsumeQuery, ConsumerConfig, PullOptions
 from app.services import consumer_config, pull_options
 
@@ -223,12 +223,14 @@ class ConsumerService:
                 f"at most {self.settings.max_fetch_messages} acks per request",
             )
         prepared = [self._prepare(stream, name, i, item) for i, item in enumerate(items)]
-        client = self.pool.pick()
-        tasks = [
-            asyncio.ensure_future(self._ack_one(client, index, subject, payload))
-            for index, (subject, payload) in enumerate(prepared)
+        replies = await self.pool.lean_requests(
+            [(subject.subject, payload) for subject, payload in prepared],
+            operation="consumer.ack",
+        )
+        return [
+            _ack_result(index, subject, reply)
+            for index, ((subject, _), reply) in enumerate(zip(prepared, replies, strict=True))
         ]
-        return list(await asyncio.gather(*tasks))
 
     def _prepare(
         self, stream: str, name: str, index: int, item: AckItem
@@ -239,28 +241,27 @@ class ConsumerService:
             exc.detail = f"acks[{index}]: {exc.detail}"
             raise
 
-    async def _ack_one(
-        self, client: Client, index: int, subject: acks.AckSubject, payload: bytes
-    ) -> dict[str, Any]:
-        result: dict[str, Any] = {"index": index, "ok": True, "seq": subject.stream_seq}
-        try:
-            await self.pool.request(
-                subject.subject, payload, operation="consumer.ack", write=True, client=client
-            )
-        except NoResponders:
-            error: errors.GatewayError = errors.NotFound(
-                "consumer.not_found", "nobody takes acks for this consumer: it was deleted"
-            )
-            result.update(ok=False, error=error.problem())
-        except errors.OutcomeUnknown:
-            error = errors.OutcomeUnknown(
-                detail="the server did not confirm the ack in time: it may or may not be "
-                "applied. Acks are safe to send again."
-            )
-            result.update(ok=False, error=error.problem())
-        except errors.GatewayError as exc:
-            result.update(ok=False, error=exc.problem())
+
+def _ack_result(index: int, subject: acks.AckSubject, reply: Reply | Exception) -> dict[str, Any]:
+    """What became of one ack: confirmed by the server (any reply), or why not."""
+    result: dict[str, Any] = {"index": index, "ok": True, "seq": subject.stream_seq}
+    if isinstance(reply, nats.errors.NoRespondersError):
+        error: errors.GatewayError = errors.NotFound(
+            "consumer.not_found", "nobody takes acks for this consumer: it was deleted"
+        )
+    elif isinstance(reply, nats.errors.TimeoutError):
+        error = errors.OutcomeUnknown(
+            detail="the server did not confirm the ack in time: it may or may not be "
+            "applied. Acks are safe to send again."
+        )
+    elif isinstance(reply, Exception):
+        error = errors.Unavailable(
+            "nats.unavailable", "the NATS connection is down; the ack was not sent"
+        )
+    else:
         return result
+    result.update(ok=False, error=error.problem())
+    return result
 
 
 def _ack_payload(item: AckItem) -> bytes:
