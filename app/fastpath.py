@@ -20,9 +20,10 @@ from starlette.types import Receive, Scope, Send
 
 from app.auth.access import authorize
 from app.errors import GatewayError
-from app.kv_http import entry_response
+from app.kv_http import entry_headers, entry_response
 from app.middleware import request_id_of
 from app.problems import problem_response
+from app.services.kv_model import Entry
 
 log = logging.getLogger("jsgw.fastpath")
 
@@ -59,7 +60,12 @@ class KVReadFastPath:
             await authorize(request)
             entry = await scope["state"]["runtime"].kv.get(bucket, key)
             headers = Headers(scope=scope)
-            response = entry_response(entry, headers, headers.get("if-none-match"))
+            if_none_match = headers.get("if-none-match")
+            if if_none_match is None and "application/json" not in headers.get("accept", ""):
+                # The common answer, the raw value, without building a Response object.
+                await _send_value(send, entry)
+                return
+            response = entry_response(entry, headers, if_none_match)
         except GatewayError as exc:
             response = problem_response(exc, request_id_of(scope))
         except Exception:
@@ -68,6 +74,18 @@ class KVReadFastPath:
             error = GatewayError("gateway.internal", "internal error", status=500)
             response = problem_response(error, request_id_of(scope))
         await response(scope, receive, send)
+
+
+async def _send_value(send: Send, entry: Entry) -> None:
+    """What ``entry_response`` answers without conditions: 200 and the raw bytes."""
+    body = entry.value or b""
+    headers = [
+        (b"content-length", str(len(body)).encode()),
+        (b"content-type", b"application/octet-stream"),
+        *((name.lower().encode(), value.encode()) for name, value in entry_headers(entry).items()),
+    ]
+    await send({"type": "http.response.start", "status": 200, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
 
 
 def install(app: Any, routes: Any) -> None:

@@ -13,7 +13,7 @@ from app.nats.embedded import EmbeddedServer
 from tests.helpers import gateway_settings, running_gateway
 
 IGNORED = {"via": "fastapi"}
-SAME_HEADERS = ("content-type", "etag", "kv-revision", "kv-operation", "kv-created",
+SAME_HEADERS = ("content-type", "content-length", "etag", "kv-revision", "kv-operation", "kv-created",
                 "www-authenticate")
 
 
