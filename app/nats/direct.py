@@ -140,7 +140,7 @@ class DirectGet:
     async def _single(self, stream: str, subject: str, payload: bytes) -> StoredMessage:
         await self._check_direct(stream)
         try:
-            reply = await self.pool.lean_request(subject, payload, operation="direct.get")
+            reply = await self.pool.request(subject, payload, operation="direct.get")
         except NoResponders:
             raise await self._why_no_responders(stream) from None
         block = reply.headers

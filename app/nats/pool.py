@@ -21,7 +21,6 @@ from typing import Any
 import nats
 import nats.errors
 from nats.aio.client import Client
-from nats.aio.msg import Msg
 
 from app.config import Settings
 from app.errors import (
@@ -216,33 +215,22 @@ class NatsPool:
         timeout: float | None = None,
         write: bool = False,
         client: Client | None = None,
-    ) -> Msg:
+    ) -> Reply:
         """Request/reply on a pooled connection, with every NATS failure mapped to a domain error.
 
-        ``client`` pins the request to one connection (to keep a sequence of writes in order).
+        Answered through the connection's reply mux (app.nats.replies): the reply's raw header
+        block parsed once. ``client`` pins the request to one connection (to keep a sequence
+        of writes in order).
         """
-        client = client or self.pick()
+        lean = client or self.pick()
+        assert isinstance(lean, LeanClient)
         return await self.observe(
             operation,
-            lambda: client.request(
-                subject, payload, timeout=timeout or self.timeout, headers=headers
-            ),
+            lambda: lean.replies.request(subject, payload, timeout or self.timeout, headers),
             write=write,
         )
 
-    async def lean_request(
-        self, subject: str, payload: bytes = b"", *, operation: str, timeout: float | None = None
-    ) -> Reply:
-        """A read-only request answered through the connection's reply mux (app.nats.replies):
-        the reply's raw header block parsed once, with the same metrics and error mapping."""
-        client = self.pick()
-        assert isinstance(client, LeanClient)
-        return await self.observe(
-            operation,
-            lambda: client.replies.request(subject, payload, timeout or self.timeout),
-        )
-
-    async def lean_requests(
+    async def requests(
         self,
         requests: list[tuple[str, bytes]],
         *,

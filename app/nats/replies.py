@@ -1,4 +1,4 @@
-"""Request/reply read straight off the connection, for the gateway's hottest NATS request.
+"""Request/reply read straight off the connection, for every request the gateway makes.
 
 nats-py answers a request through its generic message path: a random token per request (read
 from the kernel's random source), a header block parsed into a folded dict, a ``Msg`` object,
@@ -6,11 +6,12 @@ a hop through the reply subscription's queue and task, and ``asyncio.wait_for``.
 Direct Get that was a fifth of a KV read's cost. :class:`LeanClient` is nats-py's client with
 one addition: messages of a subscription registered with :meth:`LeanClient.raw_subscribe` go to
 a plain callback with their raw header block and payload. :class:`ReplyMux` uses that for
-request/reply: one wildcard inbox per connection, a counter as token, a timer per request, and
-the raw header block parsed once (keeping repeated header names, which nats-py folds).
+request/reply: one wildcard inbox per connection, a counter as token, a timer per request (one
+per batch for :meth:`ReplyMux.request_all`), and the raw header block parsed once (keeping
+repeated header names, which nats-py folds).
 
-Everything else (connecting, reconnecting and re-subscribing, auth, TLS, flushing) is still
-nats-py's.
+Everything else (connecting, reconnecting and re-subscribing, auth, TLS, flushing,
+subscriptions of consumers) is still nats-py's.
 """
 
 from __future__ import annotations
@@ -85,7 +86,13 @@ class ReplyMux:
                 self._started = asyncio.ensure_future(self._start())
             await asyncio.shield(self._started)
 
-    async def request(self, subject: str, payload: bytes, timeout: float) -> Reply:
+    async def request(
+        self,
+        subject: str,
+        payload: bytes,
+        timeout: float,
+        headers: dict[str, str] | None = None,
+    ) -> Reply:
         """The reply; nats-py's NoRespondersError / TimeoutError as its own request raises."""
         await self._ready()
         self._next += 1
@@ -95,7 +102,9 @@ class ReplyMux:
         self._pending[token] = future
         timer = loop.call_later(timeout, _expire, future)
         try:
-            await self.client.publish(subject, payload, reply=self._prefix + token.decode())
+            await self.client.publish(
+                subject, payload, reply=self._prefix + token.decode(), headers=headers
+            )
             reply = await future
         finally:
             timer.cancel()

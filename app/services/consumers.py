@@ -223,7 +223,7 @@ class ConsumerService:
                 f"at most {self.settings.max_fetch_messages} acks per request",
             )
         prepared = [self._prepare(stream, name, i, item) for i, item in enumerate(items)]
-        replies = await self.pool.lean_requests(
+        replies = await self.pool.requests(
             [(subject.subject, payload) for subject, payload in prepared],
             operation="consumer.ack",
         )
