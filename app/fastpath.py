@@ -1,10 +1,14 @@
-"""A lean path for the hottest request: ``GET /v1/kv/{bucket}/keys/{key}`` (latest value).
+"""Lean paths for the hottest requests: the plain forms of ``GET`` and ``PUT
+/v1/kv/{bucket}/keys/{key}`` and ``POST /v1/publish/{subject}``.
 
-FastAPI's routing, dependency solving and response machinery cost several times the read
-itself. This handler answers the plain form of that one route directly — same service,
-same authorization table, same headers and problem documents, same metrics label — and hands
-everything else to FastAPI, including every variant of that route (a query string, HEAD), so
-the OpenAPI document and the FastAPI route stay the reference. tests/integration/
+FastAPI's routing, dependency solving and response machinery cost several times the work of
+these requests. :class:`app.main.Gateway` hands the requests these paths :meth:`LeanPaths.take`
+to them, inside the gateway's own middleware (request ids, metrics, access log, limits, CORS)
+but past Starlette's and FastAPI's layers. Each path authorizes through the same table and
+calls the route's own endpoint function (or, for the read, the same service and response
+helpers) with what FastAPI would have passed it, so answers, headers, problem documents and
+metrics labels are the route's. Every other form (a query string, another method) goes to
+FastAPI, whose routes stay the reference and the OpenAPI document; tests/integration/
 test_fastpath.py checks that both paths answer alike.
 """
 
@@ -12,65 +16,128 @@ from __future__ import annotations
 
 import logging
 import re
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any
 
-from starlette.datastructures import Headers
-from starlette.requests import Request
+from starlette.exceptions import HTTPException
+from starlette.requests import ClientDisconnect, Request
+from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
 from app.auth.access import authorize
+from app.auth.policy import Principal
 from app.errors import GatewayError
+from app.http import JSON
 from app.kv_http import entry_headers, entry_response
 from app.middleware import request_id_of
-from app.problems import problem_response
+from app.problems import http_exception_response, problem_response
 from app.services.kv_model import Entry
 
 log = logging.getLogger("jsgw.fastpath")
 
-TEMPLATE = "/v1/kv/{bucket}/keys/{key}"
-_PATH = re.compile(r"/v1/kv/([^/]+)/keys/(.+)", re.DOTALL)
+# What an answer gets: the request, its path parameters, the runtime, the caller, the route's
+# endpoint function. It returns a Response, or None when it has sent the answer itself.
+Answer = Callable[
+    [Request, dict[str, str], Any, Principal, Callable[..., Any], Send], Awaitable[Response | None]
+]
 
 
-class KVReadFastPath:
-    """The handler of the lean path; :class:`app.main.Gateway` sends it the requests it
-    :meth:`takes`, through the gateway's own middleware (request ids, metrics, access log,
-    limits, CORS) but past Starlette's and FastAPI's layers and routing."""
+@dataclass(frozen=True, slots=True)
+class LeanPath:
+    method: str
+    template: str
+    pattern: re.Pattern[str]
+    answer: Answer
+    route: Any = None  # FastAPI's route for the template: metrics, auth and the endpoint
 
-    def __init__(self, route: Any) -> None:
-        self.route = route  # FastAPI's route for the same template: metrics and auth use it
 
-    @staticmethod
-    def takes(scope: Scope) -> bool:
-        return (
-            scope["method"] == "GET"
-            and not scope.get("query_string")
-            and scope["path"].startswith("/v1/kv/")
-            and "runtime" in (scope.get("state") or {})
-            and _PATH.fullmatch(scope["path"]) is not None
-        )
+async def _read(request: Request, params: dict[str, str], runtime: Any, _p: Principal,
+                _endpoint: Callable[..., Any], send: Send) -> Response | None:
+    entry = await runtime.kv.get(params["bucket"], params["key"])
+    headers = request.headers
+    if_none_match = headers.get("if-none-match")
+    if if_none_match is None and "application/json" not in headers.get("accept", ""):
+        await _send_value(send, entry)  # the common answer, without building a Response
+        return None
+    return entry_response(entry, headers, if_none_match)
+
+
+async def _write(request: Request, params: dict[str, str], runtime: Any, _p: Principal,
+                 endpoint: Callable[..., Any], _send: Send) -> Response:
+    headers = request.headers
+    return await endpoint(  # type: ignore[no-any-return]
+        bucket=params["bucket"], key=params["key"], request=request, kv=runtime.kv,
+        pool=runtime.pool, ttl=None, if_match=headers.get("if-match"),
+        if_none_match=headers.get("if-none-match"),
+    )  # fmt: skip
+
+
+async def _publish(request: Request, params: dict[str, str], runtime: Any,
+                   principal: Principal, endpoint: Callable[..., Any], _send: Send) -> Response:
+    ack = await endpoint(
+        subject=params["subject"], request=request, pool=runtime.pool,
+        publisher=runtime.publisher, principal=principal, streams=runtime.streams,
+    )  # fmt: skip
+    return JSON(ack)  # a PubAck dict: what response_model=PubAck would serialize
+
+
+PATHS = (
+    LeanPath("GET", "/v1/kv/{bucket}/keys/{key}",
+             re.compile(r"/v1/kv/(?P<bucket>[^/]+)/keys/(?P<key>.+)", re.DOTALL), _read),
+    LeanPath("PUT", "/v1/kv/{bucket}/keys/{key}",
+             re.compile(r"/v1/kv/(?P<bucket>[^/]+)/keys/(?P<key>.+)", re.DOTALL), _write),
+    LeanPath("POST", "/v1/publish/{subject}",
+             re.compile(r"/v1/publish/(?P<subject>.+)", re.DOTALL), _publish),
+)  # fmt: skip
+
+_SCOPE_KEY = "jsgw.lean"
+
+
+class LeanPaths:
+    """The ASGI app of the lean paths (wrapped in the gateway's middleware by the caller)."""
+
+    def __init__(self, paths: list[LeanPath]) -> None:
+        self.by_method: dict[str, list[LeanPath]] = {}
+        for path in paths:
+            self.by_method.setdefault(path.method, []).append(path)
+
+    def take(self, scope: Scope) -> bool:
+        """Is this request one of the lean paths' (then it is marked for :meth:`__call__`)?"""
+        candidates = self.by_method.get(scope["method"])
+        if candidates is None or scope.get("query_string") or "runtime" not in (
+            scope.get("state") or {}
+        ):
+            return False
+        path = scope["path"]
+        for lean in candidates:
+            match = lean.pattern.fullmatch(path)
+            if match is not None:
+                scope[_SCOPE_KEY] = (lean, match.groupdict())
+                return True
+        return False
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        match = _PATH.fullmatch(scope["path"])
-        assert match is not None
-        bucket, key = match.groups()
-        scope["route"] = self.route
-        scope["path_params"] = {"bucket": bucket, "key": key}
+        lean, params = scope.pop(_SCOPE_KEY)
+        route = lean.route
+        scope["route"] = route
+        scope["path_params"] = params
         request = Request(scope, receive)
         try:
-            await authorize(request)
-            entry = await scope["state"]["runtime"].kv.get(bucket, key)
-            headers = Headers(scope=scope)
-            if_none_match = headers.get("if-none-match")
-            if if_none_match is None and "application/json" not in headers.get("accept", ""):
-                # The common answer, the raw value, without building a Response object.
-                await _send_value(send, entry)
+            principal = await authorize(request)
+            runtime = scope["state"]["runtime"]
+            response = await lean.answer(request, params, runtime, principal, route.endpoint, send)
+            if response is None:
                 return
-            response = entry_response(entry, headers, if_none_match)
         except GatewayError as exc:
             response = problem_response(exc, request_id_of(scope))
+        except HTTPException as exc:
+            response = http_exception_response(exc, scope)
+        except ClientDisconnect:
+            return  # gone before its body arrived: no one to answer, nothing was sent to NATS
         except Exception:
             # What Starlette's error middleware would do on the regular path, as a problem.
-            log.exception("GET %s failed", scope["path"])
+            log.exception("%s %s failed", scope["method"], scope["path"])
             error = GatewayError("gateway.internal", "internal error", status=500)
             response = problem_response(error, request_id_of(scope))
         await response(scope, receive, send)
@@ -89,9 +156,15 @@ async def _send_value(send: Send, entry: Entry) -> None:
 
 
 def install(app: Any, routes: Any) -> None:
-    """Give the app the lean path for the route (among ``routes``) it stands in for."""
-    for route in routes:
-        if getattr(route, "path_format", None) == TEMPLATE and "GET" in getattr(route, "methods", ()):
-            app.fast_path = KVReadFastPath(route)
-            return
-    raise RuntimeError(f"no GET route {TEMPLATE} to stand in for")
+    """Give the app the lean paths, each bound to FastAPI's route (among ``routes``) for the
+    same method and template."""
+    bound = []
+    for lean in PATHS:
+        for route in routes:
+            template = getattr(route, "path_format", None)
+            if template == lean.template and lean.method in getattr(route, "methods", ()):
+                bound.append(LeanPath(lean.method, lean.template, lean.pattern, lean.answer, route))
+                break
+        else:
+            raise RuntimeError(f"no {lean.method} route {lean.template} to stand in for")
+    app.lean_paths = LeanPaths(bound)

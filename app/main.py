@@ -25,20 +25,20 @@ stable `code`; every response carries `X-Request-ID`."""
 
 
 class Gateway(FastAPI):
-    """FastAPI, with the lean path for the hottest request taken before Starlette's layers."""
+    """FastAPI, with the lean paths for the hottest requests taken before Starlette's layers."""
 
-    fast_path: fastpath.KVReadFastPath | None = None
-    _fast_stack: ASGIApp | None = None
+    lean_paths: fastpath.LeanPaths | None = None
+    _lean_stack: ASGIApp | None = None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         # Streams write their body chunks to the server directly (app.sse.QueueStream).
         scope[RAW_SEND] = send
-        fast = self.fast_path
-        if fast is not None and scope["type"] == "http" and fast.takes(scope):
+        lean = self.lean_paths
+        if lean is not None and scope["type"] == "http" and lean.take(scope):
             scope["app"] = self
-            if self._fast_stack is None:
-                self._fast_stack = self._around(fast)
-            await self._fast_stack(scope, receive, send)
+            if self._lean_stack is None:
+                self._lean_stack = self._around(lean)
+            await self._lean_stack(scope, receive, send)
             return
         await super().__call__(scope, receive, send)
 
@@ -76,7 +76,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     # through the API above.
     ui.install(app)
     # Served inside the middleware below: metrics, request ids, CORS and limits still apply.
-    fastpath.install(app, kv.router.routes)
+    fastpath.install(app, [*kv.router.routes, *publish.router.routes])
     problems.install(app)
     if settings.cors_origins:
         app.add_middleware(

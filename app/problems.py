@@ -61,6 +61,11 @@ async def _request_validation(request: Request, exc: Exception) -> Response:
 
 async def _http_exception(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, StarletteHTTPException)
+    return http_exception_response(exc, request.scope)
+
+
+def http_exception_response(exc: StarletteHTTPException, scope: Any) -> Response:
+    """Starlette's HTTPException (raised by the body limit, among others) as a problem."""
     codes = {404: "route.not_found", 405: "route.method_not_allowed", 413: "request.too_large"}
     error = GatewayError(
         codes.get(exc.status_code, "http.error"),
@@ -68,7 +73,7 @@ async def _http_exception(request: Request, exc: Exception) -> Response:
         status=exc.status_code,
         headers=dict(exc.headers or {}),
     )
-    return problem_response(error, request_id_of(request.scope))
+    return problem_response(error, request_id_of(scope))
 
 
 def install(app: FastAPI) -> None:

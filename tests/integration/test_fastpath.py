@@ -8,11 +8,28 @@ from __future__ import annotations
 from pathlib import Path
 
 import httpx
+import pytest
+
+from app import fastpath
 
 from app.nats.embedded import EmbeddedServer
 from tests.helpers import gateway_settings, running_gateway
 
 IGNORED = {"via": "fastapi"}
+
+
+@pytest.fixture
+def lean_calls(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The requests the lean paths answered (so a pair is never FastAPI twice)."""
+    calls: list[str] = []
+    original = fastpath.LeanPaths.__call__
+
+    async def spy(self, scope, receive, send):  # type: ignore[no-untyped-def]
+        calls.append(scope["method"])
+        await original(self, scope, receive, send)
+
+    monkeypatch.setattr(fastpath.LeanPaths, "__call__", spy)
+    return calls
 SAME_HEADERS = ("content-type", "content-length", "etag", "kv-revision", "kv-operation", "kv-created",
                 "www-authenticate")
 
@@ -30,7 +47,8 @@ def same(fast: httpx.Response, slow: httpx.Response) -> None:
         assert fast.content == slow.content
 
 
-async def test_both_paths_answer_alike(gateway: httpx.AsyncClient, name: str) -> None:
+async def test_both_paths_answer_alike(gateway: httpx.AsyncClient, name: str,
+                                       lean_calls: list[str]) -> None:
     assert (await gateway.put(f"/v1/kv/{name}", json={"history": 3})).status_code == 201
     await gateway.put(f"/v1/kv/{name}/keys/a.b", content=b"\x00value")
     await gateway.put(f"/v1/kv/{name}/keys/gone", content=b"x")
@@ -52,6 +70,7 @@ async def test_both_paths_answer_alike(gateway: httpx.AsyncClient, name: str) ->
         fast = await gateway.get(path, headers=headers)
         slow = await gateway.get(path, headers=headers, params=IGNORED)
         same(fast, slow)
+    assert lean_calls.count("GET") == len(cases) and "PUT" in lean_calls
     metrics = (await gateway.get("/metrics")).text
     line = 'jsgw_http_requests_total{method="GET",route="/v1/kv/{bucket}/keys/{key}",status="200"}'
     assert line in metrics
@@ -81,3 +100,103 @@ async def test_both_paths_authorize_alike(nats_server: EmbeddedServer, tmp_path:
             slow = await gw.get(path, headers=headers, params=IGNORED)
             assert fast.status_code == status
             same(fast, slow)
+
+
+def alike(fast: httpx.Response, slow: httpx.Response, *, differ: tuple[str, ...] = ()) -> None:
+    """Two writes (to twin keys or subjects) answered alike: status, headers, body fields,
+    except the fields that name what was written (``differ``: revision, seq, ...)."""
+    assert fast.status_code == slow.status_code, (fast.text, slow.text)
+    assert fast.headers.get("content-type") == slow.headers.get("content-type")
+    skip = {"x-request-id", "etag", "kv-revision", "location", "content-length", "date"}
+    assert {h for h in fast.headers if h not in skip} == {h for h in slow.headers if h not in skip}
+    assert ("location" in fast.headers) == ("location" in slow.headers)
+    a, b = fast.json(), slow.json()
+    for field in ("instance", *differ):
+        a.pop(field, None)
+        b.pop(field, None)
+    if "detail" in a:  # problems name the key or subject
+        a.pop("detail"), b.pop("detail")
+    assert a == b
+
+
+async def test_both_paths_write_alike(gateway: httpx.AsyncClient, nc, name: str,
+                                      lean_calls: list[str]) -> None:
+    assert (await gateway.put(f"/v1/kv/{name}", json={"max_value_size": 64})).status_code == 201
+    cases: list[tuple[dict[str, str], bytes]] = [
+        ({}, b"v"),                                # put: 200
+        ({"If-None-Match": "*"}, b"v"),            # create over a value: 412 kv.key_exists
+        ({"If-Match": '"999"'}, b"v"),             # wrong revision: 412
+        ({}, b"x" * 65),                           # over max_value_size: 413
+    ]
+    for headers, body in cases:
+        fast = await gateway.put(f"/v1/kv/{name}/keys/fast", content=body, headers=headers)
+        slow = await gateway.put(f"/v1/kv/{name}/keys/slow", content=body, headers=headers,
+                                 params=IGNORED)
+        alike(fast, slow, differ=("revision",))
+    created = [await gateway.put(f"/v1/kv/{name}/keys/new.{way}", content=b"v",
+                                 headers={"If-None-Match": "*"}, params=params)
+               for way, params in (("fast", {}), ("slow", IGNORED))]
+    alike(*created, differ=("revision",))
+    assert created[0].status_code == 201
+    assert created[0].headers["location"] == f"/v1/kv/{name}/keys/new.fast"
+    for path in (f"/v1/kv/{name}/keys/a.*", "/v1/kv/NO_SUCH_BUCKET/keys/a", "/v1/kv/b.b/keys/a"):
+        fast = await gateway.put(path, content=b"v")
+        slow = await gateway.put(path, content=b"v", params=IGNORED)
+        same(fast, slow)
+    # Every fast write is stored, and only those.
+    kv = await nc.jetstream().key_value(name)
+    assert (await kv.get("fast")).value == b"v" and (await kv.get("new.fast")).value == b"v"
+
+    js = nc.jetstream()
+    await js.add_stream(name=name, subjects=[f"{name}.>"])
+    for headers in ({}, {"Nats-Msg-Id": "one"}, {"Nats-Msg-Id": "one"},
+                    {"Nats-Expected-Last-Sequence": "999"}, {"Nats-Expected-Last-Sequence": "x"}):
+        fast = await gateway.post(f"/v1/publish/{name}.fast", content=b"m",
+                                  headers={k: f"{v}-fast" if k == "Nats-Msg-Id" else v
+                                           for k, v in headers.items()})
+        slow = await gateway.post(f"/v1/publish/{name}.slow", content=b"m", params=IGNORED,
+                                  headers={k: f"{v}-slow" if k == "Nats-Msg-Id" else v
+                                           for k, v in headers.items()})
+        alike(fast, slow, differ=("seq",))
+    for subject in ("nowhere.x", f"{name}.*", f"{name}..x"):
+        fast = await gateway.post(f"/v1/publish/{subject}", content=b"m")
+        slow = await gateway.post(f"/v1/publish/{subject}", content=b"m", params=IGNORED)
+        same(fast, slow)
+    assert lean_calls.count("PUT") == 8 and lean_calls.count("POST") == 8
+    info = await js.stream_info(name)
+    assert info.state.messages == 4  # 2 stored each way (the second "one" is a duplicate)
+
+
+async def test_a_client_gone_mid_body_publishes_nothing_and_logs_no_error(
+    nats_server: EmbeddedServer, nc, name: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    import logging
+
+    await nc.jetstream().add_stream(name=name, subjects=[f"{name}.>"])
+    uvicorn_log = logging.getLogger("uvicorn")  # it does not propagate to the root logger
+    uvicorn_log.addHandler(caplog.handler)
+    try:
+        await _publish_then_leave(nats_server, name)
+    finally:
+        uvicorn_log.removeHandler(caplog.handler)
+    assert (await nc.jetstream().stream_info(name)).state.messages == 1
+    errors = [r for r in caplog.records if r.levelno >= logging.ERROR]
+    assert not errors, [r.getMessage() for r in errors]
+
+
+async def _publish_then_leave(nats_server: EmbeddedServer, name: str) -> None:
+    import asyncio
+
+    from tests.helpers import served_gateway
+
+    with served_gateway(gateway_settings(nats_server.url)) as url:
+        host, port = url.removeprefix("http://").split(":")
+        reader, writer = await asyncio.open_connection(host, int(port))
+        writer.write(f"POST /v1/publish/{name}.a HTTP/1.1\r\nHost: x\r\n"
+                     "Transfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n".encode())
+        await writer.drain()
+        await asyncio.sleep(0.2)
+        writer.close()
+        await asyncio.sleep(0.3)
+        async with httpx.AsyncClient(base_url=url) as http:  # the gateway still serves
+            assert (await http.post(f"/v1/publish/{name}.b", content=b"x")).status_code == 200
