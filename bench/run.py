@@ -170,6 +170,8 @@ class Bench:
         self.nats_url = ""
         self.gateway: Proc | None = None
         self.gateway_url = ""
+        self.cached: Proc | None = None  # the gateway with the read cache on (kv section)
+        self.cached_url = ""
         self.raw: Proc | None = None
         self.raw_url = ""
         self.hello: Proc | None = None
@@ -221,6 +223,16 @@ class Bench:
                                         log=self.workdir / "gateway.log")
         wait_http(f"{self.gateway_url}/readyz", self.gateway, timeout=60)
         log(f"gateway {self.gateway.pid} at {self.gateway_url} ({a.workers} worker(s))")
+        if "kv" not in a.skip:
+            # The same gateway with the opt-in read cache on the KV benchmark's bucket.
+            port = free_port()
+            self.cached_url = f"http://127.0.0.1:{port}"
+            cached_env = {**env, "JSGW_PORT": str(port), "JSGW_KV_CACHE": KV_BUCKET,
+                          "JSGW_DATA_DIR": str(self.workdir / "cached-data")}
+            self.cached = self.procs.start("gateway-cached", [PYTHON, "-m", "app", "serve"],
+                                           env=cached_env, log=self.workdir / "cached.log")
+            wait_http(f"{self.cached_url}/readyz", self.cached, timeout=60)
+            log(f"gateway with read cache {self.cached.pid} at {self.cached_url}")
 
         self.prepare_data()
 
@@ -468,6 +480,12 @@ class Bench:
         assert gw and raw and hello
         r["get.gateway"] = self.attempt("kv get gateway", lambda: self.wrk_run(
             "get-gateway", self.gateway_url, self.kv_requests("GET"), gw.pid))
+        cached = self.cached
+        if cached is not None:
+            r["get.cached"] = self.attempt("kv get cached", lambda: self.wrk_run(
+                "get-cached", self.cached_url, self.kv_requests("GET"), cached.pid))
+            cached.stop()  # its watch would take CPU from every later write measurement
+            self.cached = None
         r["get.nats"] = self.attempt("kv get nats", lambda: self.nats_load(
             "kvget", "--concurrency", str(self.args.connections)))
         r["get.raw"] = self.attempt("kv get raw", lambda: self.wrk_run(
@@ -737,8 +755,10 @@ class Bench:
                         "`consumer.limit_reached` (NATS err_code 10026): nats-server 2.15 allows "
                         "1,000 consumers per stream unless the stream or the server says otherwise "
                         "(`jetstream { limits { default_max_consumers } }`; a stream's "
-                        "`max_consumers: -1` means that default), and the gateway runs one ordered "
-                        "consumer per watch. `--nats-max-consumers 10000` measures past the limit.")
+                        "`max_consumers: -1` means that default); the gateway shares one consumer "
+                        "per bucket and filter among its watchers but runs up to 32 catch-up "
+                        "consumers per worker while clients connect. `--nats-max-consumers 10000` "
+                        "raises the limit.")
         if self.notes:
             parts += ["Notes:", ""] + [f"- {n}" for n in dict.fromkeys(self.notes)] + [""]
         return "\n".join(parts)
@@ -778,6 +798,7 @@ class Bench:
             ]
             if op == "get":
                 spec.append(("etcd_ser", "etcd /v3/kv/range serializable", 1.0))
+                spec.insert(1, ("cached", "jsgw GET, opt-in read cache (`JSGW_KV_CACHE`)", None))
             for key, label, target in spec:
                 res = r.get(f"{op}.{key}")
                 note = self.row_note(res, etcd_missing if key.startswith("etcd") else "skipped")

@@ -402,7 +402,7 @@ async def test_a_slow_client_is_cut_off_with_an_error(
             writer.write(f"GET /v1/kv/{name}/watch HTTP/1.1\r\nHost: x\r\n\r\n".encode())
             await writer.drain()
             assert b"200" in await reader.readline()
-            assert await consumer_count(nc, name) == 1
+            assert await settled_consumer_count(nc, name, 1) == 1  # the shared feed
             value = b"v" * 200_000
             js = nc.jetstream()
             # The client reads nothing: socket buffers fill, then the gateway's queue does.
