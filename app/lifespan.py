@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import logging
 import secrets
 import signal
@@ -100,6 +101,11 @@ def make_lifespan(
                 ),
                 embedded=embedded,
             )
+            # What exists now (modules, the app, its schemas) lives as long as the process:
+            # out of the collector's sight, full collections under load (thousands of SSE
+            # connections) stay short instead of pausing every stream for 0.1-0.2 s.
+            gc.collect()
+            gc.freeze()
             yield {"runtime": runtime}
         finally:
             # Reverse order of creation: drain NATS, then stop the server it talks to.
