@@ -245,12 +245,7 @@ class NatsPool:
         try:
             results = await client.replies.request_all(requests, timeout or self.timeout)
         except _NOT_CONNECTED:
-            self._metrics.nats_errors.labels(operation, "unavailable").inc()
-            raise Unavailable(
-                "nats.unavailable",
-                "the NATS connection went down while sending; retry shortly",
-                headers={"Retry-After": str(self._settings.retry_after)},
-            ) from None
+            raise self._down(operation, "the NATS connection went down while sending") from None
         finally:
             self._metrics.observe_nats(operation, time.perf_counter() - started)
         for result in results:
@@ -283,14 +278,17 @@ class NatsPool:
                 "request.too_large", "the message is larger than the server's max_payload"
             ) from None
         except _NOT_CONNECTED:
-            self._metrics.nats_errors.labels(operation, "unavailable").inc()
-            raise Unavailable(
-                "nats.unavailable",
-                "the NATS connection is down; nothing was sent. Retry shortly.",
-                headers={"Retry-After": str(self._settings.retry_after)},
-            ) from None
+            raise self._down(operation, "the NATS connection is down; nothing was sent") from None
         finally:
             self._metrics.observe_nats(operation, time.perf_counter() - started)
+
+    def _down(self, operation: str, detail: str) -> Unavailable:
+        self._metrics.nats_errors.labels(operation, "unavailable").inc()
+        return Unavailable(
+            "nats.unavailable",
+            f"{detail}. Retry shortly.",
+            headers={"Retry-After": str(self._settings.retry_after)},
+        )
 
     # -- state -----------------------------------------------------------------------------
 

@@ -13,6 +13,7 @@ Bucket administration is in :mod:`kv_buckets`, key listings in :mod:`kv_keys`, w
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -31,6 +32,7 @@ from app.services.kv_model import (
     PUT,
     Entry,
     Precondition,
+    as_bucket_error,
     bucket_errors,
     entry_from_message,
     key_subject,
@@ -100,6 +102,7 @@ class KVService:
     # -- reading entries -------------------------------------------------------------------
 
     @staticmethod
+    @functools.lru_cache(maxsize=8192)  # hot keys are validated once (errors are not cached)
     def _names(bucket: str, key: str, *, writing: bool = False) -> tuple[str, str]:
         validation.bucket_name(bucket)
         validation.kv_key(key, writing=writing)
@@ -116,11 +119,13 @@ class KVService:
                 if entry.operation != PUT:
                     raise _key_not_found(key, entry)
                 return entry
-        with bucket_errors(bucket):
+        try:
             if revision is None:
                 message, delta = await self._last(stream, subject), 0
             else:
                 message, delta = await self._at(stream, subject, revision)
+        except errors.NotFound as exc:  # bucket_errors, inline on the hottest path
+            raise as_bucket_error(bucket, exc) from None
         # Never another key's value: the subject must be this key's exactly.
         if message is None or message.subject != subject:
             raise _key_not_found(key)

@@ -72,11 +72,13 @@ def bucket_errors(bucket: str) -> Iterator[None]:
     try:
         yield
     except errors.NotFound as exc:
-        if exc.code in ("stream.not_found", "stream.no_match"):
-            raise errors.NotFound(
-                "kv.bucket_not_found", f"bucket {bucket!r} does not exist"
-            ) from None
-        raise
+        raise as_bucket_error(bucket, exc) from None
+
+
+def as_bucket_error(bucket: str, exc: errors.NotFound) -> errors.NotFound:
+    if exc.code in ("stream.not_found", "stream.no_match"):
+        return errors.NotFound("kv.bucket_not_found", f"bucket {bucket!r} does not exist")
+    return exc
 
 
 # -- operations and entries -----------------------------------------------------------------
