@@ -222,6 +222,14 @@ class WatchSession:
             )
         self.end(error)
 
+    async def catch_up(self, consumer: OrderedConsumer, done: Callable[[], None]) -> None:
+        """Start the catch-up consumer; ``done`` runs once it is stopped (its slot)."""
+        self.catchup, self._catchup_done = consumer, done
+        if self._ended:  # cut off while it waited for a slot: the writer sends the end
+            self._stop_catchup()
+            return
+        await consumer.start()
+
     def live_from(self, position: int) -> None:
         """No catch-up (``updates_only``): ready at the feed's position, live at once."""
         self._send_ready(position)
@@ -446,14 +454,6 @@ class Watches:
     def __len__(self) -> int:
         return len(self._active)
 
-    @property
-    def sessions(self) -> frozenset[WatchSession]:
-        return frozenset(self._active)
-
-    @property
-    def feeds(self) -> int:
-        return len(self._feeds)
-
     async def open(
         self, bucket: str, options: WatchOptions, visible: Callable[[str], bool] | None
     ) -> WatchSession:
@@ -481,14 +481,10 @@ class Watches:
                 session.live_from(position)
                 return session
             await self._catchups.acquire()
-            session._catchup_done = self._catchups.release
-            if session.ended:  # cut off while it waited: the writer sends the end
-                session._stop_catchup()
-                return session
-            session.catchup = OrderedConsumer(
+            consumer = OrderedConsumer(
                 self.js, options.consumer(bucket, self.idle_heartbeat), session
             )
-            await session.catchup.start()
+            await session.catch_up(consumer, self._catchups.release)
         except BaseException:
             with contextlib.suppress(errors.GatewayError):
                 await session.close()
