@@ -22,7 +22,13 @@ from urllib.parse import urlsplit
 import orjson
 
 from bench.http1 import Connection
-from bench.stats import closed_loop, emit, install_uvloop, sequential_latency
+from bench.stats import (
+    closed_loop,
+    emit,
+    install_uvloop,
+    load_options,
+    sequential_latency,
+)
 
 
 def key_name(i: int, keys: int) -> str:
@@ -166,12 +172,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--method", default="GET")
     p.add_argument("--stream", default="BATCH")
     p.add_argument("--consumer", default="http")
-    p.add_argument("--keys", type=int, default=1000)
-    p.add_argument("--concurrency", type=int, default=64)
-    p.add_argument("--batch", type=int, default=256)
-    p.add_argument("--value-size", type=int, default=100)
-    p.add_argument("--duration", type=float, default=10)
-    p.add_argument("--warmup", type=float, default=1)
+    load_options(p)
     return p.parse_args(argv)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import math
 import sys
@@ -104,3 +105,13 @@ async def sequential_latency(op: Callable[[int], Awaitable[Any]], duration: floa
         samples.append(clock() - t0)
         i += 1
     return latency_summary(samples)
+
+
+def load_options(p: argparse.ArgumentParser) -> None:
+    """The options every load process takes (the driver passes them to both kinds)."""
+    p.add_argument("--keys", type=int, default=1000)
+    p.add_argument("--concurrency", type=int, default=64)
+    p.add_argument("--batch", type=int, default=256)
+    p.add_argument("--value-size", type=int, default=100)
+    p.add_argument("--duration", type=float, default=10)
+    p.add_argument("--warmup", type=float, default=1)
