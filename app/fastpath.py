@@ -28,10 +28,14 @@ from starlette.types import Receive, Scope, Send
 from app.auth.access import authorize
 from app.auth.policy import Principal
 from app.errors import GatewayError
-from app.http import JSON
+from app.http import JSON, wants_json
 from app.kv_http import entry_headers, entry_response
 from app.middleware import request_id_of
-from app.problems import http_exception_response, problem_response
+from app.problems import (
+    gateway_error_response,
+    http_exception_response,
+    problem_response,
+)
 from app.services.kv_model import Entry
 
 log = logging.getLogger("jsgw.fastpath")
@@ -57,7 +61,7 @@ async def _read(request: Request, params: dict[str, str], runtime: Any, _p: Prin
     entry = await runtime.kv.get(params["bucket"], params["key"])
     headers = request.headers
     if_none_match = headers.get("if-none-match")
-    if if_none_match is None and "application/json" not in headers.get("accept", ""):
+    if if_none_match is None and not wants_json(headers):
         await _send_value(send, entry)  # the common answer, without building a Response
         return None
     return entry_response(entry, headers, if_none_match)
@@ -130,7 +134,7 @@ class LeanPaths:
             if response is None:
                 return
         except GatewayError as exc:
-            response = problem_response(exc, request_id_of(scope))
+            response = gateway_error_response(exc, scope)
         except HTTPException as exc:
             response = http_exception_response(exc, scope)
         except ClientDisconnect:

@@ -8,6 +8,7 @@ import orjson
 from fastapi import Request
 from pydantic import BeforeValidator
 from starlette.convertors import Convertor, register_url_convertor
+from starlette.datastructures import Headers
 from starlette.responses import JSONResponse
 
 from app import errors
@@ -34,9 +35,9 @@ PlainDigits = BeforeValidator(_plain_digits)
 ``Annotated`` (before them, FastAPI would misplace their bounds in the OpenAPI schema)."""
 
 
-def wants_json(request: Request) -> bool:
+def wants_json(headers: Headers) -> bool:
     """True when the client prefers JSON over the raw bytes (``Accept: application/json``)."""
-    return "application/json" in request.headers.get("accept", "")
+    return "application/json" in headers.get("accept", "")
 
 
 async def read_body(request: Request, limit: int) -> bytes:

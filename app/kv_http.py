@@ -5,7 +5,7 @@ from __future__ import annotations
 from starlette.datastructures import Headers
 from starlette.responses import Response
 
-from app.http import JSON
+from app.http import JSON, wants_json
 from app.services.kv_model import Entry, etag, if_none_match_hits
 
 
@@ -25,6 +25,6 @@ def entry_response(entry: Entry, request_headers: Headers, if_none_match: str | 
     headers = entry_headers(entry)
     if if_none_match_hits(if_none_match, entry.revision):
         return Response(status_code=304, headers=headers)
-    if "application/json" in request_headers.get("accept", ""):
+    if wants_json(request_headers):
         return JSON(entry.to_json(), headers=headers)
     return Response(entry.value or b"", media_type="application/octet-stream", headers=headers)

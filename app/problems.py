@@ -28,9 +28,14 @@ def problem_response(error: GatewayError, request_id: str | None) -> Response:
 
 async def _gateway_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, GatewayError)
+    return gateway_error_response(exc, request.scope)
+
+
+def gateway_error_response(exc: GatewayError, scope: Any) -> Response:
+    """A gateway error as its problem document; server-side failures (5xx) are logged."""
     if exc.status >= 500:
-        log.warning("%s %s: %s %s", request.method, request.url.path, exc.code, exc.detail)
-    return problem_response(exc, request_id_of(request.scope))
+        log.warning("%s %s: %s %s", scope["method"], scope["path"], exc.code, exc.detail)
+    return problem_response(exc, request_id_of(scope))
 
 
 def _validation_detail(errors: list[Any]) -> str:

@@ -43,7 +43,7 @@ _READ_ERRORS = problems(errors.NotFound, errors.Conflict, errors.PayloadTooLarge
 
 
 def message_response(message: StoredMessage, request: Request) -> Response:
-    if wants_json(request):
+    if wants_json(request.headers):
         return JSON(message.to_json())
     headers = {
         "Nats-Stream": message.stream,

@@ -50,8 +50,6 @@ Ttl = Annotated[
 IfMatch = Annotated[str | None, Header(description='"<revision>": write only over that revision')]
 IfNoneMatch = Annotated[str | None, Header()]
 
-# A client whose connection takes this long to accept one write is gone or stuck: drop it.
-
 _ENTRY_HEADERS = {
     "ETag": {"description": '"<revision>"', "schema": {"type": "string"}},
     "KV-Revision": {"schema": {"type": "integer"}},
@@ -221,7 +219,7 @@ async def head_key(
     if_none_match: IfNoneMatch = None,
 ) -> Response:
     """A key's metadata: the headers of GET, no body."""
-    full = entry_response(await kv.get(bucket, key, revision), request.headers, if_none_match)
+    full = await get_key(bucket, key, request, kv, revision, if_none_match)
     return Response(status_code=full.status_code, headers=dict(full.headers))
 
 
@@ -391,7 +389,9 @@ async def watch(
         raise
 
     async def finish() -> None:
-        await session.close()
-        await release()
+        try:
+            await session.close()
+        finally:
+            await release()
 
     return QueueStream(session, finish)
