@@ -110,6 +110,9 @@ class OrderedConsumer:
         elif self.config.deliver_policy == "by_start_sequence":
             self._position = max((self.config.start_seq or 1) - 1, 0)
         await self._attach(_last_seq(info))
+        if self._closed:  # closed while it was being created: nobody else will delete it
+            await self._detach()
+            return
         self._watchdog = asyncio.create_task(self._watch(), name=f"ordered-{self.config.stream}")
 
     async def close(self) -> None:

@@ -100,6 +100,7 @@ class BucketCache:
     def _reset(self) -> None:
         self.entries.clear()
         self.expires.clear()
+        self._floors.clear()
         self.size = 0
         self.ready = self.too_big = False
         self._failed.clear()

@@ -47,7 +47,7 @@ _LATEST_CHUNK = 1000
 def parse_cursor(cursor: str | None) -> int:
     if not cursor:
         return 0
-    if not cursor.isascii() or not cursor.isdigit() or int(cursor) > MAX_REVISION:
+    if not cursor.isascii() or not cursor.isdigit() or int(cursor) >= MAX_REVISION:
         raise errors.InvalidInput(
             "kv.cursor_invalid", "cursor must be a next_cursor returned by this listing"
         )

@@ -82,6 +82,10 @@ class WatchOptions:
                     f"Last-Event-ID must be a revision (a whole number), got {last_event_id!r}",
                 )
             since = since or 0
+        if since is not None and since >= kv_model.MAX_REVISION:
+            raise errors.InvalidInput(
+                "kv.watch_invalid", "since / Last-Event-ID must be below 18446744073709551615"
+            )
         return cls(key_filter, history, ignore_deletes, meta_only, updates_only, since)
 
     @property
@@ -348,11 +352,13 @@ class WatchSession:
         event = await self._next()
         if event is None:
             return None
-        chunk = event.wire
         queue = self._queue
+        if not queue or queue[0] is None:
+            return event.wire
+        parts = [event.wire]
         while queue and queue[0] is not None:
-            chunk += queue.popleft().wire  # type: ignore[union-attr]
-        return chunk
+            parts.append(queue.popleft().wire)  # type: ignore[union-attr]
+        return b"".join(parts)
 
     async def events(self) -> AsyncIterator[WatchEvent]:
         while (event := await self._next()) is not None:
@@ -365,12 +371,14 @@ class WatchSession:
             self._put(None)
         self._leave()
         stopping, self._stopping = self._stopping, []
-        for task in stopping:
-            with contextlib.suppress(errors.GatewayError):
-                await task
-        if not self._closed:
-            self._closed = True
-            self._on_closed(self)
+        try:
+            for task in stopping:
+                with contextlib.suppress(errors.GatewayError):
+                    await task
+        finally:
+            if not self._closed:
+                self._closed = True
+                self._on_closed(self)
 
 
 class Feed:

@@ -69,7 +69,7 @@ async def test_filters_and_deleted_keys(gateway: httpx.AsyncClient, name: str) -
     for bad in ("a.>.b", "a b", ".a", "a..b", "a.%0A", "*x"):
         problem(await gateway.get(f"/v1/kv/{name}/keys", params={"filter": bad}),
                 400, "kv.key_filter_invalid")
-    for bad in ("x", "-1", "1.5", "1\n"):
+    for bad in ("x", "-1", "1.5", "1\n", str(2**64 - 1)):
         problem(await gateway.get(f"/v1/kv/{name}/keys", params={"cursor": bad}),
                 400, "kv.cursor_invalid")
     for bad in ("0", "10001", "x"):

@@ -358,6 +358,8 @@ async def test_errors_come_before_the_stream(client: httpx.AsyncClient, name: st
         (f"/v1/kv/{name}/watch?history=true&updates_only=true", {}, 400, "kv.watch_invalid"),
         (f"/v1/kv/{name}/watch", {"Last-Event-ID": "abc"}, 400, "kv.last_event_id_invalid"),
         (f"/v1/kv/{name}/watch?since=-1", {}, 400, "request.invalid"),
+        (f"/v1/kv/{name}/watch?since={2**64 - 1}", {}, 400, "kv.watch_invalid"),
+        (f"/v1/kv/{name}/watch", {"Last-Event-ID": str(2**64 - 1)}, 400, "kv.watch_invalid"),
     ]
     for path, headers, status, code in cases:
         response = await client.get(path, headers=headers)
