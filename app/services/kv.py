@@ -34,17 +34,13 @@ from app.services.kv_model import (
     Precondition,
     as_bucket_error,
     bucket_errors,
+    entry_from_delivery,
     entry_from_message,
     key_subject,
     operation_of,
     stream_name,
 )
-from app.services.kv_watch import (
-    Watches,
-    WatchOptions,
-    WatchSession,
-    entry_from_delivery,
-)
+from app.services.kv_watch import Watches, WatchOptions, WatchSession
 from app.services.publish import Outgoing, Publisher
 
 # ADR-8 caps history at 64 per key; a stream changed by hand could hold more.

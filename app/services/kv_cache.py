@@ -83,7 +83,7 @@ class BucketCache:
             try:
                 info = await self.js.call("stream.info", "STREAM", "INFO", config.stream)
                 self.max_age_ns = int((info.get("config") or {}).get("max_age") or 0)
-                await consumer.start()
+                await consumer.start(info)
             except errors.GatewayError as exc:
                 log.debug("cache of bucket %r not started: %s", self.bucket, exc.detail)
                 await asyncio.sleep(_RETRY)
@@ -119,15 +119,7 @@ class BucketCache:
             self.ready = True
 
     def on_message(self, message: Delivery) -> None:
-        entry = Entry(
-            bucket=self.bucket,
-            key=kv_model.key_of(self.bucket, message.subject),
-            revision=message.stream_seq,
-            created=kv_model.time_from_ns(message.timestamp_ns),
-            operation=kv_model.operation_of(message.headers),
-            value=message.data,
-            delta=0,
-        )
+        entry = kv_model.entry_from_delivery(self.bucket, message, delta=0)
         old = self.entries.get(entry.key)
         self.size += len(message.data) - (len(old.value or b"") if old is not None else 0)
         self.entries[entry.key] = entry

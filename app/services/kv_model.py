@@ -17,6 +17,7 @@ from typing import Any
 from app import errors
 from app.durations import NS_PER_SECOND, nats_time, ns_to_seconds
 from app.nats.direct import StoredMessage
+from app.nats.scan import Delivery
 
 STREAM_PREFIX = "KV_"
 PUT, DEL, PURGE = "PUT", "DEL", "PURGE"
@@ -150,6 +151,22 @@ def entry_from_message(bucket: str, message: StoredMessage, *, delta: int | None
         operation=operation_of(message.headers),
         value=message.data,
         delta=delta,
+    )
+
+
+def entry_from_delivery(
+    bucket: str, message: Delivery, *, meta_only: bool = False, delta: int | None = None
+) -> Entry:
+    """The Entry a message delivered by a consumer on a bucket stands for; ``delta`` defaults
+    to the consumer's pending count (ADR-8's delta in watches)."""
+    return Entry(
+        bucket=bucket,
+        key=key_of(bucket, message.subject),
+        revision=message.stream_seq,
+        created=time_from_ns(message.timestamp_ns),
+        operation=operation_of(message.headers),
+        value=None if meta_only else message.data,
+        delta=message.pending if delta is None else delta,
     )
 
 

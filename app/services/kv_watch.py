@@ -35,7 +35,7 @@ from app.nats.jsapi import JetStreamApi
 from app.nats.ordered import OrderedConfig, OrderedConsumer
 from app.nats.scan import Delivery
 from app.services import kv_model
-from app.services.kv_model import PUT, Entry
+from app.services.kv_model import PUT, Entry, entry_from_delivery
 from app.sse import server_exiting
 
 log = logging.getLogger("jsgw.kv.watch")
@@ -140,18 +140,6 @@ class WatchEvent:
 
 
 PING = WatchEvent("", None, "", b": ping\r\n\r\n")
-
-
-def entry_from_delivery(bucket: str, message: Delivery, *, meta_only: bool) -> Entry:
-    return Entry(
-        bucket=bucket,
-        key=kv_model.key_of(bucket, message.subject),
-        revision=message.stream_seq,
-        created=kv_model.time_from_ns(message.timestamp_ns),
-        operation=kv_model.operation_of(message.headers),
-        value=None if meta_only else message.data,
-        delta=message.pending,
-    )
 
 
 def entry_event(entry: Entry) -> WatchEvent:
