@@ -9,7 +9,6 @@ carrying ``Nats-Num-Pending``, ``Nats-Last-Sequence`` and (for multi reads)
 from __future__ import annotations
 
 import base64
-import contextlib
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
@@ -24,6 +23,7 @@ from app.durations import nats_time
 from app.nats.headers import from_nats_py, parse_b64
 from app.nats.jsapi import JetStreamApi
 from app.nats.pool import NatsPool, NoResponders
+from app.nats.pull import unsubscribe
 
 # What one server request may bring back at most: this bounds the gateway's memory per
 # request, whatever the HTTP client asked for in total (the gateway pages).
@@ -218,7 +218,7 @@ class DirectGet:
                 previous, first = message.seq, False
                 yield message
         finally:
-            await _unsubscribe(sub)
+            await unsubscribe(sub)
 
     async def batch(
         self,
@@ -346,9 +346,3 @@ def _status_error(status: int, description: str) -> errors.GatewayError:
     if status == 408:
         return errors.InvalidInput("direct.bad_request", f"the server refused the request: {description}")
     return errors.UpstreamError("direct.error", f"Direct Get answered {status} {description}")
-
-
-async def _unsubscribe(sub: Any) -> None:
-    # The connection may be gone already; then so is the subscription.
-    with contextlib.suppress(nats.errors.ConnectionClosedError, nats.errors.BadSubscriptionError):
-        await sub.unsubscribe()

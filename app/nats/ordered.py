@@ -33,6 +33,7 @@ from nats.aio.subscription import Subscription
 from app import errors
 from app.durations import NS_PER_SECOND
 from app.nats.jsapi import JetStreamApi
+from app.nats.pull import unsubscribe
 from app.nats.scan import Delivery, delivery
 
 log = logging.getLogger("jsgw.ordered")
@@ -77,7 +78,6 @@ class OrderedConsumer:
         self.listener = listener
         self._loop = asyncio.get_running_loop()
         self._generation = 0
-        self._client: Client | None = None
         self._sub: Subscription | None = None
         self._advisory: Subscription | None = None
         self._consumer: str | None = None
@@ -91,19 +91,17 @@ class OrderedConsumer:
         self._watchdog: asyncio.Task[None] | None = None
         self._closed = False
 
-    @property
-    def consumer_name(self) -> str | None:
-        return self._consumer
-
     def silent_for(self) -> float:
         """Seconds since the server last sent a message or a heartbeat."""
         return self._loop.time() - self._last_seen
 
     # -- lifecycle -------------------------------------------------------------------------
 
-    async def start(self) -> None:
-        """Create the first consumer; errors (stream not found, ...) are raised here."""
-        info = await self.js.call("stream.info", "STREAM", "INFO", self.config.stream)
+    async def start(self, info: dict[str, Any] | None = None) -> None:
+        """Create the first consumer; errors (stream not found, ...) are raised here.
+        ``info``: the stream's info, when the caller has just asked for it."""
+        if info is None:
+            info = await self.js.call("stream.info", "STREAM", "INFO", self.config.stream)
         self._stream_created = info.get("created")
         if self.config.deliver_policy == "all":
             self._position = 0
@@ -173,9 +171,9 @@ class OrderedConsumer:
                 "consumer.create", "CONSUMER", "CREATE", self.config.stream, body=body
             )
         except BaseException:
-            await _unsubscribe(sub)
+            await unsubscribe(sub)
             raise
-        self._client, self._sub, self._consumer = client, sub, str(info["name"])
+        self._sub, self._consumer = sub, str(info["name"])
         self._expected = 1
         self._last_seen = self._loop.time()
         self._advisory = await self._watch_deletion(client, generation)
@@ -208,7 +206,7 @@ class OrderedConsumer:
         self._sub = self._advisory = self._consumer = None
         for subscription in (advisory, sub):
             if subscription is not None:
-                await _unsubscribe(subscription)
+                await unsubscribe(subscription)
         if consumer is not None:
             with contextlib.suppress(errors.GatewayError):
                 await self.js.call(
@@ -291,10 +289,3 @@ class OrderedConsumer:
 
 def _last_seq(info: dict[str, Any]) -> int:
     return int((info.get("state") or {}).get("last_seq", 0))
-
-
-async def _unsubscribe(sub: Subscription) -> None:
-    # A connection that is gone already took its subscriptions along.
-    with contextlib.suppress(nats.errors.Error):
-        await sub.unsubscribe()
-

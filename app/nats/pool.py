@@ -241,13 +241,9 @@ class NatsPool:
         batch): a reply each, or nats-py's NoRespondersError / TimeoutError for that one."""
         client = self.pick()
         assert isinstance(client, LeanClient)
-        started = time.perf_counter()
-        try:
-            results = await client.replies.request_all(requests, timeout or self.timeout)
-        except _NOT_CONNECTED:
-            raise self._down(operation, "the NATS connection went down while sending") from None
-        finally:
-            self._metrics.observe_nats(operation, time.perf_counter() - started)
+        results: list[Reply | Exception] = await self.observe(
+            operation, lambda: client.replies.request_all(requests, timeout or self.timeout)
+        )
         for result in results:
             if isinstance(result, nats.errors.NoRespondersError):
                 self._metrics.nats_errors.labels(operation, "no_responders").inc()
