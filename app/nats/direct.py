@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import base64
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -117,6 +117,8 @@ def to_message(msg: Msg) -> StoredMessage:
 class DirectGet:
     js: JetStreamApi
     _not_direct: dict[str, float] = field(default_factory=dict)
+    # Called with a stream's name when it is forgotten (created, changed or deleted here).
+    on_forget: list[Callable[[str], None]] = field(default_factory=list)
 
     @property
     def pool(self) -> NatsPool:
@@ -125,6 +127,8 @@ class DirectGet:
     def forget(self, stream: str) -> None:
         """Drop what is cached about a stream (its config may have changed)."""
         self._not_direct.pop(stream, None)
+        for listener in self.on_forget:
+            listener(stream)
 
     # -- single messages -------------------------------------------------------------------
 

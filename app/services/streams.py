@@ -80,14 +80,17 @@ async def create_or_update(
 ) -> tuple[dict[str, Any], bool]:
     """Create the stream, or update it when it exists. Returns (the server's info, created)."""
     direct.forget(name)  # its config is about to change
-    if not exists:
-        try:
-            return await js.call("stream.create", "STREAM", "CREATE", name, body=body), True
-        except errors.Conflict as exc:
-            if exc.code != "stream.exists":
-                raise
-            # Created by someone else since we looked: update it as asked.
-    return await js.call("stream.update", "STREAM", "UPDATE", name, body=body), False
+    try:
+        if not exists:
+            try:
+                return await js.call("stream.create", "STREAM", "CREATE", name, body=body), True
+            except errors.Conflict as exc:
+                if exc.code != "stream.exists":
+                    raise
+                # Created by someone else since we looked: update it as asked.
+        return await js.call("stream.update", "STREAM", "UPDATE", name, body=body), False
+    finally:
+        direct.forget(name)  # and what was read while it changed is dropped too
 
 
 class StreamService:
@@ -95,6 +98,9 @@ class StreamService:
         self.js = js
         self.direct = direct
         self._capturing: dict[str, tuple[float, str | None]] = {}
+        # Any stream or bucket created, changed or deleted through the gateway may capture
+        # other subjects now.
+        direct.on_forget.append(lambda _stream: self._capturing.clear())
 
     async def list(self, subject: str | None, offset: int, limit: int) -> dict[str, Any]:
         """Streams ``[offset, offset+limit)``, paging the server's 256-stream pages."""
@@ -148,13 +154,11 @@ class StreamService:
         except errors.NotFound:
             exists = False
         info, created = await create_or_update(self.js, self.direct, name, body, exists=exists)
-        self._capturing.clear()  # its subjects may have changed
         return stream_info_out(info), created
 
     async def delete(self, name: str) -> None:
         await self.js.call("stream.delete", "STREAM", "DELETE", name, write=True)
         self.direct.forget(name)
-        self._capturing.clear()
 
     async def purge(self, name: str, request: PurgeRequest) -> int:
         if request.seq is not None and request.keep is not None:

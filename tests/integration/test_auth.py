@@ -174,3 +174,24 @@ async def test_nats_untouched_by_denied_requests(nats_server: EmbeddedServer, au
             await nc.jetstream().stream_info(name)
     finally:
         await nc.close()
+
+
+async def test_a_bucket_made_through_the_gateway_is_writable_at_once(
+    nats_server: EmbeddedServer, tmp_path: Path, name: str
+) -> None:
+    """Which stream captures a subject is cached a few seconds for publish authorization;
+    creating a bucket (or stream) through the gateway drops that cache at once."""
+    writer = "kv-writer-token-0123456"
+    path = tmp_path / "auth.yaml"
+    path.write_text(POLICY.format(admin=ADMIN, app=APP, s=name, lower=name.lower())
+                    + f'  - name: writer\n    token: "{writer}"\n    rules:\n'
+                    f'      - {{resource: "stream:KV_{name}", actions: [write]}}\n')
+    async with running_gateway(gateway_settings(nats_server.url, auth_file=path)) as gw:
+        subject = f"$KV.{name}.k"
+        # No stream captures the subject yet: refused (and that answer is now cached).
+        problem(await gw.post(f"/v1/publish/{subject}", content=b"1", headers=bearer(writer)), 403)
+        made = await gw.put(f"/v1/kv/{name}", json={}, headers=bearer(ADMIN))
+        assert made.status_code == 201, made.text
+        ok = await gw.post(f"/v1/publish/{subject}", content=b"2", headers=bearer(writer))
+        assert ok.status_code == 200, ok.text
+        assert ok.json()["stream"] == f"KV_{name}"
