@@ -38,6 +38,7 @@ def serve(_: argparse.Namespace) -> int:
     import uvicorn
 
     from app.nats.embedded import EmbeddedServer
+    from app.serving import GatheringProtocol
     from app.tls import uvicorn_options
 
     settings = _load_settings()
@@ -54,7 +55,7 @@ def serve(_: argparse.Namespace) -> int:
         shared_server = EmbeddedServer(settings.data_dir)
         os.environ["JSGW_NATS_URL"] = shared_server.start()
         log.info("embedded nats-server for %d workers at %s", settings.workers, shared_server.url)
-    options = {"http": "httptools", **uvicorn_options(settings)}
+    options = {"http": GatheringProtocol, **uvicorn_options(settings)}
     try:
         uvicorn.run(
             "app.cli:app_from_env",

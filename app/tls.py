@@ -12,9 +12,8 @@ import asyncio
 import ssl
 from typing import Any
 
-from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
-
 from app.config import Settings
+from app.serving import GatheringProtocol
 
 
 def subject_name(cert: dict[str, Any] | None) -> str | None:
@@ -42,8 +41,8 @@ _SHORT_NAMES = {
 }
 
 
-class ClientCertProtocol(HttpToolsProtocol):
-    """uvicorn's httptools protocol, exposing the verified client certificate's subject."""
+class ClientCertProtocol(GatheringProtocol):
+    """The gateway's HTTP protocol (app.serving), exposing the verified client certificate's subject."""
 
     _client_cert_name: str | None = None
 

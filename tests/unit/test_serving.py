@@ -1,0 +1,149 @@
+"""The gateway's HTTP protocol: what uvicorn writes in one loop turn reaches the socket once."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from uvicorn.config import Config
+from uvicorn.server import ServerState
+
+from app.serving import GatheringProtocol, GatheringTransport
+
+
+class SocketTransport(asyncio.Transport):
+    """Stands in for the socket's transport: records each write the socket would get."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.writes: list[bytes] = []
+        self.closed = False
+        self.aborted = False
+        self.eof = False
+
+    def write(self, data: Any) -> None:
+        assert not self.closed, "written after close"
+        self.writes.append(bytes(data))
+
+    def write_eof(self) -> None:
+        self.eof = True
+
+    def close(self) -> None:
+        self.closed = True
+
+    def abort(self) -> None:
+        self.aborted = self.closed = True
+
+    def is_closing(self) -> bool:
+        return self.closed
+
+    def get_write_buffer_size(self) -> int:
+        return 7
+
+    def get_extra_info(self, name: str, default: Any = None) -> Any:
+        return {"peername": ("127.0.0.1", 50000), "sockname": ("127.0.0.1", 8080)}.get(
+            name, default
+        )
+
+
+async def test_writes_of_one_turn_are_one_write() -> None:
+    socket = SocketTransport()
+    transport = GatheringTransport(socket, asyncio.get_running_loop())
+    transport.write(b"head ")
+    transport.writelines([b"bo", b"dy"])
+    assert socket.writes == []
+    assert transport.get_write_buffer_size() == 7 + 9
+    await asyncio.sleep(0)
+    assert socket.writes == [b"head body"]
+    transport.write(b"next")
+    await asyncio.sleep(0)
+    assert socket.writes == [b"head body", b"next"]
+
+
+async def test_close_and_eof_send_what_is_gathered_first() -> None:
+    socket = SocketTransport()
+    transport = GatheringTransport(socket, asyncio.get_running_loop())
+    transport.write(b"last words")
+    transport.write_eof()
+    assert socket.writes == [b"last words"] and socket.eof
+    transport.write(b"bye")
+    transport.close()
+    assert socket.writes == [b"last words", b"bye"] and socket.closed
+    await asyncio.sleep(0)  # the scheduled flush finds nothing left
+    assert socket.writes == [b"last words", b"bye"]
+
+
+async def test_abort_and_lost_connections_drop_what_is_gathered() -> None:
+    socket = SocketTransport()
+    transport = GatheringTransport(socket, asyncio.get_running_loop())
+    transport.write(b"never sent")
+    transport.abort()
+    await asyncio.sleep(0)
+    assert socket.writes == [] and socket.aborted
+
+    socket = SocketTransport()
+    transport = GatheringTransport(socket, asyncio.get_running_loop())
+    transport.write(b"too late")
+    socket.closed = True  # the peer went away before the turn ended
+    await asyncio.sleep(0)
+    assert socket.writes == []
+
+
+async def test_other_calls_reach_the_socket_transport() -> None:
+    socket = SocketTransport()
+    transport = GatheringTransport(socket, asyncio.get_running_loop())
+    assert transport.get_extra_info("peername") == ("127.0.0.1", 50000)
+    assert transport.is_closing() is False
+
+
+async def _serve(app: Any, request: bytes) -> SocketTransport:
+    """One request through uvicorn's protocol as the gateway serves it."""
+    config = Config(app, http=GatheringProtocol, lifespan="off", access_log=False)
+    config.load()
+    protocol = GatheringProtocol(config, ServerState(), {})
+    socket = SocketTransport()
+    protocol.connection_made(socket)
+    protocol.data_received(request)
+    for _ in range(20):
+        await asyncio.sleep(0)
+    return socket
+
+
+async def test_a_response_leaves_in_one_write() -> None:
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        await send({"type": "http.response.start", "status": 200,
+                    "headers": [(b"content-length", b"5"), (b"content-type", b"text/plain")]})  # fmt: skip
+        await send({"type": "http.response.body", "body": b"hello"})
+
+    socket = await _serve(app, b"GET /x HTTP/1.1\r\nhost: t\r\n\r\n")
+    assert len(socket.writes) == 1
+    head, _, body = socket.writes[0].partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 200 OK\r\n") and b"content-length: 5" in head
+    assert body == b"hello"
+    assert not socket.closed  # kept alive
+
+
+async def test_a_stream_leaves_as_it_is_written() -> None:
+    step = asyncio.Event()
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        await send({"type": "http.response.start", "status": 200,
+                    "headers": [(b"content-type", b"text/event-stream")]})  # fmt: skip
+        await send({"type": "http.response.body", "body": b"data: 1\n\n", "more_body": True})
+        await step.wait()
+        await send({"type": "http.response.body", "body": b"data: 2\n\n", "more_body": True})
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+    socket = await _serve(app, b"GET /events HTTP/1.1\r\nhost: t\r\n\r\n")
+    # The head and the first event were written in the same turn: one write, nothing held.
+    assert len(socket.writes) == 1 and socket.writes[0].endswith(b"9\r\ndata: 1\n\n\r\n")
+    step.set()
+    for _ in range(10):
+        await asyncio.sleep(0)
+    assert socket.writes[1:] == [b"9\r\ndata: 2\n\n\r\n0\r\n\r\n"]
+
+
+async def test_a_refused_request_is_answered_before_the_close() -> None:
+    socket = await _serve(lambda *_: None, b"NOT HTTP AT ALL\r\n\r\n")
+    assert socket.closed
+    assert len(socket.writes) == 1 and socket.writes[0].startswith(b"HTTP/1.1 400 ")
