@@ -84,14 +84,14 @@ class RequestContextMiddleware:
         if refusal is not None:
             app = _problem_app(refusal)  # still logged and counted like any request
         if not probe:
-            self.metrics.http_in_flight.inc()
+            self.metrics.requests.in_flight += 1
         try:
             await app(scope, receive, send_with_id)
         finally:
             elapsed = time.perf_counter() - started
             route = _route_template(scope)
             if not probe:
-                self.metrics.http_in_flight.dec()
+                self.metrics.requests.in_flight -= 1
                 self.metrics.observe_http(scope["method"], route, status, elapsed)
             if self.log_requests:
                 access_log.info(

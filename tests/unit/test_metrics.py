@@ -1,0 +1,107 @@
+"""The per-request series are exposed exactly as prometheus_client's own collectors would."""
+
+from __future__ import annotations
+
+import re
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+from app.metrics import _LATENCY_BUCKETS, Metrics
+
+# Bucket edges, values in between and far out, including exactly on an edge ("le").
+SECONDS = [0.0, 0.0001, 0.0005, 0.0007, 0.001, 0.003, 0.025, 0.4, 1.0, 9.99, 10.0, 11.0, 250.0]
+HTTP = [("GET", "/v1/kv/{bucket}/keys/{key}", 200), ("GET", "/v1/kv/{bucket}/keys/{key}", 404),
+        ("PUT", "/v1/kv/{bucket}/keys/{key}", 200), ("POST", "/v1/publish/{subject}", 200)]  # fmt: skip
+
+
+def _reference() -> str:
+    registry = CollectorRegistry(auto_describe=True)
+    requests = Counter(
+        "jsgw_http_requests_total",
+        "HTTP requests answered, by method, route template and status.",
+        ["method", "route", "status"],
+        registry=registry,
+    )
+    latency = Histogram(
+        "jsgw_http_request_duration_seconds",
+        "Time to the end of the HTTP response, by method and route template.",
+        ["method", "route"],
+        buckets=_LATENCY_BUCKETS,
+        registry=registry,
+    )
+    in_flight = Gauge(
+        "jsgw_http_requests_in_flight",
+        "HTTP requests (and open streams) being served.",
+        registry=registry,
+    )
+    nats = Histogram(
+        "jsgw_nats_request_duration_seconds",
+        "NATS request/reply latency by gateway operation.",
+        ["operation"],
+        buckets=_LATENCY_BUCKETS,
+        registry=registry,
+    )
+    for i, seconds in enumerate(SECONDS):
+        method, route, status = HTTP[i % len(HTTP)]
+        requests.labels(method, route, str(status)).inc()
+        latency.labels(method, route).observe(seconds)
+        nats.labels("kv.get" if i % 3 else "stream.info").observe(seconds)
+    in_flight.inc(3)
+    in_flight.dec()
+    return generate_latest(registry).decode()
+
+
+def _ours() -> str:
+    metrics = Metrics()
+    for i, seconds in enumerate(SECONDS):
+        method, route, status = HTTP[i % len(HTTP)]
+        metrics.observe_http(method, route, status, seconds)
+        metrics.observe_nats("kv.get" if i % 3 else "stream.info", seconds)
+    metrics.requests.in_flight += 3
+    metrics.requests.in_flight -= 1
+    return generate_latest(metrics.registry).decode()
+
+
+def _series(text: str, prefixes: tuple[str, ...]) -> dict[str, str]:
+    """Sample lines of the given metric names, label order normalised, creation times masked."""
+    samples = {}
+    for line in text.splitlines():
+        if line.startswith("#") or not line.startswith(prefixes):
+            continue
+        name_labels, value = line.rsplit(" ", 1)
+        name, _, labels = name_labels.partition("{")
+        labels = ",".join(sorted(re.findall(r'\w+="[^"]*"', labels)))
+        samples[f"{name}{{{labels}}}"] = "T" if name.endswith("_created") else value
+    return samples
+
+
+def test_exposition_matches_prometheus_client() -> None:
+    names = (
+        "jsgw_http_requests_",
+        "jsgw_http_request_duration_seconds",
+        "jsgw_nats_request_duration_seconds",
+    )
+    reference, ours = _series(_reference(), names), _series(_ours(), names)
+    assert len(reference) > 60
+    assert ours == reference
+
+
+def test_help_and_type_lines_match() -> None:
+    def meta(text: str) -> list[str]:
+        wanted = ("jsgw_http_request", "jsgw_nats_request_duration")
+        return sorted(
+            line for line in text.splitlines()
+            if line.startswith("#") and line.split()[2].startswith(wanted)
+        )  # fmt: skip
+
+    assert meta(_ours()) == meta(_reference())
+
+
+def test_created_is_when_the_series_first_appeared() -> None:
+    metrics = Metrics()
+    metrics.observe_http("GET", "/x", 200, 0.01)
+    metrics.observe_http("GET", "/x", 200, 0.01)
+    text = generate_latest(metrics.registry).decode()
+    assert 'jsgw_http_requests_total{method="GET",route="/x",status="200"} 2.0' in text
+    created = re.findall(r"jsgw_http_requests_created\{[^}]*\} (\S+)", text)
+    assert len(created) == 1 and float(created[0]) > 1.7e9
