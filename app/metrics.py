@@ -12,6 +12,7 @@ from __future__ import annotations
 import time
 from bisect import bisect_left
 from collections.abc import Iterator
+
 from prometheus_client import CollectorRegistry, Counter, Gauge
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
@@ -25,7 +26,7 @@ _LATENCY_BUCKETS = (
 class _Latencies:
     """One histogram series: counts per bucket (not cumulative), sum, creation time."""
 
-    __slots__ = ("counts", "total", "created")
+    __slots__ = ("counts", "created", "total")
 
     def __init__(self) -> None:
         self.counts = [0] * (len(_LATENCY_BUCKETS) + 1)  # the last one is +Inf

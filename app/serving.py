@@ -20,7 +20,7 @@ from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 class GatheringTransport:
     """An ``asyncio.Transport`` whose writes in one loop turn reach the socket as one."""
 
-    __slots__ = ("_transport", "_loop", "_pending")
+    __slots__ = ("_loop", "_pending", "_transport")
 
     def __init__(self, transport: asyncio.Transport, loop: asyncio.AbstractEventLoop) -> None:
         self._transport = transport

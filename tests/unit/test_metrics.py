@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import re
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    generate_latest,
+)
 
 from app.metrics import _LATENCY_BUCKETS, Metrics
 
