@@ -61,7 +61,8 @@ class RequestContextMiddleware:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        request_id = _incoming_request_id(scope) or new_request_id()
+        incoming_id, refusal = _read_headers(scope)
+        request_id = incoming_id or new_request_id()
         # In the scope itself: scope["state"] may be shared by concurrent requests (it is a
         # copy of the lifespan state only if the server makes one).
         scope[_SCOPE_KEY] = request_id
@@ -80,7 +81,6 @@ class RequestContextMiddleware:
             await send(message)
 
         app = self.app
-        refusal = malformed_headers(scope)
         if refusal is not None:
             app = _problem_app(refusal)  # still logged and counted like any request
         if not probe:
@@ -120,28 +120,39 @@ _SINGLE_HEADERS = frozenset({b"authorization", b"if-match", b"nats-pin-id", b"la
 _READS = frozenset({"GET", "HEAD"})
 
 
-def malformed_headers(scope: Scope) -> InvalidInput | None:
-    """A 400 for header blocks the gateway will not guess about, else None.
+def _read_headers(scope: Scope) -> tuple[str | None, InvalidInput | None]:
+    """In one pass over the header block: the caller's request id (when it is a valid one) and
+    a 400 for a header block the gateway will not guess about (else None).
 
     CR, LF and NUL are refused in every field value (RFC 9110 5.5): HTTP servers refuse them
     already, but another ASGI server or a test client may not, and a value such as
     'If-Match: "7"\\r\\n' would be taken for revision 7 after stripping.
     """
+    request_id: str | None = None
+    refusal: InvalidInput | None = None
+    seen_id = False
     seen: set[bytes] = set()
     for name, value in scope.get("headers", ()):
         if b"\r" in value or b"\n" in value or b"\0" in value:
-            return InvalidInput(
+            refusal = refusal or InvalidInput(
                 "header.invalid",
                 f"header {name.decode('latin-1')!r}: CR, LF and NUL are not allowed in a value",
             )
-        if name in _SINGLE_HEADERS or (name == b"if-none-match" and scope["method"] not in _READS):
+        if name == REQUEST_ID_HEADER:
+            if not seen_id:  # the first one counts
+                seen_id = True
+                text = value.decode("latin-1")
+                request_id = text if _REQUEST_ID.fullmatch(text) else None
+        elif name in _SINGLE_HEADERS or (
+            name == b"if-none-match" and scope["method"] not in _READS
+        ):
             if name in seen:
-                return InvalidInput(
+                refusal = refusal or InvalidInput(
                     "header.duplicate",
                     f"header {name.decode('latin-1')!r} is given more than once",
                 )
             seen.add(name)
-    return None
+    return request_id, refusal
 
 
 def _problem_app(error: GatewayError) -> ASGIApp:
@@ -155,14 +166,6 @@ def _problem_app(error: GatewayError) -> ASGIApp:
         await send({"type": "http.response.body", "body": body})
 
     return app
-
-
-def _incoming_request_id(scope: Scope) -> str | None:
-    for name, value in scope.get("headers", []):
-        if name == REQUEST_ID_HEADER:
-            text = value.decode("latin-1")
-            return text if _REQUEST_ID.fullmatch(text) else None
-    return None
 
 
 def _route_template(scope: Scope) -> str:
