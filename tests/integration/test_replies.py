@@ -1,0 +1,128 @@
+"""The request/reply mux of pooled connections (app.nats.replies), against a real server."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+
+import nats
+import nats.errors
+import pytest
+
+from app.nats.embedded import EmbeddedServer
+from app.nats.replies import _TICK, LeanClient
+
+
+@pytest.fixture
+async def lean(nats_server: EmbeddedServer) -> AsyncIterator[LeanClient]:
+    client = LeanClient()
+    await client.connect(servers=[nats_server.url], allow_reconnect=False)
+    yield client
+    if not client.is_closed:
+        await client.close()
+
+
+@pytest.fixture
+async def echo(nc: nats.NATS, name: str) -> AsyncIterator[str]:
+    """A responder on ``<name>.echo`` answering with its payload and a header."""
+
+    async def answer(msg):  # type: ignore[no-untyped-def]
+        await msg.respond(b"echo:" + msg.data)
+
+    sub = await nc.subscribe(f"{name}.echo", cb=answer)
+    await nc.flush()
+    yield f"{name}.echo"
+    await sub.unsubscribe()
+
+
+async def test_requests_are_queued_directly_and_answered(lean: LeanClient, echo: str) -> None:
+    sent_before = lean.stats["out_msgs"]
+    replies = await asyncio.gather(
+        *(lean.replies.request(echo, b"%d" % i, timeout=5) for i in range(200))
+    )
+    assert [r.data for r in replies] == [b"echo:%d" % i for i in range(200)]
+    assert lean.stats["out_msgs"] - sent_before == 200
+    assert lean._pending == [] and lean._pending_data_size == 0  # all flushed
+    assert lean.replies._pending == {}
+
+
+async def test_publish_queued_declines_what_nats_py_must_handle(lean: LeanClient) -> None:
+    inbox = lean.new_inbox()
+    assert not lean.publish_queued("bad subject", inbox, b"")
+    assert not lean.publish_queued("bad\r\nPUB x 1", inbox, b"")
+    assert not lean.publish_queued("", inbox, b"")
+    assert not lean.publish_queued("ok", inbox, b"x" * (lean.max_payload + 1))
+    assert lean._pending == []
+    # ... and nats-py's publish then raises its own errors.
+    with pytest.raises(nats.errors.BadSubjectError):
+        await lean.replies.request("bad subject", b"", timeout=1)
+    with pytest.raises(nats.errors.MaxPayloadError):
+        await lean.replies.request("ok", b"x" * (lean.max_payload + 1), timeout=1)
+    assert lean.replies._pending == {}
+    await lean.close()
+    assert not lean.publish_queued("ok", inbox, b"")
+    with pytest.raises(nats.errors.ConnectionClosedError):
+        await lean.replies.request("ok", b"", timeout=1)
+
+
+async def test_requests_with_headers_still_carry_them(lean: LeanClient, nc: nats.NATS,
+                                                      name: str) -> None:
+    async def answer(msg):  # type: ignore[no-untyped-def]
+        await msg.respond((msg.headers or {}).get("X-Test", "none").encode())
+
+    sub = await nc.subscribe(f"{name}.hdr", cb=answer)
+    await nc.flush()
+    try:
+        reply = await lean.replies.request(f"{name}.hdr", b"", 5, headers={"X-Test": "yes"})
+        assert reply.data == b"yes"
+    finally:
+        await sub.unsubscribe()
+
+
+async def test_no_responders_and_timeouts(lean: LeanClient, nc: nats.NATS, name: str) -> None:
+    with pytest.raises(nats.errors.NoRespondersError):
+        await lean.replies.request(f"{name}.nobody", b"", timeout=5)
+
+    silent = await nc.subscribe(f"{name}.silent")  # takes requests, never answers
+    await nc.flush()
+    try:
+        started = time.monotonic()
+        results = await asyncio.gather(
+            *(lean.replies.request(f"{name}.silent", b"", timeout=0.3) for _ in range(5)),
+            return_exceptions=True,
+        )
+        waited = time.monotonic() - started
+        assert all(isinstance(r, nats.errors.TimeoutError) for r in results)
+        # Deadlines are kept in buckets: never early, at most one bucket late (plus slack).
+        assert 0.3 <= waited < 0.3 + _TICK + 0.5, waited
+        assert lean.replies._pending == {}
+        await asyncio.sleep(_TICK * 2)
+        # The timed-out bucket is gone; the one of the 5 s request answered above is empty.
+        assert [len(f) for f in lean.replies._deadlines.values()] == [0]
+    finally:
+        await silent.unsubscribe()
+
+
+async def test_answered_requests_leave_no_deadline_behind(lean: LeanClient, echo: str) -> None:
+    await asyncio.gather(*(lean.replies.request(echo, b"", timeout=1) for _ in range(50)))
+    assert all(not futures for futures in lean.replies._deadlines.values())
+    await asyncio.sleep(1 + _TICK * 2)
+    assert lean.replies._deadlines == {}
+
+
+async def test_request_all_shares_one_deadline(lean: LeanClient, echo: str, nc: nats.NATS,
+                                               name: str) -> None:
+    silent = await nc.subscribe(f"{name}.silent2")
+    await nc.flush()
+    try:
+        results = await lean.replies.request_all(
+            [(echo, b"a"), (f"{name}.silent2", b""), (f"{name}.nobody", b""), (echo, b"b")],
+            timeout=0.5,
+        )
+    finally:
+        await silent.unsubscribe()
+    assert [getattr(r, "data", None) for r in results] == [b"echo:a", None, None, b"echo:b"]
+    assert isinstance(results[1], nats.errors.TimeoutError)
+    assert isinstance(results[2], nats.errors.NoRespondersError)
+    assert lean.replies._pending == {}
