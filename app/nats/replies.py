@@ -86,7 +86,7 @@ class LeanClient(Client):
         self.stats["out_msgs"] += 1
         self.stats["out_bytes"] += size
         if queue.empty():
-            queue.put_nowait(asyncio.get_running_loop().create_future())  # wakes the flusher
+            queue.put_nowait(flusher.get_loop().create_future())  # wakes the flusher
         return True
 
     async def _process_msg(
@@ -114,9 +114,13 @@ class ReplyMux:
         self._pending: dict[bytes, asyncio.Future[Reply]] = {}
         self._next = 0
         self._started: asyncio.Task[None] | None = None
+        # The connection's loop, set by _start (asking for the running loop on every request
+        # showed in the profile of a KV read).
+        self._loop: asyncio.AbstractEventLoop
         self._deadlines: dict[int, set[asyncio.Future[Reply]]] = {}  # by bucket (see _TICK)
 
     async def _start(self) -> None:
+        self._loop = asyncio.get_running_loop()
         prefix = self.client.new_inbox() + "."
         await self.client.raw_subscribe(prefix + "*", self._on_reply)
         self._prefix = prefix
@@ -150,10 +154,11 @@ class ReplyMux:
         headers: dict[str, str] | None = None,
     ) -> Reply:
         """The reply; nats-py's NoRespondersError / TimeoutError as its own request raises."""
-        await self._ready()
+        if not self._prefix:
+            await self._ready()
         self._next += 1
         token = b"%x" % self._next
-        loop = asyncio.get_running_loop()
+        loop = self._loop
         future: asyncio.Future[Reply] = loop.create_future()
         self._pending[token] = future
         deadline = self._deadline(loop, timeout)
