@@ -42,6 +42,13 @@ _NOT_CONNECTED = (
     nats.errors.ConnectionDrainingError,
     nats.errors.StaleConnectionError,
 )
+# What a NATS call may raise that the pool turns into a domain error (see NatsPool._mapped).
+_MAPPED = (
+    nats.errors.NoRespondersError,
+    nats.errors.TimeoutError,
+    nats.errors.MaxPayloadError,
+    *_NOT_CONNECTED,
+)
 
 
 class NoResponders(GatewayError):
@@ -224,11 +231,14 @@ class NatsPool:
         """
         lean = client or self.pick()
         assert isinstance(lean, LeanClient)
-        return await self.observe(
-            operation,
-            lambda: lean.replies.request(subject, payload, timeout or self.timeout, headers),
-            write=write,
-        )
+        # observe(), inlined: the hottest call of the gateway, one coroutine fewer.
+        started = time.perf_counter()
+        try:
+            return await lean.replies.request(subject, payload, timeout or self.timeout, headers)
+        except _MAPPED as exc:
+            raise self._mapped(exc, operation, write) from None
+        finally:
+            self._metrics.observe_nats(operation, time.perf_counter() - started)
 
     async def requests(
         self,
@@ -258,25 +268,29 @@ class NatsPool:
         started = time.perf_counter()
         try:
             return await call()
-        except nats.errors.NoRespondersError:
-            self._metrics.nats_errors.labels(operation, "no_responders").inc()
-            raise NoResponders("nats.no_responders", "no responders on the subject") from None
-        except nats.errors.TimeoutError:
-            self._metrics.nats_errors.labels(operation, "timeout").inc()
-            if write:
-                raise OutcomeUnknown(
-                    detail="NATS did not confirm the write in time: it may or may not be "
-                    "stored. Retry with the same Nats-Msg-Id to stay idempotent."
-                ) from None
-            raise Timeout(detail="NATS did not answer in time") from None
-        except nats.errors.MaxPayloadError:
-            raise PayloadTooLarge(
-                "request.too_large", "the message is larger than the server's max_payload"
-            ) from None
-        except _NOT_CONNECTED:
-            raise self._down(operation, "the NATS connection is down; nothing was sent") from None
+        except _MAPPED as exc:
+            raise self._mapped(exc, operation, write) from None
         finally:
             self._metrics.observe_nats(operation, time.perf_counter() - started)
+
+    def _mapped(self, exc: BaseException, operation: str, write: bool) -> Exception:
+        """The domain error for a failed NATS call (one of ``_MAPPED``), counted."""
+        if isinstance(exc, nats.errors.NoRespondersError):
+            self._metrics.nats_errors.labels(operation, "no_responders").inc()
+            return NoResponders("nats.no_responders", "no responders on the subject")
+        if isinstance(exc, nats.errors.TimeoutError):
+            self._metrics.nats_errors.labels(operation, "timeout").inc()
+            if write:
+                return OutcomeUnknown(
+                    detail="NATS did not confirm the write in time: it may or may not be "
+                    "stored. Retry with the same Nats-Msg-Id to stay idempotent."
+                )
+            return Timeout(detail="NATS did not answer in time")
+        if isinstance(exc, nats.errors.MaxPayloadError):
+            return PayloadTooLarge(
+                "request.too_large", "the message is larger than the server's max_payload"
+            )
+        return self._down(operation, "the NATS connection is down; nothing was sent")
 
     def _down(self, operation: str, detail: str) -> Unavailable:
         self._metrics.nats_errors.labels(operation, "unavailable").inc()
