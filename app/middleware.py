@@ -180,11 +180,16 @@ def _client(scope: Scope) -> str | None:
     return f"{client[0]}:{client[1]}" if client else None
 
 
+_HTTP1 = frozenset({"1.0", "1.1"})
+
+
 class BodyLimitMiddleware:
     """Refuse request bodies over ``limit`` bytes before they are buffered (413).
 
-    A declared Content-Length over the limit is refused before reading; a chunked body is
-    counted as it arrives and cut off as soon as it passes the limit.
+    A declared Content-Length over the limit is refused before reading; a chunked body (or one
+    whose length the server does not bound: HTTP/2 without Content-Length, a malformed one) is
+    counted as it arrives and cut off as soon as it passes the limit. Other requests, GETs among
+    them, are passed on untouched.
     """
 
     def __init__(self, app: ASGIApp, limit: int) -> None:
@@ -195,10 +200,23 @@ class BodyLimitMiddleware:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        declared = chunked = malformed = False
         for name, value in scope.get("headers", []):
-            if name == b"content-length" and value.isdigit() and int(value) > self.limit:
-                await self._refuse(scope, send)
-                return
+            if name == b"content-length":
+                if not value.isdigit():
+                    malformed = True
+                elif int(value) > self.limit:
+                    await self._refuse(scope, send)
+                    return
+                else:
+                    declared = True
+            elif name == b"transfer-encoding":
+                chunked = True
+        if not (chunked or malformed) and (declared or scope.get("http_version") in _HTTP1):
+            # The body is as long as Content-Length says (at most the limit: the HTTP server
+            # reads no more), or, in HTTP/1, there is none: nothing to count.
+            await self.app(scope, receive, send)
+            return
         received = 0
 
         async def counting_receive() -> Message:
