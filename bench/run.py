@@ -474,42 +474,73 @@ class Bench:
             out.append(("POST", "/v3/kv/put" if op == "put" else "/v3/kv/range", hdr, body))
         return out
 
+    def interleaved(self, runs: list[tuple[str, Callable[[], dict]]]) -> dict[str, dict]:
+        """Every run once per round for ``--rounds`` rounds, the order reversed every other
+        round: the speed of a shared machine drifts over minutes, and interleaving spreads the
+        drift over all targets instead of favouring whichever ran in a fast minute. A run's
+        result is its median round (by rate), with every round's rate under ``rounds``."""
+        got: dict[str, list[dict]] = {key: [] for key, _ in runs}
+        for i in range(self.args.rounds):
+            for key, fn in runs if i % 2 == 0 else runs[::-1]:
+                got[key].append(fn())
+        out: dict[str, dict] = {}
+        for key, results in got.items():
+            ok = sorted((res for res in results if "error" not in res), key=lambda res: res["rate"])
+            chosen = dict(ok[(len(ok) - 1) // 2]) if ok else results[-1]
+            chosen["rounds"] = [res.get("rate") for res in results]
+            out[key] = chosen
+        return out
+
     def section_kv(self) -> None:
-        r: dict[str, Any] = {}
+        a = self.args
         gw, raw, hello = self.gateway, self.raw, self.hello
         assert gw and raw and hello
-        r["get.gateway"] = self.attempt("kv get gateway", lambda: self.wrk_run(
-            "get-gateway", self.gateway_url, self.kv_requests("GET"), gw.pid))
+        slice_s = max(3.0, a.duration / a.rounds)  # each round's share of --duration
+        get: list[tuple[str, Callable[[], dict]]] = [
+            ("get.gateway", lambda: self.attempt("kv get gateway", lambda: self.wrk_run(
+                "get-gateway", self.gateway_url, self.kv_requests("GET"), gw.pid, duration=slice_s))),
+        ]
         cached = self.cached
         if cached is not None:
-            r["get.cached"] = self.attempt("kv get cached", lambda: self.wrk_run(
-                "get-cached", self.cached_url, self.kv_requests("GET"), cached.pid))
+            get.append(("get.cached", lambda: self.attempt("kv get cached", lambda: self.wrk_run(
+                "get-cached", self.cached_url, self.kv_requests("GET"), cached.pid, duration=slice_s))))
+        get += [
+            ("get.nats", lambda: self.attempt("kv get nats", lambda: self.nats_load(
+                "kvget", "--concurrency", str(a.connections), duration=slice_s))),
+            ("get.raw", lambda: self.attempt("kv get raw", lambda: self.wrk_run(
+                "get-raw", self.raw_url, self.kv_requests("GET"), raw.pid, duration=slice_s))),
+            ("get.hello", lambda: self.attempt("kv get hello", lambda: self.wrk_run(
+                "get-hello", self.hello_url, [("GET", "/hello", {}, None)], hello.pid, duration=slice_s))),
+        ]
+        if self.etcd:
+            etcd_pid = self.etcd.pid
+            get += [
+                ("get.etcd", lambda: self.attempt("etcd range", lambda: self.wrk_run(
+                    "get-etcd", self.etcd_url, self.etcd_requests("range"), etcd_pid, duration=slice_s))),
+                ("get.etcd_ser", lambda: self.attempt("etcd range ser", lambda: self.wrk_run(
+                    "get-etcd-ser", self.etcd_url, self.etcd_requests("range-serializable"), etcd_pid,
+                    duration=slice_s))),
+            ]
+        r = self.interleaved(get)
+        if cached is not None:
             cached.stop()  # its watch would take CPU from every later write measurement
             self.cached = None
-        r["get.nats"] = self.attempt("kv get nats", lambda: self.nats_load(
-            "kvget", "--concurrency", str(self.args.connections)))
-        r["get.raw"] = self.attempt("kv get raw", lambda: self.wrk_run(
-            "get-raw", self.raw_url, self.kv_requests("GET"), raw.pid))
-        r["get.hello"] = self.attempt("kv get hello", lambda: self.wrk_run(
-            "get-hello", self.hello_url, [("GET", "/hello", {}, None)], hello.pid))
+        put: list[tuple[str, Callable[[], dict]]] = [
+            ("put.gateway", lambda: self.attempt("kv put gateway", lambda: self.wrk_run(
+                "put-gateway", self.gateway_url, self.kv_requests("PUT"), gw.pid, duration=slice_s))),
+            ("put.nats", lambda: self.attempt("kv put nats", lambda: self.nats_load(
+                "kvput", "--concurrency", str(a.connections), duration=slice_s))),
+            ("put.raw", lambda: self.attempt("kv put raw", lambda: self.wrk_run(
+                "put-raw", self.raw_url, self.kv_requests("PUT"), raw.pid, duration=slice_s))),
+            ("put.hello", lambda: self.attempt("kv put hello", lambda: self.wrk_run(
+                "put-hello", self.hello_url, [("PUT", "/hello", {}, self.value.decode())], hello.pid,
+                duration=slice_s))),
+        ]
         if self.etcd:
             etcd_pid = self.etcd.pid
-            r["get.etcd"] = self.attempt("etcd range", lambda: self.wrk_run(
-                "get-etcd", self.etcd_url, self.etcd_requests("range"), etcd_pid))
-            r["get.etcd_ser"] = self.attempt("etcd range ser", lambda: self.wrk_run(
-                "get-etcd-ser", self.etcd_url, self.etcd_requests("range-serializable"), etcd_pid))
-        r["put.gateway"] = self.attempt("kv put gateway", lambda: self.wrk_run(
-            "put-gateway", self.gateway_url, self.kv_requests("PUT"), gw.pid))
-        r["put.nats"] = self.attempt("kv put nats", lambda: self.nats_load(
-            "kvput", "--concurrency", str(self.args.connections)))
-        r["put.raw"] = self.attempt("kv put raw", lambda: self.wrk_run(
-            "put-raw", self.raw_url, self.kv_requests("PUT"), raw.pid))
-        r["put.hello"] = self.attempt("kv put hello", lambda: self.wrk_run(
-            "put-hello", self.hello_url, [("PUT", "/hello", {}, self.value.decode())], hello.pid))
-        if self.etcd:
-            etcd_pid = self.etcd.pid
-            r["put.etcd"] = self.attempt("etcd put", lambda: self.wrk_run(
-                "put-etcd", self.etcd_url, self.etcd_requests("put"), etcd_pid))
+            put.append(("put.etcd", lambda: self.attempt("etcd put", lambda: self.wrk_run(
+                "put-etcd", self.etcd_url, self.etcd_requests("put"), etcd_pid, duration=slice_s))))
+        r.update(self.interleaved(put))
         self.results["kv"] = r
 
     def section_latency(self) -> None:
@@ -705,7 +736,9 @@ class Bench:
              f"httptools {ver('httptools')}), FastAPI {ver('fastapi')}, etcd {etcd_v}, {wrk_v}."),
             "",
             f"Settings: `--workers {a.workers}` for the gateway, the raw ASGI app and the FastAPI app; "
-            f"{a.duration:g} s per measurement after {a.warmup:g} s of warm-up; {a.keys:,} keys, "
+            f"{a.duration:g} s per measurement after {a.warmup:g} s of warm-up, except KV GET/PUT "
+            f"throughput: {a.rounds} interleaved rounds of {max(3.0, a.duration / a.rounds):g} s per "
+            f"target (order reversed every other round), the median round reported; {a.keys:,} keys, "
             f"{a.value_size}-byte values and payloads; HTTP load by "
             + (f"wrk with {a.wrk_threads} thread(s) and {a.connections} connections"
                if self.wrk else "the asyncio client (wrk not installed)")
@@ -821,7 +854,17 @@ class Bench:
                     f"≥ {target:.2f}×" if is_target else "—",
                     met(ratio >= target if is_target and ratio is not None else None),
                 ])
-        return "### KV GET / PUT throughput (1,000 distinct keys)\n\n" + table(headers, rows)
+        out = "### KV GET / PUT throughput (1,000 distinct keys)\n\n" + table(headers, rows)
+        rounds = []
+        for key, label in (("raw", "raw ASGI"), ("etcd_ser", "etcd serializable")):
+            gw_rounds = (r.get("get.gateway") or {}).get("rounds") or []
+            other_rounds = (r.get(f"get.{key}") or {}).get("rounds") or []
+            pairs = [fmt_ratio(g / o) for g, o in zip(gw_rounds, other_rounds, strict=False) if g and o]
+            if pairs:
+                rounds.append(f"jsgw GET ÷ {label}, round by round: {', '.join(pairs)}")
+        if rounds:
+            out += "\n" + "; ".join(rounds) + ".\n"
+        return out
 
     def report_latency(self) -> str:
         r = self.results["latency"]
@@ -967,6 +1010,9 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--workers", type=int, default=1, help="uvicorn workers of the gateway, raw and hello apps")
     p.add_argument("--duration", type=float, default=10, help="seconds per throughput measurement")
     p.add_argument("--warmup", type=float, default=2, help="seconds of warm-up before each measurement")
+    p.add_argument("--rounds", type=int, default=3,
+                   help="KV throughput: measure every target this many times, interleaved, each "
+                        "for --duration/rounds seconds (at least 3), and report its median round")
     p.add_argument("--latency-duration", type=float, default=5, help="seconds per latency measurement")
     p.add_argument("--connections", type=int, default=64, help="HTTP connections / nats-py requests in flight")
     p.add_argument("--wrk-threads", type=int, default=1, help="wrk threads (the same for every target)")
