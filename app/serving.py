@@ -1,12 +1,14 @@
-"""The HTTP protocol the gateway serves with: uvicorn's httptools protocol, one write per tick.
+"""The HTTP protocol the gateway serves with: uvicorn's httptools protocol, one write per answer.
 
 uvicorn writes a response's status line and headers, then each body chunk, straight to the
 socket: two ``send`` system calls (and, on the client's side, two segments to read) for the
 smallest answer. A KV GET is small and frequent, so those calls were a fifth of its CPU time.
-Here the transport uvicorn writes to gathers what is written during one turn of the event loop
-and hands it to the socket once, at the end of that turn: a plain answer leaves in one write,
-a stream's chunks leave as they did (each turn that writes, one write). Nothing waits longer
-than the turn it was written in, and closing the connection sends what is gathered first.
+Here the transport uvicorn writes to holds a response's head until the next write, and sends
+both at once; if nothing follows in the same turn of the event loop (a stream whose first
+chunk is not ready), the head leaves alone at the end of that turn. Every other write goes
+straight to the socket as before: streams (SSE, NDJSON) are not delayed, which matters when
+one change is written to thousands of watchers. Closing the connection sends a held head
+first.
 """
 
 from __future__ import annotations
@@ -16,23 +18,31 @@ from typing import Any
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
+_HEAD = b"HTTP/"  # how uvicorn's status lines begin
+
 
 class GatheringTransport:
-    """An ``asyncio.Transport`` whose writes in one loop turn reach the socket as one."""
+    """An ``asyncio.Transport`` that sends a response's head together with what follows it."""
 
     __slots__ = ("_loop", "_pending", "_transport")
 
     def __init__(self, transport: asyncio.Transport, loop: asyncio.AbstractEventLoop) -> None:
         self._transport = transport
         self._loop = loop
-        self._pending: list[bytes] | None = None
+        self._pending: bytes | None = None  # a head waiting for its body
 
     def write(self, data: bytes) -> None:
-        if self._pending is None:
-            self._pending = [data]
+        pending = self._pending
+        if pending is not None:
+            self._pending = None
+            self._transport.write(pending + data)
+        elif data.startswith(_HEAD):
+            # (A body that happens to start so is only held until the next write or the end
+            # of the turn: never reordered.)
+            self._pending = bytes(data)
             self._loop.call_soon(self.flush)
         else:
-            self._pending.append(data)
+            self._transport.write(data)
 
     def writelines(self, chunks: Any) -> None:
         for chunk in chunks:
@@ -40,8 +50,8 @@ class GatheringTransport:
 
     def flush(self) -> None:
         pending, self._pending = self._pending, None
-        if pending and not self._transport.is_closing():
-            self._transport.write(pending[0] if len(pending) == 1 else b"".join(pending))
+        if pending is not None and not self._transport.is_closing():
+            self._transport.write(pending)
 
     def close(self) -> None:
         self.flush()
@@ -57,7 +67,7 @@ class GatheringTransport:
 
     def get_write_buffer_size(self) -> int:
         pending = self._pending
-        return self._transport.get_write_buffer_size() + (sum(map(len, pending)) if pending else 0)
+        return self._transport.get_write_buffer_size() + (len(pending) if pending else 0)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._transport, name)

@@ -1,4 +1,4 @@
-"""The gateway's HTTP protocol: what uvicorn writes in one loop turn reaches the socket once."""
+"""The gateway's HTTP protocol: a response's head leaves with what follows it, in one write."""
 
 from __future__ import annotations
 
@@ -46,44 +46,52 @@ class SocketTransport(asyncio.Transport):
         )
 
 
-async def test_writes_of_one_turn_are_one_write() -> None:
+async def test_a_head_leaves_with_what_follows_it() -> None:
     socket = SocketTransport()
     transport = GatheringTransport(socket, asyncio.get_running_loop())
-    transport.write(b"head ")
-    transport.writelines([b"bo", b"dy"])
+    transport.write(b"HTTP/1.1 200 OK\r\n\r\n")
     assert socket.writes == []
-    assert transport.get_write_buffer_size() == 7 + 9
+    assert transport.get_write_buffer_size() == 7 + 19
+    transport.writelines([b"bo", b"dy"])
+    assert socket.writes == [b"HTTP/1.1 200 OK\r\n\r\nbo", b"dy"]  # nothing waits for the turn
     await asyncio.sleep(0)
-    assert socket.writes == [b"head body"]
-    transport.write(b"next")
-    await asyncio.sleep(0)
-    assert socket.writes == [b"head body", b"next"]
+    assert socket.writes == [b"HTTP/1.1 200 OK\r\n\r\nbo", b"dy"]
 
 
-async def test_close_and_eof_send_what_is_gathered_first() -> None:
+async def test_a_head_alone_leaves_at_the_end_of_the_turn() -> None:
     socket = SocketTransport()
     transport = GatheringTransport(socket, asyncio.get_running_loop())
-    transport.write(b"last words")
+    transport.write(b"HTTP/1.1 200 OK\r\n\r\n")
+    await asyncio.sleep(0)
+    assert socket.writes == [b"HTTP/1.1 200 OK\r\n\r\n"]
+    transport.write(b"data: 1\n\n")  # a stream's chunks go straight out
+    assert socket.writes == [b"HTTP/1.1 200 OK\r\n\r\n", b"data: 1\n\n"]
+
+
+async def test_close_and_eof_send_a_held_head_first() -> None:
+    socket = SocketTransport()
+    transport = GatheringTransport(socket, asyncio.get_running_loop())
+    transport.write(b"HTTP/1.1 400 Bad Request\r\n\r\n")
     transport.write_eof()
-    assert socket.writes == [b"last words"] and socket.eof
-    transport.write(b"bye")
+    assert socket.writes == [b"HTTP/1.1 400 Bad Request\r\n\r\n"] and socket.eof
+    transport.write(b"HTTP/1.1 200 OK\r\n\r\n")
     transport.close()
-    assert socket.writes == [b"last words", b"bye"] and socket.closed
+    assert socket.writes[1:] == [b"HTTP/1.1 200 OK\r\n\r\n"] and socket.closed
     await asyncio.sleep(0)  # the scheduled flush finds nothing left
-    assert socket.writes == [b"last words", b"bye"]
+    assert len(socket.writes) == 2
 
 
-async def test_abort_and_lost_connections_drop_what_is_gathered() -> None:
+async def test_abort_and_lost_connections_drop_a_held_head() -> None:
     socket = SocketTransport()
     transport = GatheringTransport(socket, asyncio.get_running_loop())
-    transport.write(b"never sent")
+    transport.write(b"HTTP/1.1 200 OK\r\n\r\n")
     transport.abort()
     await asyncio.sleep(0)
     assert socket.writes == [] and socket.aborted
 
     socket = SocketTransport()
     transport = GatheringTransport(socket, asyncio.get_running_loop())
-    transport.write(b"too late")
+    transport.write(b"HTTP/1.1 200 OK\r\n\r\n")
     socket.closed = True  # the peer went away before the turn ended
     await asyncio.sleep(0)
     assert socket.writes == []
@@ -135,12 +143,13 @@ async def test_a_stream_leaves_as_it_is_written() -> None:
         await send({"type": "http.response.body", "body": b"", "more_body": False})
 
     socket = await _serve(app, b"GET /events HTTP/1.1\r\nhost: t\r\n\r\n")
-    # The head and the first event were written in the same turn: one write, nothing held.
+    # The head and the first event were written in the same turn: one write.
     assert len(socket.writes) == 1 and socket.writes[0].endswith(b"9\r\ndata: 1\n\n\r\n")
     step.set()
     for _ in range(10):
         await asyncio.sleep(0)
-    assert socket.writes[1:] == [b"9\r\ndata: 2\n\n\r\n0\r\n\r\n"]
+    # Later chunks each as they are written, as uvicorn writes them.
+    assert socket.writes[1:] == [b"9\r\ndata: 2\n\n\r\n", b"0\r\n\r\n"]
 
 
 async def test_a_refused_request_is_answered_before_the_close() -> None:
