@@ -737,7 +737,7 @@ class Bench:
             "",
             f"Settings: `--workers {a.workers}` for the gateway, the raw ASGI app and the FastAPI app; "
             f"{a.duration:g} s per measurement after {a.warmup:g} s of warm-up, except KV GET/PUT "
-            f"throughput: {a.rounds} interleaved rounds of {max(3.0, a.duration / a.rounds):g} s per "
+            f"throughput: {a.rounds} interleaved rounds of {max(3.0, a.duration / a.rounds):.1f} s per "
             f"target (order reversed every other round), the median round reported; {a.keys:,} keys, "
             f"{a.value_size}-byte values and payloads; HTTP load by "
             + (f"wrk with {a.wrk_threads} thread(s) and {a.connections} connections"
