@@ -1,5 +1,5 @@
 """Request context middleware: request id, access log line and HTTP metrics (pure ASGI);
-it also refuses header blocks that are ambiguous (see :func:`malformed_headers`)."""
+it also refuses header blocks that are ambiguous (see :func:`_read_headers`)."""
 
 from __future__ import annotations
 
@@ -186,10 +186,10 @@ _HTTP1 = frozenset({"1.0", "1.1"})
 class BodyLimitMiddleware:
     """Refuse request bodies over ``limit`` bytes before they are buffered (413).
 
-    A declared Content-Length over the limit is refused before reading; a chunked body (or one
-    whose length the server does not bound: HTTP/2 without Content-Length, a malformed one) is
-    counted as it arrives and cut off as soon as it passes the limit. Other requests, GETs among
-    them, are passed on untouched.
+    A declared Content-Length over the limit is refused before reading; any other body is
+    counted as it arrives and cut off as soon as it passes the limit. HTTP/1 requests that
+    declare no body (no Content-Length, no Transfer-Encoding: most GETs) are passed on
+    untouched.
     """
 
     def __init__(self, app: ASGIApp, limit: int) -> None:
@@ -212,9 +212,10 @@ class BodyLimitMiddleware:
                     declared = True
             elif name == b"transfer-encoding":
                 chunked = True
-        if not (chunked or malformed) and (declared or scope.get("http_version") in _HTTP1):
-            # The body is as long as Content-Length says (at most the limit: the HTTP server
-            # reads no more), or, in HTTP/1, there is none: nothing to count.
+        if not (chunked or malformed or declared) and scope.get("http_version") in _HTTP1:
+            # HTTP/1 without Content-Length or Transfer-Encoding: there is no body to count.
+            # (A declared length is still counted: a test client or another ASGI server may
+            # deliver more than it says.)
             await self.app(scope, receive, send)
             return
         received = 0

@@ -50,23 +50,28 @@ async def test_declared_length_over_the_limit_is_refused_unread() -> None:
     assert sent[0]["status"] == 413
 
 
-@pytest.mark.parametrize(
-    "headers, version",
-    [([(b"content-length", b"10")], "1.1"), ([], "1.1"), ([], "1.0"), ([(b"content-length", b"3")], "2")],
-)
-async def test_bodies_the_server_bounds_are_not_counted(headers: list, version: str) -> None:
-    sent, given, body = await serve(scope(headers, version), [b"abc"])
+@pytest.mark.parametrize("version", ["1.1", "1.0"])
+async def test_http1_requests_without_a_body_are_not_counted(version: str) -> None:
+    sent, given, body = await serve(scope([], version), [b""])
     assert given is not None and given.__name__ == "receive"  # the server's own
-    assert body == b"abc" and sent == []
+    assert body == b"" and sent == []
 
 
 @pytest.mark.parametrize(
     "headers, version",
-    [([(b"transfer-encoding", b"chunked")], "1.1"), ([], "2"), ([(b"content-length", b"1x")], "1.1")],
-)
+    [([(b"transfer-encoding", b"chunked")], "1.1"), ([], "2"), ([(b"content-length", b"1x")], "1.1"),
+     ([(b"content-length", b"10")], "1.1"), ([(b"content-length", b"10")], "2")],
+)  # fmt: skip
 async def test_other_bodies_are_counted_and_cut_off(headers: list, version: str) -> None:
-    sent, given, body = await serve(scope(headers, version), [b"12345", b"67890"])
+    _, given, body = await serve(scope(headers, version), [b"12345", b"67890"])
     assert given.__name__ == "counting_receive" and body == b"1234567890"  # at the limit: fine
     with pytest.raises(HTTPException) as refused:
         await serve(scope(headers, version), [b"12345", b"67890", b"1"])
+    assert refused.value.status_code == 413
+
+
+async def test_a_length_that_understates_the_body_does_not_get_it_through() -> None:
+    # uvicorn stops at Content-Length; a test client or another server may not.
+    with pytest.raises(HTTPException) as refused:
+        await serve(scope([(b"content-length", b"5")]), [b"x" * 11])
     assert refused.value.status_code == 413
