@@ -14,6 +14,7 @@ from bisect import bisect_left
 from collections.abc import Iterator
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
+from prometheus_client import metrics as prometheus_metrics
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
@@ -49,20 +50,23 @@ class RequestSeries(Collector):
         self.nats_latency: dict[str, _Latencies] = {}
 
     def collect(self) -> Iterator[Metric]:
+        created = _use_created()
         requests = Metric(
             "jsgw_http_requests",
             "HTTP requests answered, by method, route template and status.",
             "counter",
         )
-        for (method, route, status), (count, created) in self.http_counts.items():
+        for (method, route, status), (count, since) in self.http_counts.items():
             labels = {"method": method, "route": route, "status": str(status)}
             requests.add_sample("jsgw_http_requests_total", labels, count)
-            requests.add_sample("jsgw_http_requests_created", labels, created)
+            if created:
+                requests.add_sample("jsgw_http_requests_created", labels, since)
         yield requests
         yield _histogram(
             "jsgw_http_request_duration_seconds",
             "Time to the end of the HTTP response, by method and route template.",
             [({"method": m, "route": r}, series) for (m, r), series in self.http_latency.items()],
+            created,
         )
         in_flight = Metric(
             "jsgw_http_requests_in_flight", "HTTP requests (and open streams) being served.", "gauge"
@@ -73,11 +77,21 @@ class RequestSeries(Collector):
             "jsgw_nats_request_duration_seconds",
             "NATS request/reply latency by gateway operation.",
             [({"operation": op}, series) for op, series in self.nats_latency.items()],
+            created,
         )
 
 
+def _use_created() -> bool:
+    """Whether prometheus_client writes ``_created`` series (PROMETHEUS_DISABLE_CREATED_SERIES,
+    ``disable_created_metrics()``): these series follow the same setting."""
+    return bool(getattr(prometheus_metrics, "_use_created", True))
+
+
 def _histogram(
-    name: str, documentation: str, series: list[tuple[dict[str, str], _Latencies]]
+    name: str,
+    documentation: str,
+    series: list[tuple[dict[str, str], _Latencies]],
+    created: bool,
 ) -> Metric:
     metric = Metric(name, documentation, "histogram")
     bounds = [*map(floatToGoString, _LATENCY_BUCKETS), "+Inf"]
@@ -88,7 +102,8 @@ def _histogram(
             metric.add_sample(name + "_bucket", {**labels, "le": bound}, cumulative)
         metric.add_sample(name + "_count", labels, cumulative)
         metric.add_sample(name + "_sum", labels, latencies.total)
-        metric.add_sample(name + "_created", labels, latencies.created)
+        if created:
+            metric.add_sample(name + "_created", labels, latencies.created)
     return metric
 
 

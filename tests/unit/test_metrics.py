@@ -9,6 +9,8 @@ from prometheus_client import (
     Counter,
     Gauge,
     Histogram,
+    disable_created_metrics,
+    enable_created_metrics,
     generate_latest,
 )
 
@@ -111,3 +113,18 @@ def test_created_is_when_the_series_first_appeared() -> None:
     assert 'jsgw_http_requests_total{method="GET",route="/x",status="200"} 2.0' in text
     created = re.findall(r"jsgw_http_requests_created\{[^}]*\} (\S+)", text)
     assert len(created) == 1 and float(created[0]) > 1.7e9
+
+
+def test_created_series_follow_prometheus_clients_switch() -> None:
+    """``disable_created_metrics()`` (or PROMETHEUS_DISABLE_CREATED_SERIES=true) drops the
+    ``_created`` series of these collectors as it does for prometheus_client's own."""
+    disable_created_metrics()
+    try:
+        names = ("jsgw_http_requests_", "jsgw_http_request_duration_seconds",
+                 "jsgw_nats_request_duration_seconds")  # fmt: skip
+        ours, reference = _series(_ours(), names), _series(_reference(), names)
+        assert not any("_created" in name for name in ours)
+        assert ours == reference
+    finally:
+        enable_created_metrics()
+    assert any("_created" in name for name in _series(_ours(), ("jsgw_http_requests_",)))
