@@ -14,7 +14,7 @@ import pytest
 from app.nats.embedded import EmbeddedServer
 from tests.helpers import gateway_settings, problem, running_gateway
 
-NATS_REQUESTS = re.compile(r'^jsgw_nats_request_duration_seconds_count\{[^}]*\} (\S+)$', re.M)
+NATS_REQUESTS = re.compile(r'^jsgw_nats_request_duration_seconds_count\{[^}]*\} (\S+)$', re.MULTILINE)
 
 
 async def nats_requests(gateway: httpx.AsyncClient) -> float:
@@ -127,3 +127,35 @@ def test_cached_bucket_names_are_checked() -> None:
     assert Settings(kv_cache="a, b").kv_cache == ["a", "b"]  # type: ignore[arg-type]
     with pytest.raises(ValidationError):
         Settings(kv_cache="a.b")  # type: ignore[arg-type]
+
+
+async def test_closing_while_the_feed_starts_leaves_no_consumer(
+    nats_server: EmbeddedServer, nc: nats.NATS, name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from app.metrics import Metrics
+    from app.nats.jsapi import JetStreamApi
+    from app.nats.ordered import OrderedConsumer
+    from app.nats.pool import NatsPool
+    from app.services.kv_cache import BucketCache
+
+    await nc.jetstream().create_key_value(bucket=name)
+    created = asyncio.Event()
+    original = OrderedConsumer.start
+
+    async def start_then_hang(self, info=None):  # type: ignore[no-untyped-def]
+        await original(self, info)
+        created.set()
+        await asyncio.sleep(60)  # still starting when the gateway closes
+
+    monkeypatch.setattr(OrderedConsumer, "start", start_then_hang)
+    pool = NatsPool(gateway_settings(nats_server.url), [nats_server.url], Metrics())
+    await pool.start()
+    try:
+        cache = BucketCache(JetStreamApi(pool), name, 5.0, 1 << 20)
+        cache.start()
+        await asyncio.wait_for(created.wait(), 10)
+        assert (await nc.jetstream().stream_info(f"KV_{name}")).state.consumer_count == 1
+        await cache.close()
+        assert (await nc.jetstream().stream_info(f"KV_{name}")).state.consumer_count == 0
+    finally:
+        await pool.close()
