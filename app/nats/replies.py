@@ -181,7 +181,7 @@ class ReplyMux:
         """Many requests sent together, one deadline for all: a reply each, or the exception
         its own request would have raised (NoRespondersError, TimeoutError)."""
         await self._ready()
-        loop = asyncio.get_running_loop()
+        loop = self._loop
         tokens: list[bytes] = []
         futures: list[asyncio.Future[Reply]] = []
         try:
