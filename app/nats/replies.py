@@ -14,8 +14,9 @@ nats-py's flusher directly (:meth:`LeanClient.publish_queued`) when the connecti
 up, skipping four coroutine layers of ``publish``; in every other state nats-py's ``publish``
 does it, with its own errors and buffering.
 
-Everything else (connecting, reconnecting and re-subscribing, auth, TLS, flushing,
-subscriptions of consumers) is still nats-py's.
+Messages are read off the socket by :class:`app.nats.wire.LeanParser`, which hands those of raw
+subscriptions to their callbacks directly. Everything else (connecting, reconnecting and
+re-subscribing, auth, TLS, flushing, subscriptions of consumers) is still nats-py's.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ import nats.errors
 from nats.aio.client import Client
 
 from app.nats.headers import HeaderBlock, parse
+from app.nats.wire import LeanParser
 
 RawHandler = Callable[[bytes, bytes, bytes], None]
 
@@ -52,6 +54,7 @@ class Reply:
 class LeanClient(Client):
     def __init__(self) -> None:
         super().__init__()
+        self._ps = LeanParser(self)
         self._raw_handlers: dict[int, RawHandler] = {}
         self.replies = ReplyMux(self)
 

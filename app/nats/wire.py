@@ -1,0 +1,82 @@
+"""Reading the NATS protocol: nats-py's parser, with a fast path for messages.
+
+nats-py's parser tries two regular expressions on every ``MSG``/``HMSG`` control line, keeps its
+arguments in a dict and hands each message to a coroutine. Replies to the gateway's requests
+are most of what a connection reads, so :class:`LeanParser` reads complete ``MSG`` and ``HMSG``
+commands itself: it splits the control line on single spaces, slices the header block and
+payload out of the chunk read, and gives a message of a raw subscription
+(:meth:`app.nats.replies.LeanClient.raw_subscribe`) to its plain callback. Anything else (PING,
+PONG, INFO, +OK, -ERR, a control line in another form, a command nats-py is already in the
+middle of) goes to nats-py's parser, as do messages of other subscriptions once read
+(``_process_msg``): what nats-py does with them is unchanged. A command cut off at the end of a
+read is kept, unparsed, and read again with the next chunk.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from nats.protocol.parser import AWAITING_CONTROL_LINE, Parser
+
+_CRLF = b"\r\n"
+
+
+class LeanParser(Parser):
+    """nats-py's ``Parser``, reading ``MSG``/``HMSG`` commands on a fast path."""
+
+    async def parse(self, data: bytes = b"") -> None:
+        # A control line in the fast path's form is made of single spaces and no other
+        # whitespace (nats-py's patterns also take tabs and runs of spaces: such a line, as
+        # any it does not know, is left to nats-py's parser).
+        if self.state != AWAITING_CONTROL_LINE:
+            # nats-py's parser has read a control line and waits for the payload: it finishes.
+            await super().parse(data)
+            return
+        if self.buf:  # unparsed bytes: a command cut off at the end of the last read
+            data = bytes(self.buf) + data
+            self.buf.clear()
+        nc = self.nc
+        handlers: dict[int, Any] = nc._raw_handlers
+        end = len(data)
+        pos = 0
+        while pos < end:
+            eol = data.find(_CRLF, pos)
+            if eol < 0:
+                self.buf.extend(data[pos:])  # no whole line yet (nats-py would wait as well)
+                return
+            line = data[pos:eol]
+            args = line.split(b" ")
+            op = args[0]
+            count = len(args)
+            if op == b"HMSG" and (count == 5 or count == 6):
+                header_size, total = args[-2], args[-1]
+            elif op == b"MSG" and (count == 4 or count == 5):
+                header_size, total = b"0", args[-1]
+            else:
+                break
+            sid = args[2]
+            if (
+                not (sid.isdigit() and header_size.isdigit() and total.isdigit())
+                or b"" in args  # two spaces in a row
+                or 9 in line or 10 in line or 11 in line or 12 in line or 13 in line
+            ):
+                break
+            start = eol + 2
+            stop = start + int(total)
+            if stop + 2 > end:
+                self.buf.extend(data[pos:])  # the payload is not all here yet
+                return
+            split = start + int(header_size)
+            if split > stop:
+                break  # a header block longer than the message: nats-py's parser decides
+            headers = data[start:split] if split > start else None
+            payload = data[split:stop]
+            pos = stop + 2
+            handler = handlers.get(int(sid))
+            if handler is not None:
+                handler(args[1], headers, payload)
+            else:
+                reply = args[3] if count == (6 if op == b"HMSG" else 5) else b""
+                await nc._process_msg(int(sid), args[1], reply, payload, headers)
+        if pos < end:
+            await super().parse(data[pos:])

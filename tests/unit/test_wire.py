@@ -1,0 +1,124 @@
+"""LeanParser reads what nats-py's parser reads: the same messages and commands, in the same
+order, however the byte stream is cut into reads."""
+
+from __future__ import annotations
+
+import json
+import random
+from typing import Any
+
+import pytest
+from nats.errors import ProtocolError
+from nats.protocol.parser import Parser
+
+from app.nats.wire import LeanParser
+
+RAW_SID = 7  # a subscription with a raw callback (the reply mux's inbox)
+
+
+class Recorder:
+    """Stands in for nats-py's client: records what the parser hands it."""
+
+    def __init__(self, raw: bool) -> None:
+        self.events: list[tuple[Any, ...]] = []
+        self._raw_handlers = {RAW_SID: self._raw} if raw else {}
+
+    def _raw(self, subject: bytes, headers: bytes | None, payload: bytes) -> None:
+        self.events.append(("msg", RAW_SID, subject, b"", payload, headers))
+
+    async def _process_msg(
+        self, sid: int, subject: bytes, reply: bytes, payload: bytes, headers: bytes | None
+    ) -> None:
+        if sid == RAW_SID:  # nats-py's path for it (LeanClient._process_msg)
+            self.events.append(("msg", sid, subject, b"", payload, headers))
+        else:
+            self.events.append(("msg", sid, subject, reply, payload, headers))
+
+    async def _process_ping(self) -> None:
+        self.events.append(("ping",))
+
+    async def _process_pong(self) -> None:
+        self.events.append(("pong",))
+
+    async def _process_info(self, info: dict[str, Any]) -> None:
+        self.events.append(("info", info))
+
+    async def _process_err(self, message: str) -> None:
+        self.events.append(("err", message))
+
+
+def _command(rnd: random.Random) -> bytes:
+    kind = rnd.random()
+    if kind < 0.05:
+        return rnd.choice([b"PING\r\n", b"PONG\r\n", b"+OK\r\n", b"-ERR 'Stale Connection'\r\n"])
+    if kind < 0.07:
+        return b"INFO " + json.dumps({"server_id": "x", "n": rnd.randint(0, 9)}).encode() + b"\r\n"
+    sid = rnd.choice([RAW_SID, 1, 12])
+    subject = rnd.choice([b"_INBOX.abc.1f", b"$KV.b.k1", b"a.b.c"])
+    reply = rnd.choice([b"", b"", b"$JS.ACK.s.c.1.2.3.4.0"])
+    payload = rnd.randbytes(rnd.choice([0, 1, 5, 100, 3000]))
+    if rnd.random() < 0.2:
+        payload += b"\r\nMSG x 1 3\r\nabc\r\n"  # protocol-looking bytes inside a payload
+    headers = b""
+    if rnd.random() < 0.6:
+        headers = b"NATS/1.0" + rnd.choice([b"", b" 404 Message Not Found"]) + b"\r\n"
+        headers += b"Nats-Sequence: 12\r\nKV-Operation: DEL\r\n\r\n"
+    space = b" " if rnd.random() < 0.95 else rnd.choice([b"  ", b"\t"])  # other forms
+    reply_part = reply + space if reply else b""
+    if headers:
+        line = b"HMSG " + subject + space + b"%d" % sid + space + reply_part
+        line += b"%d %d\r\n" % (len(headers), len(headers) + len(payload))
+        return line + headers + payload + b"\r\n"
+    line = b"MSG " + subject + space + b"%d" % sid + space + reply_part + b"%d\r\n" % len(payload)
+    return line + payload + b"\r\n"
+
+
+async def _feed(parser: Parser, stream: bytes, cuts: list[int]) -> None:
+    start = 0
+    for cut in [*cuts, len(stream)]:
+        await parser.parse(stream[start:cut])
+        start = cut
+
+
+@pytest.mark.parametrize("seed", range(40))
+async def test_the_same_events_as_nats_py_whatever_the_reads(seed: int) -> None:
+    rnd = random.Random(seed)
+    stream = b"".join(_command(rnd) for _ in range(rnd.randint(1, 120)))
+    cuts = sorted(rnd.sample(range(1, len(stream)), min(len(stream) - 1, rnd.randint(0, 40))))
+    if seed % 4 == 0:
+        cuts = list(range(1, len(stream)))  # a byte at a time
+    reference, lean = Recorder(raw=False), Recorder(raw=True)
+    await _feed(Parser(reference), stream, cuts)
+    await _feed(LeanParser(lean), stream, cuts)
+    assert lean.events == reference.events
+    assert any(event[0] == "msg" for event in lean.events)
+
+
+async def test_messages_in_whole_reads_never_reach_nats_py_s_parser(monkeypatch: Any) -> None:
+    rnd = random.Random(5)
+    stream = b""
+    messages = 0
+    while len(stream) < 50_000:
+        command = _command(rnd)
+        line = command.split(b"\r\n")[0]
+        if line.startswith((b"MSG ", b"HMSG ")) and b"\t" not in line and b"  " not in line:
+            stream += command
+            messages += 1
+    calls = []
+
+    async def generic(self: Parser, data: bytes = b"") -> None:
+        calls.append(data)
+
+    monkeypatch.setattr(Parser, "parse", generic)
+    recorder = Recorder(raw=True)
+    parser = LeanParser(recorder)
+    # Cut mid-command as socket reads are: the cut-off part waits for the next read.
+    await _feed(parser, stream, [17_001, 33_333])
+    assert calls == [] and parser.buf == bytearray()
+    assert len(recorder.events) == messages
+
+
+async def test_a_malformed_command_is_nats_py_s_protocol_error() -> None:
+    for bad in (b"MSG a 1 x\r\nabc\r\n", b"BOGUS\r\n", b"MSG a 1 3\r\nabc\r\nPONG x\r\n"):
+        with pytest.raises(ProtocolError):
+            await LeanParser(Recorder(raw=True)).parse(bad)
