@@ -133,7 +133,9 @@ def _read_headers(scope: Scope) -> tuple[str | None, InvalidInput | None]:
     seen_id = False
     seen: set[bytes] = set()
     for name, value in scope.get("headers", ()):
-        if b"\r" in value or b"\n" in value or b"\0" in value:
+        # (Bytes as ints: ``13 in value`` is a plain scan, ``b"\r" in value`` a substring search
+        # costing several times as much, for every header of every request.)
+        if 13 in value or 10 in value or 0 in value:
             refusal = refusal or InvalidInput(
                 "header.invalid",
                 f"header {name.decode('latin-1')!r}: CR, LF and NUL are not allowed in a value",
