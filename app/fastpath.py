@@ -156,11 +156,11 @@ async def _send_value(send: Send, entry: Entry) -> None:
     """What ``entry_response`` answers without conditions: 200, ``entry_headers`` and the raw
     bytes, without building a Response."""
     body = entry.value or b""
-    headers = [
+    headers = entry_headers(entry)
+    headers += (
         (b"content-length", b"%d" % len(body)),
         (b"content-type", b"application/octet-stream"),
-        *((name.lower().encode(), value.encode()) for name, value in entry_headers(entry).items()),
-    ]
+    )
     await send({"type": "http.response.start", "status": 200, "headers": headers})
     await send({"type": "http.response.body", "body": body})
 
