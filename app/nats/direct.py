@@ -142,7 +142,7 @@ class DirectGet:
         return await self._single(stream, self.js.subject("DIRECT", "GET", stream, subject), b"")
 
     async def _single(self, stream: str, subject: str, payload: bytes) -> StoredMessage:
-        await self._check_direct(stream)
+        self._check_direct(stream)
         try:
             reply = await self.pool.request(subject, payload, operation="direct.get")
         except NoResponders:
@@ -169,7 +169,7 @@ class DirectGet:
 
         A 404 (nothing matched) yields an EndOfBatch with nothing pending.
         """
-        await self._check_direct(stream)
+        self._check_direct(stream)
         client = self.pool.pick()
         inbox = client.new_inbox()
         sub = await client.subscribe(
@@ -308,7 +308,7 @@ class DirectGet:
 
     # -- errors ----------------------------------------------------------------------------
 
-    async def _check_direct(self, stream: str) -> None:
+    def _check_direct(self, stream: str) -> None:
         expires = self._not_direct.get(stream)
         if expires is not None:
             if expires > time.monotonic():
