@@ -8,6 +8,7 @@ import logging
 import os
 import re
 import time
+from collections.abc import Awaitable
 from typing import Any
 
 import orjson
@@ -198,18 +199,18 @@ class BodyLimitMiddleware:
         self.app = app
         self.limit = limit
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+    def __call__(self, scope: Scope, receive: Receive, send: Send) -> Awaitable[None]:
+        # A plain function: a request passed on untouched costs no coroutine of its own (the
+        # caller awaits the inner app's directly).
         if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
+            return self.app(scope, receive, send)
         declared = chunked = malformed = False
         for name, value in scope.get("headers", []):
             if name == b"content-length":
                 if not value.isdigit():
                     malformed = True
                 elif int(value) > self.limit:
-                    await self._refuse(scope, send)
-                    return
+                    return self._refuse(scope, send)
                 else:
                     declared = True
             elif name == b"transfer-encoding":
@@ -218,8 +219,10 @@ class BodyLimitMiddleware:
             # HTTP/1 without Content-Length or Transfer-Encoding: there is no body to count.
             # (A declared length is still counted: a test client or another ASGI server may
             # deliver more than it says.)
-            await self.app(scope, receive, send)
-            return
+            return self.app(scope, receive, send)
+        return self._counted(scope, receive, send)
+
+    async def _counted(self, scope: Scope, receive: Receive, send: Send) -> None:
         received = 0
 
         async def counting_receive() -> Message:
