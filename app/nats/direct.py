@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import base64
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -137,9 +137,10 @@ class DirectGet:
         subject = self.js.subject("DIRECT", "GET", stream)
         return await self._single(stream, subject, orjson.dumps(request))
 
-    async def last_for(self, stream: str, subject: str) -> StoredMessage:
+    def last_for(self, stream: str, subject: str) -> Awaitable[StoredMessage]:
         """The last message on a literal subject (subject-appended form, no payload)."""
-        return await self._single(stream, self.js.subject("DIRECT", "GET", stream, subject), b"")
+        # The request's own coroutine is returned: one fewer on the hottest read.
+        return self._single(stream, self.js.subject("DIRECT", "GET", stream, subject), b"")
 
     async def _single(self, stream: str, subject: str, payload: bytes) -> StoredMessage:
         self._check_direct(stream)
