@@ -68,6 +68,9 @@ def serve(_: argparse.Namespace) -> int:
             log_config=logs.config(settings.log_level),
             timeout_graceful_shutdown=10,
             proxy_headers=False,
+            # No "Server: uvicorn" on every answer: it tells anyone the server stack, and it
+            # was one more header to write per response.
+            server_header=False,
             **options,
         )
     finally:
