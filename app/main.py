@@ -31,8 +31,6 @@ class Gateway(FastAPI):
     _lean_stack: ASGIApp | None = None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        # Streams write their body chunks to the server directly (app.sse.QueueStream).
-        scope[RAW_SEND] = send
         lean = self.lean_paths
         if lean is not None and scope["type"] == "http" and lean.take(scope):
             scope["app"] = self
@@ -40,7 +38,14 @@ class Gateway(FastAPI):
                 self._lean_stack = self._around(lean)
             await self._lean_stack(scope, receive, send)
             return
-        await super().__call__(scope, receive, send)
+        # Streams write their body chunks to the server directly (app.sse.QueueStream).
+        scope[RAW_SEND] = send
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            # The server's send is bound to the object that holds this scope: left in it, the
+            # two would be a reference cycle per request, freed only by the garbage collector.
+            del scope[RAW_SEND]
 
     def _around(self, app: ASGIApp) -> ASGIApp:
         """``app`` inside the gateway's own middleware, as Starlette stacks it."""
