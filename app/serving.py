@@ -5,7 +5,8 @@ socket: two ``send`` system calls (and, on the client's side, two segments to re
 smallest answer. A KV GET is small and frequent, so those calls were a fifth of its CPU time.
 Here the transport uvicorn writes to holds a response's head until the next write, and sends
 both at once; if nothing follows in the same turn of the event loop (a stream whose first
-chunk is not ready), the head leaves alone at the end of that turn. Every other write goes
+chunk is not ready), the head leaves alone at the end of that turn (one callback per turn
+flushes every connection's held head, not one per response). Every other write goes
 straight to the socket as before: streams (SSE, NDJSON) are not delayed, which matters when
 one change is written to thousands of watchers. Closing the connection sends a held head
 first.
@@ -14,6 +15,7 @@ first.
 from __future__ import annotations
 
 import asyncio
+import weakref
 from typing import Any
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
@@ -21,14 +23,47 @@ from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 _HEAD = b"HTTP/"  # how uvicorn's status lines begin
 
 
+class HeldHeads:
+    """The transports of one event loop holding a head: flushed together at the end of the
+    loop's turn."""
+
+    __slots__ = ("__weakref__", "loop", "transports")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self.transports: list[GatheringTransport] = []
+
+    def add(self, transport: GatheringTransport) -> None:
+        if not self.transports:
+            self.loop.call_soon(self.flush)
+        self.transports.append(transport)
+
+    def flush(self) -> None:
+        transports, self.transports = self.transports, []
+        for transport in transports:
+            transport.flush()
+
+
+_HELD: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, HeldHeads] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def _held_heads(loop: asyncio.AbstractEventLoop) -> HeldHeads:
+    held = _HELD.get(loop)
+    if held is None:
+        held = _HELD[loop] = HeldHeads(loop)
+    return held
+
+
 class GatheringTransport:
     """An ``asyncio.Transport`` that sends a response's head together with what follows it."""
 
-    __slots__ = ("_loop", "_pending", "_transport")
+    __slots__ = ("_held", "_pending", "_transport")
 
     def __init__(self, transport: asyncio.Transport, loop: asyncio.AbstractEventLoop) -> None:
         self._transport = transport
-        self._loop = loop
+        self._held = _held_heads(loop)
         self._pending: bytes | None = None  # a head waiting for its body
 
     def write(self, data: bytes) -> None:
@@ -40,7 +75,7 @@ class GatheringTransport:
             # (A body that happens to start so is only held until the next write or the end
             # of the turn: never reordered.)
             self._pending = bytes(data)
-            self._loop.call_soon(self.flush)
+            self._held.add(self)
         else:
             self._transport.write(data)
 

@@ -68,6 +68,32 @@ async def test_a_head_alone_leaves_at_the_end_of_the_turn() -> None:
     assert socket.writes == [b"HTTP/1.1 200 OK\r\n\r\n", b"data: 1\n\n"]
 
 
+async def test_one_callback_per_turn_flushes_every_held_head(monkeypatch: Any) -> None:
+    loop = asyncio.get_running_loop()
+    scheduled = []
+    call_soon = loop.call_soon
+    def counting(callback: Any, *args: Any, **kwargs: Any) -> Any:
+        if getattr(callback, "__name__", "") == "flush":
+            scheduled.append(callback)
+        return call_soon(callback, *args, **kwargs)
+
+    monkeypatch.setattr(loop, "call_soon", counting)
+    sockets = [SocketTransport() for _ in range(3)]
+    transports = [GatheringTransport(socket, loop) for socket in sockets]
+    for transport in transports:
+        transport.write(b"HTTP/1.1 200 OK\r\n\r\n")
+    transports[1].write(b"body")  # this one's head left with its body
+    assert len(scheduled) == 1
+    await asyncio.sleep(0)
+    assert [socket.writes for socket in sockets] == [
+        [b"HTTP/1.1 200 OK\r\n\r\n"], [b"HTTP/1.1 200 OK\r\n\r\nbody"], [b"HTTP/1.1 200 OK\r\n\r\n"]
+    ]
+    transports[0].write(b"HTTP/1.1 204 No Content\r\n\r\n")  # a new turn, a new callback
+    assert len(scheduled) == 2
+    await asyncio.sleep(0)
+    assert sockets[0].writes[1:] == [b"HTTP/1.1 204 No Content\r\n\r\n"]
+
+
 async def test_close_and_eof_send_a_held_head_first() -> None:
     socket = SocketTransport()
     transport = GatheringTransport(socket, asyncio.get_running_loop())
