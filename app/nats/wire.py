@@ -24,6 +24,12 @@ _CRLF = b"\r\n"
 class LeanParser(Parser):
     """nats-py's ``Parser``, reading ``MSG``/``HMSG`` commands on a fast path."""
 
+    _wanted = 0  # bytes the command kept in ``buf`` needs before it is worth parsing again
+
+    def reset(self) -> None:
+        super().reset()
+        self._wanted = 0
+
     async def parse(self, data: bytes = b"") -> None:
         # A control line in the fast path's form is made of single spaces and no other
         # whitespace (nats-py's patterns also take tabs and runs of spaces: such a line, as
@@ -33,8 +39,12 @@ class LeanParser(Parser):
             await super().parse(data)
             return
         if self.buf:  # unparsed bytes: a command cut off at the end of the last read
-            data = bytes(self.buf) + data
+            self.buf.extend(data)
+            if len(self.buf) < self._wanted:
+                return  # a large payload still arriving: not copied again on every read
+            data = bytes(self.buf)
             self.buf.clear()
+        self._wanted = 0
         nc = self.nc
         handlers: dict[int, Any] = nc._raw_handlers
         end = len(data)
@@ -65,6 +75,7 @@ class LeanParser(Parser):
             stop = start + int(total)
             if stop + 2 > end:
                 self.buf.extend(data[pos:])  # the payload is not all here yet
+                self._wanted = stop + 2 - pos
                 return
             split = start + int(header_size)
             if split > stop:

@@ -122,3 +122,26 @@ async def test_a_malformed_command_is_nats_py_s_protocol_error() -> None:
     for bad in (b"MSG a 1 x\r\nabc\r\n", b"BOGUS\r\n", b"MSG a 1 3\r\nabc\r\nPONG x\r\n"):
         with pytest.raises(ProtocolError):
             await LeanParser(Recorder(raw=True)).parse(bad)
+
+
+async def test_a_large_payload_arriving_in_many_reads_is_parsed_once() -> None:
+    payload = bytes(range(256)) * 4096  # 1 MiB
+    stream = b"MSG _INBOX.x.1 %d %d\r\n" % (RAW_SID, len(payload)) + payload + b"\r\nPONG\r\n"
+    recorder = Recorder(raw=True)
+    parser = LeanParser(recorder)
+    copies = []
+
+    class CountingBuffer(bytearray):  # how often the kept bytes are copied out to be parsed
+        def __bytes__(self) -> bytes:
+            copies.append(len(self))
+            return bytes(memoryview(self))
+
+    parser.buf = CountingBuffer()
+    chunks = [stream[i : i + 16384] for i in range(0, len(stream), 16384)]
+    for chunk in chunks[:-1]:
+        await parser.parse(chunk)
+        assert recorder.events == []
+    assert len(parser.buf) == len(stream) - len(chunks[-1])
+    await parser.parse(chunks[-1])
+    assert recorder.events == [("msg", RAW_SID, b"_INBOX.x.1", b"", payload, None), ("pong",)]
+    assert copies == [len(stream)]  # once, when the whole command is there
