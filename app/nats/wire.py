@@ -9,16 +9,24 @@ payload out of the chunk read, and gives a message of a raw subscription
 PONG, INFO, +OK, -ERR, a control line in another form, a command nats-py is already in the
 middle of) goes to nats-py's parser, as do messages of other subscriptions once read
 (``_process_msg``): what nats-py does with them is unchanged. A command cut off at the end of a
-read is kept, unparsed, and read again with the next chunk.
+read is kept, unparsed, and read again with the next chunk (a large payload only once it
+is all there).
+
+nats-py's own pattern for ``HMSG`` lets the whitespace between its two sizes run past the end
+of the line, so when a header block starts with digits and a line break (never the case for a
+block starting ``NATS/1.0``, as the server's do) nats-py may frame the command differently
+depending on where a read ends. The fast path reads such a line as a single line; after a hand
+off, nats-py's reading stands.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from nats.protocol.parser import AWAITING_CONTROL_LINE, Parser
+from nats.protocol.parser import AWAITING_CONTROL_LINE, MAX_CONTROL_LINE_SIZE, Parser
 
 _CRLF = b"\r\n"
+_MAX_DIGITS = 18  # longer numbers (past int()'s limits too) are left to nats-py's parser
 
 
 class LeanParser(Parser):
@@ -38,12 +46,17 @@ class LeanParser(Parser):
             # nats-py's parser has read a control line and waits for the payload: it finishes.
             await super().parse(data)
             return
-        if self.buf:  # unparsed bytes: a command cut off at the end of the last read
-            self.buf.extend(data)
-            if len(self.buf) < self._wanted:
+        buf = self.buf
+        if buf:  # unparsed bytes: a command cut off at the end of the last read
+            if not self._wanted and len(buf) >= MAX_CONTROL_LINE_SIZE:
+                # No line nats-py's parser can end (it waits without copying): it goes on.
+                await super().parse(data)
+                return
+            buf.extend(data)
+            if len(buf) < self._wanted:
                 return  # a large payload still arriving: not copied again on every read
-            data = bytes(self.buf)
-            self.buf.clear()
+            data = bytes(buf)
+            buf.clear()
         self._wanted = 0
         nc = self.nc
         handlers: dict[int, Any] = nc._raw_handlers
@@ -52,7 +65,7 @@ class LeanParser(Parser):
         while pos < end:
             eol = data.find(_CRLF, pos)
             if eol < 0:
-                self.buf.extend(data[pos:])  # no whole line yet (nats-py would wait as well)
+                buf.extend(data[pos:])  # no whole line yet (nats-py would wait as well)
                 return
             line = data[pos:eol]
             args = line.split(b" ")
@@ -67,6 +80,9 @@ class LeanParser(Parser):
             sid = args[2]
             if (
                 not (sid.isdigit() and header_size.isdigit() and total.isdigit())
+                or len(sid) > _MAX_DIGITS
+                or len(header_size) > _MAX_DIGITS
+                or len(total) > _MAX_DIGITS
                 or b"" in args  # two spaces in a row
                 or 9 in line or 10 in line or 11 in line or 12 in line or 13 in line
             ):
@@ -74,7 +90,7 @@ class LeanParser(Parser):
             start = eol + 2
             stop = start + int(total)
             if stop + 2 > end:
-                self.buf.extend(data[pos:])  # the payload is not all here yet
+                buf.extend(data[pos:])  # the payload is not all here yet
                 self._wanted = stop + 2 - pos
                 return
             split = start + int(header_size)
@@ -89,5 +105,7 @@ class LeanParser(Parser):
             else:
                 reply = args[3] if count == (6 if op == b"HMSG" else 5) else b""
                 await nc._process_msg(int(sid), args[1], reply, payload, headers)
+                if self.buf is not buf:
+                    return  # reset while the message was handled (a reconnect): drop the rest
         if pos < end:
             await super().parse(data[pos:])
