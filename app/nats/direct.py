@@ -23,6 +23,7 @@ from app.durations import nats_time
 from app.nats.headers import from_nats_py, parse_b64
 from app.nats.jsapi import JetStreamApi
 from app.nats.pool import NatsPool, NoResponders
+from app.nats.replies import Reply
 from app.nats.pull import unsubscribe
 
 # What one server request may bring back at most: this bounds the gateway's memory per
@@ -93,6 +94,53 @@ def _int(headers: dict[str, str], name: str) -> int | None:
     return int(value) if value is not None and value.isdigit() else None
 
 
+def _from_direct_reply(reply: Reply) -> StoredMessage:
+    """The message a single Direct Get answered with (or its status as an error).
+
+    The common reply, a plain status line and the server's own names for its headers, is
+    read in one pass that sorts the meta headers from the message's own; anything else goes
+    through the parsed header block (the same result, found the slow way).
+    """
+    first, *lines = (reply.raw_headers or b"").decode("utf-8", "replace").split("\r\n")
+    if first == "NATS/1.0":
+        meta: dict[str, list[str]] = {}
+        headers: dict[str, list[str]] = {}
+        for line in lines:
+            name, sep, value = line.partition(":")
+            if sep:
+                key = name.strip()
+                into = meta if key in _META_HEADERS else headers
+                found = into.get(key)
+                if found is None:
+                    into[key] = [value.strip()]
+                else:
+                    found.append(value.strip())
+        stream, subject, seq = (
+            meta.get("Nats-Stream"), meta.get("Nats-Subject"), meta.get("Nats-Sequence")
+        )
+        if stream and subject and seq:
+            time = meta.get("Nats-Time-Stamp")
+            return StoredMessage(
+                stream=stream[0],
+                subject=subject[0],
+                seq=int(seq[0]) if seq[0].isdigit() else 0,
+                time=time[0] if time else None,
+                headers=headers,
+                data=reply.data,
+            )
+    block = reply.headers
+    if block.status is not None:
+        raise _status_error(block.status, block.description)
+    return StoredMessage(
+        stream=block.first("Nats-Stream") or "",
+        subject=block.first("Nats-Subject") or "",
+        seq=int(seq) if (seq := block.first("Nats-Sequence")) and seq.isdigit() else 0,
+        time=block.first("Nats-Time-Stamp"),
+        headers={k: v for k, v in block.values.items() if k not in _META_HEADERS},
+        data=reply.data,
+    )
+
+
 def _status(msg: Msg) -> int | None:
     headers = msg.headers or {}
     status = headers.get("Status")
@@ -148,18 +196,7 @@ class DirectGet:
             reply = await self.pool.request(subject, payload, operation="direct.get")
         except NoResponders:
             raise await self._why_no_responders(stream) from None
-        block = reply.headers
-        if block.status is not None:
-            raise _status_error(block.status, block.description)
-        values = block.values
-        return StoredMessage(
-            stream=block.first("Nats-Stream") or "",
-            subject=block.first("Nats-Subject") or "",
-            seq=int(seq) if (seq := block.first("Nats-Sequence")) and seq.isdigit() else 0,
-            time=block.first("Nats-Time-Stamp"),
-            headers={k: v for k, v in values.items() if k not in _META_HEADERS},
-            data=reply.data,
-        )
+        return _from_direct_reply(reply)
 
     # -- batches ---------------------------------------------------------------------------
 

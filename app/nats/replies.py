@@ -9,8 +9,8 @@ a plain callback with their raw header block and payload. :class:`ReplyMux` uses
 request/reply: one wildcard inbox per connection, a counter as token, deadlines kept in
 buckets of 50 ms with one timer per bucket (a timer per request cost more than the rest of
 the request's bookkeeping; a request may time out up to 50 ms late), and the raw header block
-parsed once (keeping repeated header names, which nats-py folds). A request's PUB is queued for
-nats-py's flusher directly (:meth:`LeanClient.publish_queued`) when the connection is plainly
+parsed once, when it is read (keeping repeated header names, which nats-py folds). A
+request's PUB is queued for nats-py's flusher directly (:meth:`LeanClient.publish_queued`) when the connection is plainly
 up, skipping four coroutine layers of ``publish``; in every other state nats-py's ``publish``
 does it, with its own errors and buffering.
 
@@ -39,15 +39,31 @@ _SUBJECT_INVALID = re.compile(r"[ \t\r\n]")
 _TICK = 0.05  # seconds: requests' deadlines are kept in buckets this wide
 
 
-class Reply:
-    __slots__ = ("data", "headers")
+_NO_STATUS = b"NATS/1.0\r\n"  # a header block whose status line carries no status
 
-    def __init__(self, headers: HeaderBlock, data: bytes) -> None:
-        self.headers = headers
+
+class Reply:
+    """A reply: its payload and header block (``raw_headers``, parsed on first use)."""
+
+    __slots__ = ("_block", "data", "raw_headers")
+
+    def __init__(self, raw_headers: bytes | None, data: bytes) -> None:
+        self.raw_headers = raw_headers
         self.data = data
+        self._block: HeaderBlock | None = None
+
+    @property
+    def headers(self) -> HeaderBlock:
+        block = self._block
+        if block is None:
+            block = self._block = parse(self.raw_headers)
+        return block
 
     @property
     def status(self) -> int | None:
+        raw = self.raw_headers
+        if not raw or raw.startswith(_NO_STATUS):
+            return None
         return self.headers.status
 
 
@@ -217,4 +233,4 @@ class ReplyMux:
     def _on_reply(self, subject: bytes, headers: bytes, data: bytes) -> None:
         future = self._pending.pop(subject[subject.rfind(b".") + 1 :], None)
         if future is not None and not future.done():
-            future.set_result(Reply(parse(headers), data))
+            future.set_result(Reply(headers, data))
