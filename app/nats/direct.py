@@ -23,8 +23,8 @@ from app.durations import nats_time
 from app.nats.headers import from_nats_py, parse_b64
 from app.nats.jsapi import JetStreamApi
 from app.nats.pool import NatsPool, NoResponders
-from app.nats.replies import Reply
 from app.nats.pull import unsubscribe
+from app.nats.replies import Reply
 
 # What one server request may bring back at most: this bounds the gateway's memory per
 # request, whatever the HTTP client asked for in total (the gateway pages).

@@ -194,7 +194,9 @@ async def test_a_reset_while_a_message_is_handled_drops_the_rest_of_the_read() -
         parser = parser_class(recorder)
         handle = recorder._process_msg
 
-        async def resetting(sid, subject, reply, payload, headers):  # type: ignore[no-untyped-def]
+        async def resetting(  # type: ignore[no-untyped-def]
+            sid, subject, reply, payload, headers, handle=handle, parser=parser
+        ):
             await handle(sid, subject, reply, payload, headers)
             if payload == b"boom":
                 parser.reset()
