@@ -27,21 +27,32 @@ class HeldHeads:
     """The transports of one event loop holding a head: flushed together at the end of the
     loop's turn."""
 
-    __slots__ = ("__weakref__", "loop", "transports")
+    __slots__ = ("_loop", "transports")
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
-        self.loop = loop
+        self._loop = weakref.ref(loop)  # (held weakly: the registry below is keyed by it)
         self.transports: list[GatheringTransport] = []
 
     def add(self, transport: GatheringTransport) -> None:
         if not self.transports:
-            self.loop.call_soon(self.flush)
+            loop = self._loop()
+            if loop is None:  # pragma: no cover - a transport outliving its loop
+                transport.flush()
+                return
+            loop.call_soon(self.flush)
         self.transports.append(transport)
 
     def flush(self) -> None:
         transports, self.transports = self.transports, []
         for transport in transports:
-            transport.flush()
+            try:
+                transport.flush()
+            except Exception as exc:  # noqa: BLE001 - one broken socket must not hold the others
+                loop = self._loop()
+                if loop is not None:
+                    loop.call_exception_handler(
+                        {"message": "flushing a response head failed", "exception": exc}
+                    )
 
 
 _HELD: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, HeldHeads] = (
@@ -113,3 +124,11 @@ class GatheringProtocol(HttpToolsProtocol):
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(GatheringTransport(transport, self.loop))  # type: ignore[arg-type]
+
+
+def uvicorn_options() -> dict[str, Any]:
+    """The uvicorn settings the gateway is served with (by ``jsgw serve``, and by the tests'
+    real server): this protocol on uvloop, no proxy headers trusted, and no ``Server``
+    header (it tells anyone the server stack, and is one more header per answer)."""
+    return {"http": GatheringProtocol, "loop": "uvloop", "proxy_headers": False,
+            "server_header": False}  # fmt: skip

@@ -182,3 +182,22 @@ async def test_a_refused_request_is_answered_before_the_close() -> None:
     socket = await _serve(lambda *_: None, b"NOT HTTP AT ALL\r\n\r\n")
     assert socket.closed
     assert len(socket.writes) == 1 and socket.writes[0].startswith(b"HTTP/1.1 400 ")
+
+
+def test_held_heads_do_not_keep_their_loop_alive() -> None:
+    import gc
+    import weakref
+
+    loop = asyncio.new_event_loop()
+
+    async def respond() -> None:
+        transport = GatheringTransport(SocketTransport(), asyncio.get_running_loop())
+        transport.write(b"HTTP/1.1 200 OK\r\n\r\n")
+        await asyncio.sleep(0)
+
+    loop.run_until_complete(respond())
+    loop.close()
+    gone = weakref.ref(loop)
+    del loop
+    gc.collect()
+    assert gone() is None
