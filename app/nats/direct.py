@@ -118,13 +118,13 @@ def _from_direct_reply(reply: Reply) -> StoredMessage:
         stream, subject, seq = (
             meta.get("Nats-Stream"), meta.get("Nats-Subject"), meta.get("Nats-Sequence")
         )
-        if stream and subject and seq:
-            time = meta.get("Nats-Time-Stamp")
+        stamp = meta.get("Nats-Time-Stamp")
+        if stream and subject and seq and stamp:
             return StoredMessage(
                 stream=stream[0],
                 subject=subject[0],
-                seq=int(seq[0]) if seq[0].isdigit() else 0,
-                time=time[0] if time else None,
+                seq=_sequence(seq[0]),
+                time=stamp[0],
                 headers=headers,
                 data=reply.data,
             )
@@ -134,11 +134,16 @@ def _from_direct_reply(reply: Reply) -> StoredMessage:
     return StoredMessage(
         stream=block.first("Nats-Stream") or "",
         subject=block.first("Nats-Subject") or "",
-        seq=int(seq) if (seq := block.first("Nats-Sequence")) and seq.isdigit() else 0,
+        seq=_sequence(block.first("Nats-Sequence")),
         time=block.first("Nats-Time-Stamp"),
         headers={k: v for k, v in block.values.items() if k not in _META_HEADERS},
         data=reply.data,
     )
+
+
+def _sequence(value: str | None) -> int:
+    """A ``Nats-Sequence`` value: digits 0-9 (``int`` would also take "²" and fail), else 0."""
+    return int(value) if value and value.isascii() and value.isdigit() else 0
 
 
 def _status(msg: Msg) -> int | None:

@@ -26,7 +26,8 @@ def _slow(raw: bytes | None, data: bytes) -> StoredMessage | type[Exception]:
     return StoredMessage(
         stream=block.first("Nats-Stream") or "",
         subject=block.first("Nats-Subject") or "",
-        seq=int(seq) if (seq := block.first("Nats-Sequence")) and seq.isdigit() else 0,
+        seq=int(seq) if (seq := block.first("Nats-Sequence")) and seq.isascii() and seq.isdigit()
+        else 0,
         time=block.first("Nats-Time-Stamp"),
         headers={k: v for k, v in block.values.items() if k not in direct._META_HEADERS},
         data=data,
@@ -44,6 +45,8 @@ CASES = [
     CANONICAL,
     CANONICAL.replace(b"\r\n\r\n", b"\r\nKV-Operation: DEL\r\nX: 1\r\nX: 2\r\n\r\n"),
     CANONICAL.replace(b"Nats-Sequence", b"nats-sequence"),  # another spelling: the slow way
+    CANONICAL.replace(b"Nats-Time-Stamp", b"nats-time-stamp"),
+    CANONICAL.replace(b": 12", ": ²".encode()),  # not a sequence, and no ValueError
     CANONICAL.replace(b"Nats-Sequence: 12\r\n", b""),
     CANONICAL.replace(b": 12", b": 1x"),  # no sequence
     CANONICAL.replace(b"Nats-Time-Stamp", b"Other"),
@@ -68,7 +71,8 @@ def test_the_same_message_or_error(raw: bytes | None) -> None:
 def test_random_blocks() -> None:
     rnd = random.Random(3)
     pieces = [b"NATS/1.0", b" 404 x", b"\r\n", b"Nats-Stream", b"Nats-Subject", b"Nats-Sequence",
-              b": ", b":", b"KV_b", b"12", b" ", b"\t", b"nats-stream", b"X", b"\xff"]  # fmt: skip
+              b": ", b":", b"KV_b", b"12", b" ", b"\t", b"nats-stream", b"X", b"\xff",
+              b"Nats-Time-Stamp", b"nats-time-stamp", b"2026-11-22T21:36:31Z"]  # fmt: skip
     for _ in range(20_000):
         raw = b"".join(rnd.choice(pieces) for _ in range(rnd.randint(0, 24)))
         if rnd.random() < 0.5:
