@@ -65,6 +65,7 @@ def make_lifespan(
         embedded: EmbeddedServer | None = None
         pool: NatsPool | None = None
         kv: KVService | None = None
+        thresholds = gc.get_threshold()
         try:
             servers = settings.nats_url
             if settings.embedded:
@@ -109,14 +110,16 @@ def make_lifespan(
             # connections) stay short instead of pausing every stream for 0.1-0.2 s.
             gc.collect()
             gc.freeze()
-            # A request frees what it allocates by reference counting (none leaves a cycle:
-            # tests/integration/test_garbage.py), so young collections find nothing to free;
-            # but at the default threshold (700 allocations) the objects of 64 requests in
-            # flight set one off every ~50 requests, ~4% of a KV read's CPU. At 10,000 they
-            # come when objects really pile up.
-            gc.set_threshold(_GC_YOUNG_THRESHOLD, *gc.get_threshold()[1:])
+            # A request frees what it allocates by reference counting (no request/response
+            # leaves a cycle: tests/integration/test_garbage.py; a stream leaves a few when it
+            # ends), so young collections find next to nothing to free; but at the default
+            # threshold (700 allocations) the objects of 64 requests in flight set one off
+            # every ~50 requests, ~4% of a KV read's CPU. At 10,000 they come when objects
+            # really pile up.
+            gc.set_threshold(_GC_YOUNG_THRESHOLD, *thresholds[1:])
             yield {"runtime": runtime}
         finally:
+            gc.set_threshold(*thresholds)
             # Reverse order of creation: drain NATS, then stop the server it talks to.
             with contextlib.suppress(ValueError, RuntimeError, NotImplementedError):
                 asyncio.get_running_loop().remove_signal_handler(signal.SIGHUP)

@@ -45,7 +45,7 @@ class Gateway(FastAPI):
         finally:
             # The server's send is bound to the object that holds this scope: left in it, the
             # two would be a reference cycle per request, freed only by the garbage collector.
-            del scope[RAW_SEND]
+            scope.pop(RAW_SEND, None)
 
     def _around(self, app: ASGIApp) -> ASGIApp:
         """``app`` inside the gateway's own middleware, as Starlette stacks it."""
