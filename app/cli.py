@@ -38,7 +38,7 @@ def serve(_: argparse.Namespace) -> int:
     import uvicorn
 
     from app.nats.embedded import EmbeddedServer
-    from app.serving import GatheringProtocol
+    from app.serving import uvicorn_options as serving_options
     from app.tls import uvicorn_options
 
     settings = _load_settings()
@@ -55,7 +55,7 @@ def serve(_: argparse.Namespace) -> int:
         shared_server = EmbeddedServer(settings.data_dir)
         os.environ["JSGW_NATS_URL"] = shared_server.start()
         log.info("embedded nats-server for %d workers at %s", settings.workers, shared_server.url)
-    options = {"http": GatheringProtocol, **uvicorn_options(settings)}
+    options = {**serving_options(), **uvicorn_options(settings)}
     try:
         uvicorn.run(
             "app.cli:app_from_env",
@@ -63,14 +63,9 @@ def serve(_: argparse.Namespace) -> int:
             host=settings.host,
             port=settings.port,
             workers=settings.workers,
-            loop="uvloop",
             access_log=False,
             log_config=logs.config(settings.log_level),
             timeout_graceful_shutdown=10,
-            proxy_headers=False,
-            # No "Server: uvicorn" on every answer: it tells anyone the server stack, and it
-            # was one more header to write per response.
-            server_header=False,
             **options,
         )
     finally:

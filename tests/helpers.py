@@ -13,7 +13,7 @@ from asgi_lifespan import LifespanManager
 
 from app.config import Settings
 from app.main import create_app
-from app.serving import GatheringProtocol
+from app.serving import uvicorn_options
 
 
 def gateway_settings(url: str, **overrides: object) -> Settings:
@@ -60,7 +60,7 @@ def served_gateway(settings: Settings, port: int = 0) -> Iterator[str]:
     """
     config = uvicorn.Config(
         create_app(settings), host="127.0.0.1", port=port, log_level="warning", lifespan="on",
-        timeout_graceful_shutdown=5, loop="uvloop", http=GatheringProtocol,  # as `jsgw serve`
+        timeout_graceful_shutdown=5, **uvicorn_options(),  # as `jsgw serve`
     )
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, name="uvicorn-test", daemon=True)

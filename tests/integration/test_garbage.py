@@ -40,16 +40,21 @@ class Connection:
             head += f"Content-Length: {len(body)}\r\nContent-Type: application/json\r\n"
         self.sock.sendall(head.encode() + b"\r\n" + body)
         while b"\r\n\r\n" not in self.buffer:
-            self.buffer += self.sock.recv(65536)
+            self.buffer += self._recv()
         head_bytes, _, self.buffer = self.buffer.partition(b"\r\n\r\n")
         lines = head_bytes.decode("latin-1").split("\r\n")
         length = next(
             int(line.split(":", 1)[1]) for line in lines if line.lower().startswith("content-length:")
         )
         while len(self.buffer) < length:
-            self.buffer += self.sock.recv(65536)
+            self.buffer += self._recv()
         self.buffer = self.buffer[length:]
         return int(lines[0].split()[1])
+
+    def _recv(self) -> bytes:
+        data = self.sock.recv(65536)
+        assert data, "the server closed the connection"
+        return data
 
     def close(self) -> None:
         self.sock.close()
@@ -97,3 +102,17 @@ def test_a_request_leaves_no_cycles(
     # Before the fix every request left 14 objects in a cycle; allow for the odd object from
     # the server's own housekeeping during the run.
     assert found < 0.2, f"{found:.1f} objects in cycles per request"
+
+
+def test_no_server_header(base_url: str) -> None:
+    """The server is served as `jsgw serve` serves it: no Server header naming the stack."""
+    connection = Connection(base_url)
+    try:
+        connection.sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: gateway\r\n\r\n")
+        while b"\r\n\r\n" not in connection.buffer:
+            connection.buffer += connection._recv()
+    finally:
+        connection.close()
+    head = connection.buffer.partition(b"\r\n\r\n")[0].lower()
+    assert head.startswith(b"http/1.1 200") and b"\r\ndate: " in head
+    assert b"\r\nserver:" not in head
