@@ -35,11 +35,8 @@ class HeldHeads:
 
     def add(self, transport: GatheringTransport) -> None:
         if not self.transports:
-            loop = self._loop()
-            if loop is None:  # pragma: no cover - a transport outliving its loop
-                transport.flush()
-                return
-            loop.call_soon(self.flush)
+            # (The loop is alive: the socket's transport, held by ``transport``, refers to it.)
+            self._loop().call_soon(self.flush)  # type: ignore[union-attr]
         self.transports.append(transport)
 
     def flush(self) -> None:
@@ -48,11 +45,9 @@ class HeldHeads:
             try:
                 transport.flush()
             except Exception as exc:  # noqa: BLE001 - one broken socket must not hold the others
-                loop = self._loop()
-                if loop is not None:
-                    loop.call_exception_handler(
-                        {"message": "flushing a response head failed", "exception": exc}
-                    )
+                self._loop().call_exception_handler(  # type: ignore[union-attr]
+                    {"message": "flushing a response head failed", "exception": exc}
+                )
 
 
 _HELD: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, HeldHeads] = (
