@@ -20,7 +20,7 @@ from nats.aio.msg import Msg
 
 from app import errors
 from app.durations import nats_time
-from app.nats.headers import from_nats_py, parse_b64
+from app.nats.headers import from_nats_py, parse_b64, split_block, values_of
 from app.nats.jsapi import JetStreamApi
 from app.nats.pool import NatsPool, NoResponders
 from app.nats.pull import unsubscribe
@@ -87,6 +87,9 @@ _META_HEADERS = frozenset(
         "Nats-Num-Pending", "Nats-Last-Sequence", "Nats-UpTo-Sequence",
     }
 )  # fmt: skip
+# What a single Direct Get's reply always carries, in the server's spelling.
+_SINGLE_META = ("Nats-Stream", "Nats-Subject", "Nats-Sequence", "Nats-Time-Stamp")
+_OTHER_META = tuple(sorted(_META_HEADERS - set(_SINGLE_META)))
 
 
 def _int(headers: dict[str, str], name: str) -> int | None:
@@ -98,34 +101,22 @@ def _from_direct_reply(reply: Reply) -> StoredMessage:
     """The message a single Direct Get answered with (or its status as an error).
 
     The common reply, a plain status line and the server's own names for its headers, is
-    read in one pass that sorts the meta headers from the message's own; anything else goes
-    through the parsed header block (the same result, found the slow way).
+    read without the header block's case-insensitive lookups; anything else goes through the
+    parsed header block (the same result, found the slow way).
     """
-    first, *lines = (reply.raw_headers or b"").decode("utf-8", "replace").split("\r\n")
+    first, *lines = split_block(reply.raw_headers or b"")
     if first == "NATS/1.0":
-        meta: dict[str, list[str]] = {}
-        headers: dict[str, list[str]] = {}
-        for line in lines:
-            name, sep, value = line.partition(":")
-            if sep:
-                key = name.strip()
-                into = meta if key in _META_HEADERS else headers
-                found = into.get(key)
-                if found is None:
-                    into[key] = [value.strip()]
-                else:
-                    found.append(value.strip())
-        stream, subject, seq = (
-            meta.get("Nats-Stream"), meta.get("Nats-Subject"), meta.get("Nats-Sequence")
-        )
-        stamp = meta.get("Nats-Time-Stamp")
+        own = values_of(lines)
+        stream, subject, seq, stamp = (own.pop(name, None) for name in _SINGLE_META)
         if stream and subject and seq and stamp:
+            for name in _OTHER_META:
+                own.pop(name, None)
             return StoredMessage(
                 stream=stream[0],
                 subject=subject[0],
                 seq=_sequence(seq[0]),
                 time=stamp[0],
-                headers=headers,
+                headers=own,
                 data=reply.data,
             )
     block = reply.headers

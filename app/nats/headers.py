@@ -9,7 +9,8 @@ from __future__ import annotations
 import base64
 from dataclasses import dataclass, field
 
-_PREFIX = b"NATS/1.0"
+_PREFIX = "NATS/1.0"
+_ASCII_SPACE = " \t\r\n\x0b\x0c"  # what bytes.strip() strips: the status line's
 
 
 @dataclass(slots=True)
@@ -30,27 +31,40 @@ class HeaderBlock:
 
 
 def parse(raw: bytes | None) -> HeaderBlock:
-    block = HeaderBlock()
     if not raw:
-        return block
-    lines = raw.split(b"\r\n")
-    first = lines[0]
+        return HeaderBlock()
+    first, *lines = split_block(raw)
+    status: int | None = None
+    description = ""
     if first.startswith(_PREFIX):
-        rest = first[len(_PREFIX) :].strip()
+        rest = first[len(_PREFIX) :].strip(_ASCII_SPACE)
         if rest:
-            status, _, description = rest.partition(b" ")
-            if status.isdigit():
-                block.status = int(status)
-                block.description = description.decode("utf-8", "replace").strip()
-    for line in lines[1:]:
-        if not line:
-            continue
-        name, sep, value = line.partition(b":")
-        if not sep:
-            continue
-        key = name.decode("utf-8", "replace").strip()
-        block.values.setdefault(key, []).append(value.decode("utf-8", "replace").strip())
-    return block
+            code, _, text = rest.partition(" ")
+            if code.isascii() and code.isdigit():
+                status = int(code)
+                description = text.strip()
+    return HeaderBlock(status, description, values_of(lines))
+
+
+def split_block(raw: bytes) -> list[str]:
+    """A header block's lines, the status line first. Decoded once: CR, LF and ':' are ASCII,
+    so no UTF-8 sequence spans them and the text splits as the bytes would."""
+    return raw.decode("utf-8", "replace").split("\r\n")
+
+
+def values_of(lines: list[str]) -> dict[str, list[str]]:
+    """``{name: [values]}`` of header lines (lines without a ':' are skipped)."""
+    values: dict[str, list[str]] = {}
+    for line in lines:
+        name, sep, value = line.partition(":")
+        if sep:
+            key = name.strip()
+            found = values.get(key)
+            if found is None:
+                values[key] = [value.strip()]
+            else:
+                found.append(value.strip())
+    return values
 
 
 def parse_b64(encoded: str | None) -> HeaderBlock:
