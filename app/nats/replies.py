@@ -150,6 +150,14 @@ class ReplyMux:
                 self._started = asyncio.ensure_future(self._start())
             await asyncio.shield(self._started)
 
+    def _register(self) -> tuple[bytes, asyncio.Future[Reply], str]:
+        """A new request's token, the future its reply will settle, and its reply subject."""
+        self._next += 1
+        token = b"%x" % self._next
+        future: asyncio.Future[Reply] = self._loop.create_future()
+        self._pending[token] = future
+        return token, future, self._prefix + token.decode()
+
     def _deadline(
         self, loop: asyncio.AbstractEventLoop, timeout: float
     ) -> set[asyncio.Future[Reply]]:
@@ -175,15 +183,10 @@ class ReplyMux:
         """The reply; nats-py's NoRespondersError / TimeoutError as its own request raises."""
         if not self._prefix:
             await self._ready()
-        self._next += 1
-        token = b"%x" % self._next
-        loop = self._loop
-        future: asyncio.Future[Reply] = loop.create_future()
-        self._pending[token] = future
-        deadline = self._deadline(loop, timeout)
+        token, future, reply_to = self._register()
+        deadline = self._deadline(self._loop, timeout)
         deadline.add(future)
         try:
-            reply_to = self._prefix + token.decode()
             if headers is not None or not self.client.publish_queued(subject, reply_to, payload):
                 await self.client.publish(subject, payload, reply=reply_to, headers=headers)
             reply = await future
@@ -200,18 +203,13 @@ class ReplyMux:
         """Many requests sent together, one deadline for all: a reply each, or the exception
         its own request would have raised (NoRespondersError, TimeoutError)."""
         await self._ready()
-        loop = self._loop
         tokens: list[bytes] = []
         futures: list[asyncio.Future[Reply]] = []
         try:
             for subject, payload in requests:
-                self._next += 1
-                token = b"%x" % self._next
-                future: asyncio.Future[Reply] = loop.create_future()
-                self._pending[token] = future
+                token, future, reply_to = self._register()
                 tokens.append(token)
                 futures.append(future)
-                reply_to = self._prefix + token.decode()
                 if not self.client.publish_queued(subject, reply_to, payload):
                     await self.client.publish(subject, payload, reply=reply_to)
             if futures:
