@@ -107,7 +107,13 @@ class OrderedConsumer:
             self._position = 0
         elif self.config.deliver_policy == "by_start_sequence":
             self._position = max((self.config.start_seq or 1) - 1, 0)
-        await self._attach(_last_seq(info))
+        try:
+            await self._attach(_last_seq(info))
+        except BaseException:
+            # Failed or cancelled part way (the gateway closing): what was made goes, here,
+            # for every caller.
+            await self._detach()
+            raise
         if self._closed:  # closed while it was being created: nobody else will delete it
             await self._detach()
             return

@@ -88,10 +88,6 @@ class BucketCache:
                 log.debug("cache of bucket %r not started: %s", self.bucket, exc.detail)
                 await asyncio.sleep(_RETRY)
                 continue
-            except BaseException:  # cancelled (closing) while it started: leave nothing behind
-                with contextlib.suppress(errors.GatewayError):
-                    await consumer.close()
-                raise
             self._consumer = consumer
             log.info("caching bucket %r", self.bucket)
             try:

@@ -140,14 +140,16 @@ async def test_closing_while_the_feed_starts_leaves_no_consumer(
 
     await nc.jetstream().create_key_value(bucket=name)
     created = asyncio.Event()
-    original = OrderedConsumer.start
+    original = OrderedConsumer._watch_deletion
 
-    async def start_then_hang(self, info=None):  # type: ignore[no-untyped-def]
-        await original(self, info)
+    async def watch_then_hang(self, client, generation):  # type: ignore[no-untyped-def]
+        # The consumer exists; its start is not over when the gateway closes.
+        advisory = await original(self, client, generation)
         created.set()
-        await asyncio.sleep(60)  # still starting when the gateway closes
+        await asyncio.sleep(60)
+        return advisory
 
-    monkeypatch.setattr(OrderedConsumer, "start", start_then_hang)
+    monkeypatch.setattr(OrderedConsumer, "_watch_deletion", watch_then_hang)
     pool = NatsPool(gateway_settings(nats_server.url), [nats_server.url], Metrics())
     await pool.start()
     try:
