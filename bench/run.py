@@ -491,55 +491,54 @@ class Bench:
             out[key] = chosen
         return out
 
+    def kv_slice(self) -> float:
+        """Seconds of each KV throughput round: its share of ``--duration``, at least 3."""
+        return max(3.0, self.args.duration / self.args.rounds)
+
     def section_kv(self) -> None:
         a = self.args
         gw, raw, hello = self.gateway, self.raw, self.hello
         assert gw and raw and hello
-        slice_s = max(3.0, a.duration / a.rounds)  # each round's share of --duration
-        get: list[tuple[str, Callable[[], dict]]] = [
-            ("get.gateway", lambda: self.attempt("kv get gateway", lambda: self.wrk_run(
-                "get-gateway", self.gateway_url, self.kv_requests("GET"), gw.pid, duration=slice_s))),
-        ]
+        slice_s = self.kv_slice()
+
+        def wrk(key: str, label: str, url: str, requests: list, pid: int | None) -> tuple:
+            return (key, lambda: self.attempt(label, lambda: self.wrk_run(
+                key.replace(".", "-").replace("_", "-"), url, requests, pid, duration=slice_s)))
+
+        def native(key: str, label: str, mode: str) -> tuple:
+            return (key, lambda: self.attempt(label, lambda: self.nats_load(
+                mode, "--concurrency", str(a.connections), duration=slice_s)))
+
+        get = [wrk("get.gateway", "kv get gateway", self.gateway_url, self.kv_requests("GET"), gw.pid)]
         cached = self.cached
         if cached is not None:
-            get.append(("get.cached", lambda: self.attempt("kv get cached", lambda: self.wrk_run(
-                "get-cached", self.cached_url, self.kv_requests("GET"), cached.pid, duration=slice_s))))
+            get.append(wrk("get.cached", "kv get cached", self.cached_url, self.kv_requests("GET"),
+                           cached.pid))
         get += [
-            ("get.nats", lambda: self.attempt("kv get nats", lambda: self.nats_load(
-                "kvget", "--concurrency", str(a.connections), duration=slice_s))),
-            ("get.raw", lambda: self.attempt("kv get raw", lambda: self.wrk_run(
-                "get-raw", self.raw_url, self.kv_requests("GET"), raw.pid, duration=slice_s))),
-            ("get.hello", lambda: self.attempt("kv get hello", lambda: self.wrk_run(
-                "get-hello", self.hello_url, [("GET", "/hello", {}, None)], hello.pid, duration=slice_s))),
+            native("get.nats", "kv get nats", "kvget"),
+            wrk("get.raw", "kv get raw", self.raw_url, self.kv_requests("GET"), raw.pid),
+            wrk("get.hello", "kv get hello", self.hello_url, [("GET", "/hello", {}, None)], hello.pid),
         ]
         if self.etcd:
-            etcd_pid = self.etcd.pid
             get += [
-                ("get.etcd", lambda: self.attempt("etcd range", lambda: self.wrk_run(
-                    "get-etcd", self.etcd_url, self.etcd_requests("range"), etcd_pid, duration=slice_s))),
-                ("get.etcd_ser", lambda: self.attempt("etcd range ser", lambda: self.wrk_run(
-                    "get-etcd-ser", self.etcd_url, self.etcd_requests("range-serializable"), etcd_pid,
-                    duration=slice_s))),
+                wrk("get.etcd", "etcd range", self.etcd_url, self.etcd_requests("range"), self.etcd.pid),
+                wrk("get.etcd_ser", "etcd range ser", self.etcd_url,
+                    self.etcd_requests("range-serializable"), self.etcd.pid),
             ]
         r = self.interleaved(get)
         if cached is not None:
             cached.stop()  # its watch would take CPU from every later write measurement
             self.cached = None
-        put: list[tuple[str, Callable[[], dict]]] = [
-            ("put.gateway", lambda: self.attempt("kv put gateway", lambda: self.wrk_run(
-                "put-gateway", self.gateway_url, self.kv_requests("PUT"), gw.pid, duration=slice_s))),
-            ("put.nats", lambda: self.attempt("kv put nats", lambda: self.nats_load(
-                "kvput", "--concurrency", str(a.connections), duration=slice_s))),
-            ("put.raw", lambda: self.attempt("kv put raw", lambda: self.wrk_run(
-                "put-raw", self.raw_url, self.kv_requests("PUT"), raw.pid, duration=slice_s))),
-            ("put.hello", lambda: self.attempt("kv put hello", lambda: self.wrk_run(
-                "put-hello", self.hello_url, [("PUT", "/hello", {}, self.value.decode())], hello.pid,
-                duration=slice_s))),
+        put = [
+            wrk("put.gateway", "kv put gateway", self.gateway_url, self.kv_requests("PUT"), gw.pid),
+            native("put.nats", "kv put nats", "kvput"),
+            wrk("put.raw", "kv put raw", self.raw_url, self.kv_requests("PUT"), raw.pid),
+            wrk("put.hello", "kv put hello", self.hello_url,
+                [("PUT", "/hello", {}, self.value.decode())], hello.pid),
         ]
         if self.etcd:
-            etcd_pid = self.etcd.pid
-            put.append(("put.etcd", lambda: self.attempt("etcd put", lambda: self.wrk_run(
-                "put-etcd", self.etcd_url, self.etcd_requests("put"), etcd_pid, duration=slice_s))))
+            put.append(wrk("put.etcd", "etcd put", self.etcd_url, self.etcd_requests("put"),
+                           self.etcd.pid))
         r.update(self.interleaved(put))
         self.results["kv"] = r
 
@@ -737,7 +736,7 @@ class Bench:
             "",
             f"Settings: `--workers {a.workers}` for the gateway, the raw ASGI app and the FastAPI app; "
             f"{a.duration:g} s per measurement after {a.warmup:g} s of warm-up, except KV GET/PUT "
-            f"throughput: {a.rounds} interleaved rounds of {max(3.0, a.duration / a.rounds):.1f} s per "
+            f"throughput: {a.rounds} interleaved rounds of {self.kv_slice():.1f} s per "
             f"target (order reversed every other round), the median round reported; {a.keys:,} keys, "
             f"{a.value_size}-byte values and payloads; HTTP load by "
             + (f"wrk with {a.wrk_threads} thread(s) and {a.connections} connections"
