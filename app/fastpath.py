@@ -32,6 +32,7 @@ from app.http import JSON
 from app.kv_http import entry_headers, entry_response
 from app.middleware import request_id_of
 from app.problems import (
+    client_gone_response,
     gateway_error_response,
     http_exception_response,
     problem_response,
@@ -143,7 +144,7 @@ class LeanPaths:
         except HTTPException as exc:
             response = http_exception_response(exc, scope)
         except ClientDisconnect:
-            return  # gone before its body arrived: no one to answer, nothing was sent to NATS
+            response = client_gone_response(scope)  # nothing was sent to NATS
         except Exception:
             # What Starlette's error middleware would do on the regular path, as a problem.
             log.exception("%s %s failed", scope["method"], scope["path"])

@@ -9,12 +9,17 @@ import orjson
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.requests import ClientDisconnect
 from starlette.responses import Response
 
 from app.errors import PROBLEM_CONTENT_TYPE, GatewayError, InvalidInput
 from app.middleware import request_id_of
 
 log = logging.getLogger("jsgw.errors")
+
+# No one reads this answer: nginx's "client closed request", so that metrics and the access
+# log tell a client that left from a request that failed.
+CLIENT_CLOSED_REQUEST = 499
 
 
 def problem_response(error: GatewayError, request_id: str | None) -> Response:
@@ -71,6 +76,9 @@ async def _http_exception(request: Request, exc: Exception) -> Response:
 
 def http_exception_response(exc: StarletteHTTPException, scope: Any) -> Response:
     """Starlette's HTTPException (raised by the body limit, among others) as a problem."""
+    if isinstance(exc.__cause__, ClientDisconnect):
+        # FastAPI turns a body that ends with the connection into a 400 "error parsing the body".
+        return client_gone_response(scope)
     codes = {404: "route.not_found", 405: "route.method_not_allowed", 413: "request.too_large"}
     error = GatewayError(
         codes.get(exc.status_code, "http.error"),
@@ -81,7 +89,23 @@ def http_exception_response(exc: StarletteHTTPException, scope: Any) -> Response
     return problem_response(error, request_id_of(scope))
 
 
+async def _client_disconnect(request: Request, exc: Exception) -> Response:
+    return client_gone_response(request.scope)
+
+
+def client_gone_response(scope: Any) -> Response:
+    """The client closed the connection before its request body was complete: an ordinary
+    event (a client timed out, was killed, changed its mind), so one line at info and an
+    answer no one reads. Nothing was sent to NATS: the body is read first."""
+    log.info(
+        "%s %s: the client disconnected before its request body was complete",
+        scope["method"], scope["path"], extra={"request_id": request_id_of(scope)},
+    )  # fmt: skip
+    return Response(status_code=CLIENT_CLOSED_REQUEST)
+
+
 def install(app: FastAPI) -> None:
+    app.add_exception_handler(ClientDisconnect, _client_disconnect)
     app.add_exception_handler(GatewayError, _gateway_error)
     app.add_exception_handler(RequestValidationError, _request_validation)
     app.add_exception_handler(StarletteHTTPException, _http_exception)
