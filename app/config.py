@@ -39,6 +39,9 @@ class Settings(BaseSettings):
     request_timeout: float = Field(default=5.0, gt=0, le=300)
     max_reconnect_attempts: int = Field(default=120, ge=1)
     reconnect_wait: float = Field(default=0.5, gt=0, le=60)
+    # How long a write's refusal waits for a PubAck that contradicts it (see
+    # ReplyMux.request_write): a deposed leader and the new one may both answer one publish.
+    write_confirm_grace: float = Field(default=0.1, ge=0, le=10)
 
     # HTTPS serving; with a client CA, client certificates can authenticate (optional).
     tls_cert: Path | None = None

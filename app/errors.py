@@ -181,6 +181,9 @@ _JS_ERRORS: dict[int, tuple[type[GatewayError], str]] = {
     10162: (InvalidInput, "consumer.group_name_invalid"),
     10163: (Unavailable, "jetstream.unavailable"),
     10164: (PreconditionFailed, "publish.wrong_last_sequence"),
+    # "duplicate message id is in process" (2.11+): a message with this Nats-Msg-Id is being
+    # stored right now, so whether it will be is not known yet; retry with the same id.
+    10158: (OutcomeUnknown, "nats.outcome_unknown"),
     10165: (InvalidInput, "publish.ttl_invalid"),
     10166: (InvalidInput, "publish.ttl_disabled"),
     10178: (InvalidInput, "consumer.priority_requires_pull"),

@@ -136,6 +136,14 @@ class Metrics:
             "Reconnections of pooled NATS connections.",
             registry=self.registry,
         )
+        self.nats_extra_replies = Counter(
+            "jsgw_nats_extra_replies_total",
+            "Replies no request waited for: 'second' answers to a write already answered (two "
+            "servers answering for one stream, as after a partition), 'late' ones after a "
+            "request's timeout.",
+            ["kind"],
+            registry=self.registry,
+        )
         self.nats_replaced = Counter(
             "jsgw_nats_connections_replaced_total",
             "Pooled connections that the client gave up on and the pool replaced.",

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Header, Path, Query, Request
 from sse_starlette import EventSourceResponse
@@ -49,6 +49,10 @@ Ttl = Annotated[
 ]
 IfMatch = Annotated[str | None, Header(description='"<revision>": write only over that revision')]
 IfNoneMatch = Annotated[str | None, Header()]
+Consistency = Annotated[
+    Literal["direct", "leader"],
+    Query(description="`leader`: read the latest value from the stream leader (read-your-writes)"),
+]
 
 _ENTRY_HEADERS = {
     "ETag": {"description": '"<revision>"', "schema": {"type": "string"}},
@@ -192,6 +196,7 @@ async def get_key(
     kv: KVDep,
     revision: Revision = None,
     if_none_match: IfNoneMatch = None,
+    consistency: Consistency = "direct",
 ) -> Response:
     """A key's value (latest, or `?revision=`), by Direct Get.
 
@@ -199,8 +204,13 @@ async def get_key(
     Entry JSON with `Accept: application/json`. `If-None-Match: "<revision>"` answers 304 when
     that is still the current revision. A deleted or purged key is 404, with the revision of
     the delete in the problem.
+
+    `consistency=leader` reads the latest value from the stream leader
+    (`$JS.API.STREAM.MSG.GET`), never from the read cache or a replica: a value acknowledged
+    to any writer before the read started is seen (read-your-writes). Direct Get may be
+    answered by a replica that has not caught up yet, most visibly during a partition.
     """
-    entry = await kv.get(bucket, key, revision)
+    entry = await kv.get(bucket, key, revision, leader=consistency == "leader")
     return entry_response(entry, request.headers, if_none_match)
 
 
@@ -217,9 +227,10 @@ async def head_key(
     kv: KVDep,
     revision: Revision = None,
     if_none_match: IfNoneMatch = None,
+    consistency: Consistency = "direct",
 ) -> Response:
     """A key's metadata: the headers of GET, no body."""
-    full = await get_key(bucket, key, request, kv, revision, if_none_match)
+    full = await get_key(bucket, key, request, kv, revision, if_none_match, consistency)
     return Response(status_code=full.status_code, headers=dict(full.headers))
 
 

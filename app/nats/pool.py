@@ -31,7 +31,7 @@ from app.errors import (
     Unavailable,
 )
 from app.metrics import Metrics
-from app.nats.replies import LeanClient, Reply
+from app.nats.replies import LeanClient, Reply, Settled
 
 log = logging.getLogger("jsgw.pool")
 
@@ -129,6 +129,7 @@ class NatsPool:
         while not self._closing:
             slot.closed.clear()
             client = LeanClient()
+            client.replies.on_extra_reply = self._extra_reply
             try:
                 await client.connect(**self._connect_options(slot))
             except (nats.errors.Error, OSError, TimeoutError) as exc:
@@ -149,6 +150,9 @@ class NatsPool:
                 slot.replaced += 1
                 self._metrics.nats_replaced.inc()
                 log.warning("NATS connection %d was closed by the client; replacing it", slot.index)
+
+    def _extra_reply(self, kind: str) -> None:
+        self._metrics.nats_extra_replies.labels(kind).inc()
 
     def _connect_options(self, slot: _Slot) -> dict[str, Any]:
         s = self._settings
@@ -222,18 +226,32 @@ class NatsPool:
         timeout: float | None = None,
         write: bool = False,
         client: Client | None = None,
+        stored: Settled | None = None,
+        resend: bool = False,
     ) -> Reply:
         """Request/reply on a pooled connection, with every NATS failure mapped to a domain error.
 
         Answered through the connection's reply mux (app.nats.replies): the reply's raw header
         block parsed once. ``client`` pins the request to one connection (to keep a sequence
-        of writes in order).
+        of writes in order). ``stored``: the request is a write whose refusals are confirmed
+        before they are believed (``ReplyMux.request_write``; ``resend`` when it carries a
+        ``Nats-Msg-Id``).
         """
         lean = client or self.pick()
         assert isinstance(lean, LeanClient)
         # observe(), inlined: the hottest call of the gateway, one coroutine fewer.
         started = time.perf_counter()
         try:
+            if stored is not None:
+                return await lean.replies.request_write(
+                    subject,
+                    payload,
+                    timeout or self.timeout,
+                    headers,
+                    stored,
+                    grace=self._settings.write_confirm_grace,
+                    resend=resend,
+                )
             return await lean.replies.request(subject, payload, timeout or self.timeout, headers)
         except _MAPPED as exc:
             raise self._mapped(exc, operation, write) from None

@@ -22,8 +22,11 @@ re-subscribing, auth, TLS, flushing, subscriptions of consumers) is still nats-p
 from __future__ import annotations
 
 import asyncio
+import logging
 import math
 import re
+import time
+from collections import deque
 from collections.abc import Callable
 
 import nats.errors
@@ -33,10 +36,18 @@ from app.nats.headers import HeaderBlock, parse
 from app.nats.wire import LeanParser
 
 RawHandler = Callable[[bytes, bytes, bytes], None]
+Settled = Callable[["Reply"], bool]
+"""Whether a write's reply says it was stored (a PubAck), as opposed to a refusal."""
+
+log = logging.getLogger("jsgw.replies")
 
 # What nats-py's publish refuses in a subject: a space, tab, CR or LF would split the command.
 _SUBJECT_INVALID = re.compile(r"[ \t\r\n]")
 _TICK = 0.05  # seconds: requests' deadlines are kept in buckets this wide
+# Seconds an answered write's token stays known, so that a second answer to it is counted as
+# such (JetStream answers one publish twice after a partition: see request_write).
+_ANSWERED_WATCH = 1.0
+_LOG_EVERY = 1.0  # seconds: at most one log line this often about extra replies
 
 
 _NO_STATUS = b"NATS/1.0\r\n"  # a header block whose status line carries no status
@@ -124,6 +135,23 @@ def _expire(futures: set[asyncio.Future[Reply]]) -> None:
             future.set_exception(nats.errors.TimeoutError())
 
 
+class _WriteReplies:
+    """The replies to a write's tokens that its first reply did not take, as they come."""
+
+    __slots__ = ("replies", "seen", "waiter")
+
+    def __init__(self) -> None:
+        self.replies: list[tuple[bytes, Reply]] = []
+        self.seen = 0  # replies the write has looked at
+        self.waiter: asyncio.Future[None] | None = None
+
+    def add(self, token: bytes, reply: Reply) -> None:
+        self.replies.append((token, reply))
+        waiter = self.waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+
 class ReplyMux:
     """Requests whose replies come back on one wildcard inbox of the connection."""
 
@@ -137,6 +165,15 @@ class ReplyMux:
         # showed in the profile of a KV read).
         self._loop: asyncio.AbstractEventLoop
         self._deadlines: dict[int, set[asyncio.Future[Reply]]] = {}  # by bucket (see _TICK)
+        self._writes: dict[bytes, _WriteReplies] = {}  # writes in progress, by token
+        self._answered: dict[bytes, str] = {}  # answered writes' tokens: their subjects
+        self._answered_order: deque[tuple[float, bytes]] = deque()  # (watched until, token)
+        # Replies no request waits for: "second" (to a write already answered), "late" (after
+        # its request timed out or stopped watching); on_extra_reply is told of each.
+        self.extra_replies = {"second": 0, "late": 0}
+        self.on_extra_reply: Callable[[str], None] | None = None
+        self._logged_at = -_LOG_EVERY
+        self._unlogged = 0
 
     async def _start(self) -> None:
         self._loop = asyncio.get_running_loop()
@@ -229,6 +266,156 @@ class ReplyMux:
         return results
 
     def _on_reply(self, subject: bytes, headers: bytes, data: bytes) -> None:
-        future = self._pending.pop(subject[subject.rfind(b".") + 1 :], None)
+        token = subject[subject.rfind(b".") + 1 :]
+        future = self._pending.pop(token, None)
         if future is not None and not future.done():
             future.set_result(Reply(headers, data))
+            return
+        write = self._writes.get(token)
+        if write is not None:
+            write.add(token, Reply(headers, data))
+        elif token in self._answered:
+            self._extra("second", self._answered[token])
+        else:
+            self._extra("late", None)
+
+    # -- writes ----------------------------------------------------------------------------
+
+    async def request_write(
+        self,
+        subject: str,
+        payload: bytes,
+        timeout: float,
+        headers: dict[str, str] | None,
+        stored: Settled,
+        *,
+        grace: float,
+        resend: bool,
+    ) -> Reply:
+        """A write's reply, believing a refusal only when nothing contradicts it.
+
+        After a partition heals, a deposed stream leader that has not yet learnt it lost its
+        leadership still holds the stream's subscription: it refuses a conditional write
+        against its stale state while the new leader stores the same write and acknowledges
+        it, and the two answers come back milliseconds apart in either order. So a refusal
+        (a reply ``stored`` says is no PubAck) does not settle a write at once. With ``resend``
+        (a write carrying a ``Nats-Msg-Id``, which the stream deduplicates) the write is sent a
+        second time: a copy of a stored write is answered as a duplicate with its sequence,
+        one that was not stored is judged anew. Then, once every attempt has been answered,
+        the write waits ``grace`` seconds more for a PubAck on any of its tokens. The first
+        PubAck wins; otherwise the latest refusal is returned. An attempt left unanswered
+        within ``timeout`` raises TimeoutError: whether the write is stored is unknown.
+        """
+        if not self._prefix:
+            await self._ready()
+        token, future, reply_to = self._register()
+        collector = self._writes[token] = _WriteReplies()
+        tokens = [token]
+        deadline = self._deadline(self._loop, timeout)
+        deadline.add(future)
+        try:
+            try:
+                await self._send(subject, payload, headers, reply_to)
+                reply = await future
+            finally:
+                deadline.discard(future)
+                self._pending.pop(token, None)
+            if reply.status == 503 and not reply.data:
+                raise nats.errors.NoRespondersError
+            if stored(reply):
+                return reply
+            return await self._confirm(
+                subject, payload, headers, stored, reply, collector, tokens, timeout, grace, resend
+            )
+        finally:
+            self._settled(subject, tokens, collector)
+
+    async def _confirm(
+        self,
+        subject: str,
+        payload: bytes,
+        headers: dict[str, str] | None,
+        stored: Settled,
+        refusal: Reply,
+        collector: _WriteReplies,
+        tokens: list[bytes],
+        timeout: float,
+        grace: float,
+        resend: bool,
+    ) -> Reply:
+        loop = self._loop
+        answered = {tokens[0]}
+        if resend:
+            self._next += 1
+            token = b"%x" % self._next
+            self._writes[token] = collector
+            tokens.append(token)
+            await self._send(subject, payload, headers, self._prefix + token.decode())
+        unanswered_until = loop.time() + timeout
+        held_until: float | None = None
+        while True:
+            while collector.seen < len(collector.replies):
+                token, reply = collector.replies[collector.seen]
+                collector.seen += 1
+                if token in answered:
+                    self._extra("second", subject)
+                answered.add(token)
+                if stored(reply):
+                    return reply
+                if reply.status != 503 or reply.data:  # "no responders" refuses nothing
+                    refusal = reply
+            if held_until is None and len(answered) == len(tokens):
+                held_until = loop.time() + grace
+            left = (held_until or unanswered_until) - loop.time()
+            if left <= 0:
+                if held_until is None:
+                    raise nats.errors.TimeoutError
+                return refusal
+            collector.waiter = waiter = loop.create_future()
+            try:
+                await asyncio.wait_for(waiter, left)
+            except TimeoutError:
+                pass
+            finally:
+                collector.waiter = None
+
+    async def _send(
+        self, subject: str, payload: bytes, headers: dict[str, str] | None, reply_to: str
+    ) -> None:
+        if headers is not None or not self.client.publish_queued(subject, reply_to, payload):
+            await self.client.publish(subject, payload, reply=reply_to, headers=headers)
+
+    def _settled(self, subject: str, tokens: list[bytes], collector: _WriteReplies) -> None:
+        """A write is answered: its tokens are watched a while longer for second replies."""
+        for _ in range(collector.seen, len(collector.replies)):
+            self._extra("second", subject)
+        collector.seen = len(collector.replies)
+        now = self._loop.time()
+        answered = self._answered
+        order = self._answered_order
+        for token in tokens:
+            del self._writes[token]
+            answered[token] = subject
+            order.append((now + _ANSWERED_WATCH, token))
+        while order and order[0][0] <= now:
+            answered.pop(order.popleft()[1], None)
+
+    def _extra(self, kind: str, subject: str | None) -> None:
+        self.extra_replies[kind] += 1
+        if self.on_extra_reply is not None:
+            self.on_extra_reply(kind)
+        if kind != "second":
+            return
+        now = time.monotonic()
+        if now - self._logged_at < _LOG_EVERY:
+            self._unlogged += 1
+            return
+        log.warning(
+            "a write to %s was answered twice: two servers answer for one stream (a deposed "
+            "leader after a partition?); %d more such replies since the last line",
+            subject,
+            self._unlogged,
+        )
+        self._logged_at = now
+        self._unlogged = 0
+

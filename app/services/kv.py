@@ -14,6 +14,8 @@ Bucket administration is in :mod:`kv_buckets`, key listings in :mod:`kv_keys`, w
 from __future__ import annotations
 
 import functools
+import itertools
+import os
 from collections.abc import Callable
 from typing import Any
 
@@ -46,6 +48,17 @@ from app.services.publish import Outgoing, Publisher
 # ADR-8 caps history at 64 per key; a stream changed by hand could hold more.
 MAX_HISTORY = 1024
 _CREATE_ATTEMPTS = 3
+
+# Conditional writes carry a Nats-Msg-Id of their own: "<this process's prefix>-<counter>".
+# With it a refused write is sent again to learn whether it was stored (the stream answers a
+# stored copy as a duplicate), see Publisher.publish.
+_WRITE_ID_PREFIX = "jsgw-" + os.urandom(6).hex()
+_write_ids = itertools.count(1)
+
+
+def _write_id() -> str:
+    return f"{_WRITE_ID_PREFIX}-{next(_write_ids)}"
+
 
 KeyVisible = Callable[[str], bool]
 """Whether the caller may see a key (auth narrowing of wildcard reads)."""
@@ -104,9 +117,29 @@ class KVService:
         validation.kv_key(key, writing=writing)
         return stream_name(bucket), key_subject(bucket, key)
 
-    async def get(self, bucket: str, key: str, revision: int | None = None) -> Entry:
-        """The value of a key (latest, or at a revision): a PUT entry, else 404."""
+    async def get(
+        self, bucket: str, key: str, revision: int | None = None, *, leader: bool = False
+    ) -> Entry:
+        """The value of a key (latest, or at a revision): a PUT entry, else 404.
+
+        ``leader``: read the latest value from the stream leader (``STREAM.MSG.GET``), never
+        from the read cache or a replica's Direct Get, which may lag behind a write just
+        acknowledged (read-your-writes).
+        """
         stream, subject = self._names(bucket, key)
+        if leader:
+            if revision is not None:
+                raise errors.InvalidInput(
+                    "request.invalid", "consistency=leader reads the latest value only"
+                )
+            with bucket_errors(bucket):
+                message = await self._msg_get(stream, {"last_by_subj": subject})
+            if message is None or message.subject != subject:
+                raise _key_not_found(key)
+            entry = entry_from_message(bucket, message, delta=0)
+            if entry.operation != PUT:
+                raise _key_not_found(key, entry)
+            return entry
         if revision is None:
             cached, entry = self.cache.lookup(bucket, key)
             if cached:
@@ -297,10 +330,10 @@ class KVService:
         expected = 0
         for _ in range(_CREATE_ATTEMPTS):
             try:
-                expect = {kv_model.EXPECTED_HEADER: str(expected)}
+                expect = {kv_model.EXPECTED_HEADER: str(expected), "Nats-Msg-Id": _write_id()}
                 return await self._publish(subject, value, {**headers, **expect})
             except errors.PreconditionFailed:
-                last = await self._last(stream, subject)
+                last = await self._leader_last(stream, subject)
                 if last is not None and operation_of(last.headers) == PUT:
                     raise errors.PreconditionFailed(
                         "kv.key_exists",
@@ -308,7 +341,7 @@ class KVService:
                         extra={"revision": last.seq},
                     ) from None
                 expected = last.seq if last is not None else 0
-        raise self._mismatch(key, await self._last(stream, subject))
+        raise self._mismatch(key, await self._leader_last(stream, subject))
 
     async def _write(
         self,
@@ -320,11 +353,16 @@ class KVService:
         expected: int | None,
     ) -> int:
         if expected is not None:
-            headers = {**headers, kv_model.EXPECTED_HEADER: str(expected)}
+            headers = {**headers, kv_model.EXPECTED_HEADER: str(expected), "Nats-Msg-Id": _write_id()}
         try:
             return await self._publish(subject, value, headers)
         except errors.PreconditionFailed:
-            raise self._mismatch(key, await self._last(stream, subject)) from None
+            raise self._mismatch(key, await self._leader_last(stream, subject)) from None
+
+    async def _leader_last(self, stream: str, subject: str) -> StoredMessage | None:
+        """The key's last message as the stream leader has it, for the revision a 412 reports
+        (a replica's Direct Get may lag behind the write that made the precondition fail)."""
+        return await self._msg_get(stream, {"last_by_subj": subject})
 
     async def _publish(self, subject: str, value: bytes, headers: dict[str, str]) -> int:
         """Publish and return the revision; JetStream's refusals as KV errors."""

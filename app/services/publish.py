@@ -15,6 +15,7 @@ from app import errors, validation
 from app.durations import nats_ttl
 from app.nats.jsapi import JetStreamApi, parse_response
 from app.nats.pool import NatsPool, NoResponders
+from app.nats.replies import Reply
 from app.schemas import PublishItem
 
 # Publish headers a client may set, by lower-case name, with their canonical NATS spelling
@@ -143,27 +144,50 @@ def batch_item(index: int, item: PublishItem, max_payload: int) -> Outgoing:
         raise
 
 
+def acknowledged(reply: Reply) -> bool:
+    """Whether a publish's reply is a PubAck (stored), not a refusal.
+
+    ``"error":`` can only be the key of an error object: in a JSON string its quotes would be
+    escaped.
+    """
+    data = reply.data
+    return not reply.raw_headers and data[:1] == b"{" and b'"error":' not in data
+
+
 class Publisher:
     def __init__(self, pool: NatsPool, js: JetStreamApi) -> None:
         self.pool = pool
         self.js = js
 
     async def publish(self, message: Outgoing, client: Client | None = None) -> dict[str, Any]:
-        """Publish and wait for the PubAck; 2xx only once the stream stored the message."""
+        """Publish and wait for the PubAck; 2xx only once the stream stored the message.
+
+        A refusal is confirmed before it is answered (``ReplyMux.request_write``): by sending
+        the message again when it has a ``Nats-Msg-Id`` (the stream deduplicates it), else
+        by waiting a short grace for a PubAck from another server.
+        """
+        headers = message.headers
         try:
             reply = await self.pool.request(
                 message.subject,
                 message.data,
-                headers=message.headers or None,
+                headers=headers or None,
                 operation="publish",
                 write=True,
                 client=client,
+                stored=acknowledged,
+                resend="Nats-Msg-Id" in headers,
             )
         except NoResponders:
             raise await self._why_no_responders(message.subject) from None
         ack = parse_response(reply.data)
         if "stream" not in ack or "seq" not in ack:
             raise errors.UpstreamError("jetstream.bad_response", "the reply was not a PubAck")
+        if not ack["seq"]:  # nats-server 2.10: a duplicate of a message still being stored
+            raise errors.OutcomeUnknown(
+                detail="a message with this Nats-Msg-Id is being stored right now: retry with "
+                "the same Nats-Msg-Id to learn its sequence"
+            )
         out = {"stream": ack["stream"], "seq": ack["seq"], "duplicate": bool(ack.get("duplicate"))}
         if ack.get("domain"):
             out["domain"] = ack["domain"]
