@@ -39,6 +39,12 @@ class Settings(BaseSettings):
     request_timeout: float = Field(default=5.0, gt=0, le=300)
     max_reconnect_attempts: int = Field(default=120, ge=1)
     reconnect_wait: float = Field(default=0.5, gt=0, le=60)
+    # Liveness of pooled connections: a ping every interval, and a server that leaves this
+    # many unanswered is taken as gone; a connection whose requests time out is pinged at
+    # once, and gone when no answer comes within the probe timeout.
+    nats_ping_interval: float = Field(default=2.0, ge=0.1, le=600)
+    nats_max_outstanding_pings: int = Field(default=1, ge=1, le=100)
+    nats_probe_timeout: float = Field(default=1.0, gt=0, le=60)
     # How long a write's refusal waits for a PubAck that contradicts it (see
     # ReplyMux.request_write): a deposed leader and the new one may both answer one publish.
     write_confirm_grace: float = Field(default=0.1, ge=0, le=10)

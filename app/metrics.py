@@ -144,6 +144,12 @@ class Metrics:
             ["kind"],
             registry=self.registry,
         )
+        self.nats_probes_failed = Counter(
+            "jsgw_nats_probes_failed_total",
+            "Pooled connections found dead by a ping after their requests timed out "
+            "(then reconnected).",
+            registry=self.registry,
+        )
         self.nats_replaced = Counter(
             "jsgw_nats_connections_replaced_total",
             "Pooled connections that the client gave up on and the pool replaced.",

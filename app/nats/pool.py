@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import ssl
 import time
@@ -31,7 +32,7 @@ from app.errors import (
     Unavailable,
 )
 from app.metrics import Metrics
-from app.nats.replies import LeanClient, Reply, Settled
+from app.nats.replies import ConnectionLost, LeanClient, Reply, Settled
 
 log = logging.getLogger("jsgw.pool")
 
@@ -68,10 +69,13 @@ class _Slot:
     reconnects: int = 0
     replaced: int = 0
     last_error: str | None = None
+    server: str | None = None  # host:port of the server it is (or was last) connected to
+    probe: asyncio.Task[None] | None = None  # a liveness check in progress (out of rotation)
+    probes_failed: int = 0
 
     @property
     def up(self) -> bool:
-        return self.client is not None and self.client.is_connected
+        return self.client is not None and self.client.is_connected and self.probe is None
 
 
 class NatsPool:
@@ -116,6 +120,8 @@ class NatsPool:
                 errors.append(exc)
                 await client.close()
         for slot in self._slots:
+            if slot.probe is not None:
+                slot.probe.cancel()
             if slot.task is not None:
                 slot.task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
@@ -130,6 +136,7 @@ class NatsPool:
             slot.closed.clear()
             client = LeanClient()
             client.replies.on_extra_reply = self._extra_reply
+            client.replies.on_timeout = functools.partial(self._suspect, slot, client)
             try:
                 await client.connect(**self._connect_options(slot))
             except (nats.errors.Error, OSError, TimeoutError) as exc:
@@ -142,6 +149,7 @@ class NatsPool:
                 continue
             backoff = self._settings.reconnect_wait
             slot.client = client
+            slot.server = _netloc(client)
             slot.connected_since = time.time()
             slot.last_error = None
             self._any_up.set()
@@ -164,11 +172,16 @@ class NatsPool:
                 # will be) answered as failed: never replay them on the next connection.
                 client._pending = []
                 client._pending_data_size = 0
+                # No reply can come any more: the requests waiting for one end now.
+                if isinstance(client, LeanClient):
+                    client.replies.fail_pending()
             if not self._closing:
-                log.warning("NATS connection %d disconnected", slot.index)
+                log.warning("NATS connection %d disconnected from %s", slot.index, slot.server)
 
         async def reconnected() -> None:
             slot.reconnects += 1
+            if slot.client is not None:
+                slot.server = _netloc(slot.client)
             slot.connected_since = time.time()
             self._metrics.nats_reconnects.inc()
             log.info("NATS connection %d reconnected", slot.index)
@@ -187,6 +200,11 @@ class NatsPool:
             "max_reconnect_attempts": s.max_reconnect_attempts,
             "reconnect_time_wait": s.reconnect_wait,
             "connect_timeout": min(2.0, s.request_timeout),
+            # A server that stops answering (a cut link: no RST, no FIN) is noticed after
+            # this many unanswered pings, instead of nats-py's 2 x 120 s.
+            "ping_interval": s.nats_ping_interval,
+            "max_outstanding_pings": s.nats_max_outstanding_pings,
+            "reconnect_to_server_handler": self._reconnect_choice(slot),
             "pending_size": 0,
             "disconnected_cb": disconnected,
             "reconnected_cb": reconnected,
@@ -198,6 +216,65 @@ class NatsPool:
         if tls is not None:
             options["tls"] = tls
         return options
+
+    def _reconnect_choice(self, slot: _Slot) -> Callable[[list[Any], dict[str, Any]], tuple[Any, float]]:
+        """Which server a reconnecting connection tries next: one that another connection of
+        the pool is on now (known reachable), else one other than the server it lost, else
+        the one tried longest ago; the same server is tried again only after
+        ``reconnect_wait``."""
+        tried: dict[str, float] = {}
+
+        def choose(servers: list[Any], _info: dict[str, Any]) -> tuple[Any, float]:
+            live = {other.server for other in self._slots if other is not slot and other.up}
+            chosen = min(
+                servers,
+                key=lambda server: (
+                    server.uri.netloc not in live,
+                    server.uri.netloc == slot.server,
+                    tried.get(server.uri.netloc, 0.0),
+                ),
+            )
+            now = time.monotonic()
+            last = tried.get(chosen.uri.netloc)
+            delay = 0.0 if last is None else max(0.0, self._settings.reconnect_wait - (now - last))
+            tried[chosen.uri.netloc] = now + delay
+            return chosen, delay
+
+        return choose
+
+    def _suspect(self, slot: _Slot, client: Client) -> None:
+        """Requests on this connection timed out: ping it at once, out of rotation meanwhile.
+
+        A server that does not answer the ping within a second is taken as gone (a cut link
+        sends no RST): the connection reconnects, to another server when its own is
+        unreachable, without waiting for the regular pings to notice.
+        """
+        if slot.probe is not None or self._closing or slot.client is not client:
+            return
+        if not client.is_connected:
+            return
+        slot.probe = asyncio.create_task(self._probe(slot, client), name=f"nats-probe-{slot.index}")
+
+    async def _probe(self, slot: _Slot, client: Client) -> None:
+        try:
+            try:
+                await client.flush(timeout=self._settings.nats_probe_timeout)
+                return
+            except (nats.errors.Error, TimeoutError, OSError) as exc:
+                failure = exc
+            if slot.client is client and client.is_connected and not self._closing:
+                slot.probes_failed += 1
+                self._metrics.nats_probes_failed.inc()
+                log.warning(
+                    "NATS connection %d: %s did not answer a ping (%r) after requests timed "
+                    "out; reconnecting",
+                    slot.index,
+                    slot.server,
+                    failure,
+                )
+                await client._process_op_err(nats.errors.StaleConnectionError())
+        finally:
+            slot.probe = None
 
     # -- use -------------------------------------------------------------------------------
 
@@ -254,9 +331,15 @@ class NatsPool:
                 )
             return await lean.replies.request(subject, payload, timeout or self.timeout, headers)
         except _MAPPED as exc:
-            raise self._mapped(exc, operation, write) from None
+            if not (isinstance(exc, ConnectionLost) and not write and client is None):
+                raise self._mapped(exc, operation, write) from None
         finally:
             self._metrics.observe_nats(operation, time.perf_counter() - started)
+        # A read whose connection broke while it waited: asked once more, on one that is up.
+        return await self.request(
+            subject, payload, operation=operation, headers=headers, timeout=timeout,
+            client=self.pick(),
+        )  # fmt: skip
 
     async def requests(
         self,
@@ -356,6 +439,11 @@ class NatsPool:
                 }
             )
         return out
+
+
+def _netloc(client: Client) -> str | None:
+    url = client.connected_url
+    return url.netloc if url is not None else None
 
 
 def _auth_options(s: Settings) -> dict[str, Any]:

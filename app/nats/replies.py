@@ -129,18 +129,27 @@ class LeanClient(Client):
             handler(subject, headers, data)
 
 
-def _expire(futures: set[asyncio.Future[Reply]]) -> None:
+class ConnectionLost(nats.errors.TimeoutError):
+    """The connection broke while a request was waiting for its reply: it was sent (a write's
+    outcome is unknown), and no reply can come on that connection any more."""
+
+
+def _expire(futures: set[asyncio.Future[Reply]]) -> int:
+    expired = 0
     for future in futures:
         if not future.done():
             future.set_exception(nats.errors.TimeoutError())
+            expired += 1
+    return expired
 
 
 class _WriteReplies:
     """The replies to a write's tokens that its first reply did not take, as they come."""
 
-    __slots__ = ("replies", "seen", "waiter")
+    __slots__ = ("lost", "replies", "seen", "waiter")
 
     def __init__(self) -> None:
+        self.lost = False  # the connection broke while the write waited
         self.replies: list[tuple[bytes, Reply]] = []
         self.seen = 0  # replies the write has looked at
         self.waiter: asyncio.Future[None] | None = None
@@ -172,6 +181,8 @@ class ReplyMux:
         # its request timed out or stopped watching); on_extra_reply is told of each.
         self.extra_replies = {"second": 0, "late": 0}
         self.on_extra_reply: Callable[[str], None] | None = None
+        # Told when requests time out, so the pool can check the connection is alive.
+        self.on_timeout: Callable[[], None] | None = None
         self._logged_at = -_LOG_EVERY
         self._unlogged = 0
 
@@ -208,7 +219,23 @@ class ReplyMux:
         return futures
 
     def _expire_bucket(self, bucket: int) -> None:
-        _expire(self._deadlines.pop(bucket, set()))
+        if _expire(self._deadlines.pop(bucket, set())):
+            self._timed_out()
+
+    def _timed_out(self) -> None:
+        if self.on_timeout is not None:
+            self.on_timeout()
+
+    def fail_pending(self) -> None:
+        """The connection broke: every request waiting for a reply ends now (ConnectionLost),
+        rather than at its timeout."""
+        for future in self._pending.values():
+            if not future.done():
+                future.set_exception(ConnectionLost())
+        for write in self._writes.values():
+            write.lost = True
+            if write.waiter is not None and not write.waiter.done():
+                write.waiter.set_result(None)
 
     async def request(
         self,
@@ -255,10 +282,14 @@ class ReplyMux:
             for token in tokens:
                 self._pending.pop(token, None)
         results: list[Reply | Exception] = []
+        if not all(future.done() for future in futures):
+            self._timed_out()
         for future in futures:
             if not future.done():
                 future.cancel()
                 results.append(nats.errors.TimeoutError())
+            elif future.exception() is not None:
+                results.append(ConnectionLost())
             elif (reply := future.result()).status == 503 and not reply.data:
                 results.append(nats.errors.NoRespondersError())
             else:
@@ -354,6 +385,8 @@ class ReplyMux:
         unanswered_until = loop.time() + timeout
         held_until: float | None = None
         while True:
+            if collector.lost:
+                raise ConnectionLost
             while collector.seen < len(collector.replies):
                 token, reply = collector.replies[collector.seen]
                 collector.seen += 1
@@ -369,6 +402,7 @@ class ReplyMux:
             left = (held_until or unanswered_until) - loop.time()
             if left <= 0:
                 if held_until is None:
+                    self._timed_out()
                     raise nats.errors.TimeoutError
                 return refusal
             collector.waiter = waiter = loop.create_future()

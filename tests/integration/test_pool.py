@@ -88,3 +88,35 @@ async def test_connection_given_up_is_replaced(own_nats_server: EmbeddedServer, 
         assert replaced is not None and float(replaced.group(1)) >= 1
         created = await gw.put(f"/v1/streams/{name}", json={"subjects": [f"{name}.>"]})
         assert created.status_code == 201
+
+
+async def test_a_silent_server_is_noticed_within_seconds(
+    own_nats_server: EmbeddedServer, name: str
+) -> None:
+    """A server that stops answering without closing its sockets (SIGSTOP: what a cut link
+    looks like) is found dead by the pool's pings within a few seconds, not minutes: /readyz
+    fails, requests fail fast with 503, and all comes back when the server answers again."""
+    import os
+    import signal
+
+    settings = gateway_settings(own_nats_server.url, request_timeout=1.0, reconnect_wait=0.2)
+    async with running_gateway(settings) as gw:
+        await wait_ready(gw)
+        pid = own_nats_server.pid
+        assert pid is not None
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            stopped = time.monotonic()
+            while (ready := await gw.get("/readyz")).status_code != 503 or (
+                ready.json()["code"] != "nats.unavailable"  # not a timeout: the pool knows
+            ):
+                assert time.monotonic() - stopped < 6.0, "a silent server went unnoticed"
+                await asyncio.sleep(0.1)
+            noticed = time.monotonic() - stopped
+            response = await gw.get(f"/v1/streams/{name}")
+            problem(response, 503, "nats.unavailable")
+        finally:
+            os.kill(pid, signal.SIGCONT)
+        await wait_ready(gw)
+        print(f"silent server noticed after {noticed:.1f} s")
+        assert noticed <= 5.0
