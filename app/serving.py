@@ -10,6 +10,15 @@ flushes every connection's held head, not one per response). Every other write g
 straight to the socket as before: streams (SSE, NDJSON) are not delayed, which matters when
 one change is written to thousands of watchers. Closing the connection sends a held head
 first.
+
+When the server begins to exit, a connection whose client has stopped reading (its socket
+buffers full, writes paused) is cut once it has taken nothing for ``STALL_GRACE`` seconds:
+closing it would wait for a flush that never comes, and uvicorn waits for every connection
+to go before it stops (until its ``timeout_graceful_shutdown``, then cancelling everything
+with a traceback per request). Streams end with a farewell event on shutdown; to a client
+that reads nothing the farewell cannot be delivered anyway. Besides ``connection_made``,
+this uses the protocol's ``shutdown``, ``resume_writing``, ``connection_lost``, ``loop``,
+``flow`` (``write_paused``) and ``transport``.
 """
 
 from __future__ import annotations
@@ -21,6 +30,8 @@ from typing import Any
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 _HEAD = b"HTTP/"  # how uvicorn's status lines begin
+# Once the server exits: how long a connection with paused writes may take nothing.
+STALL_GRACE = 2.0
 
 
 class HeldHeads:
@@ -115,10 +126,37 @@ class GatheringTransport:
 
 
 class GatheringProtocol(HttpToolsProtocol):
-    """uvicorn's httptools protocol, writing through a ``GatheringTransport``."""
+    """uvicorn's httptools protocol, writing through a ``GatheringTransport``; on shutdown it
+    cuts a connection whose client reads nothing."""
+
+    _stall_check: asyncio.TimerHandle | None = None
+    _resumed_at = 0.0  # when the transport last took writes again
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(GatheringTransport(transport, self.loop))  # type: ignore[arg-type]
+
+    def resume_writing(self) -> None:
+        self._resumed_at = self.loop.time()
+        super().resume_writing()
+
+    def shutdown(self) -> None:
+        super().shutdown()
+        if self._stall_check is None:
+            self._stall_check = self.loop.call_later(STALL_GRACE, self._cut_if_stalled)
+
+    def _cut_if_stalled(self) -> None:
+        if self.flow.write_paused and self.loop.time() - self._resumed_at >= STALL_GRACE:
+            self._stall_check = None
+            # The request sees a disconnect (and its writer wakes from the drain): it ends.
+            self.transport.abort()
+        else:  # still reading, however slowly: looked at again
+            self._stall_check = self.loop.call_later(STALL_GRACE, self._cut_if_stalled)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        check, self._stall_check = self._stall_check, None
+        if check is not None:
+            check.cancel()
+        super().connection_lost(exc)
 
 
 def uvicorn_options() -> dict[str, Any]:
