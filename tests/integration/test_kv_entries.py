@@ -338,3 +338,33 @@ async def test_per_key_ttl_with_limit_markers(
     assert purge.status_code == 204
     marker = await nc.request(f"$JS.API.DIRECT.GET.KV_{name}.$KV.{name}.session", b"", timeout=2)
     assert marker.headers["KV-Operation"] == "PURGE" and marker.headers["Nats-TTL"] == "2s"
+
+
+async def test_leader_reads_and_conditional_writes_carry_their_own_msg_id(
+    gateway: httpx.AsyncClient, nc: nats.NATS, name: str
+) -> None:
+    """consistency=leader reads the stream leader's last value (STREAM.MSG.GET); a
+    conditional write carries a Nats-Msg-Id of the gateway's, so that a refusal can be
+    confirmed by sending it again (the stream answers a stored copy as a duplicate)."""
+    await make_bucket(gateway, name, history=5)
+    url = f"/v1/kv/{name}/keys/k"
+    await put(gateway, name, "k", b"a")  # a plain put: no id of the gateway's
+    await put(gateway, name, "k", b"b", **{"If-Match": '"1"'})
+    leader = await gateway.get(url, params={"consistency": "leader"}, headers=JSON_ACCEPT)
+    assert leader.status_code == 200, leader.text
+    direct = await gateway.get(url, headers=JSON_ACCEPT)
+    assert leader.json() == direct.json()
+    assert leader.json()["revision"] == 2 and leader.headers["etag"] == '"2"'
+
+    js = nc.jetstream()
+    plain, conditional = [await js.get_msg(f"KV_{name}", seq) for seq in (1, 2)]
+    assert "Nats-Msg-Id" not in (plain.headers or {})
+    assert conditional.headers is not None and conditional.headers["Nats-Msg-Id"].startswith("jsgw-")
+
+    await gateway.delete(url)
+    gone = problem(await gateway.get(url, params={"consistency": "leader"}), 404, "kv.key_not_found")
+    assert gone["operation"] == "DEL"
+    problem(await gateway.get(url, params={"consistency": "leader", "revision": "1"}), 400)
+    problem(await gateway.get(url, params={"consistency": "nearest"}), 400)
+    problem(await gateway.get(f"/v1/kv/{name}x/keys/k", params={"consistency": "leader"}),
+            404, "kv.bucket_not_found")
