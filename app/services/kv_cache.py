@@ -7,7 +7,8 @@ latest-value GET is answered from memory while the cache is *live*:
 - the initial values have all arrived;
 - the consumer has delivered a message or an idle heartbeat within two heartbeat intervals
   (``JSGW_KV_WATCH_HEARTBEAT``, 5 s by default), so the server is known to be pushing changes;
-- the bucket holds at most ``JSGW_KV_CACHE_MAX_BYTES`` of values.
+- the bucket holds at most ``JSGW_KV_CACHE_MAX_BYTES`` of values;
+- a check of the stream's state, made every heartbeat interval, has passed within two.
 
 Otherwise the GET goes to NATS as without a cache. Staleness: a cached answer misses only the
 changes still on their way from the server to the gateway (the delivery lag of a push
@@ -16,19 +17,35 @@ answering after at most two heartbeat intervals). A write through this gateway p
 missed by its own later reads: the written revision is remembered until the feed delivers it,
 and reads of that key go to NATS until then. Entries with a TTL (per key, or the bucket's
 ``max_age``) are not answered from memory once expired. Reads of a revision (``?revision=``),
-history and listings never use the cache. Not seen: a purge of the whole stream by other means
-than the KV API (the server tells consumers nothing); restart the gateway after one.
+history and listings never use the cache.
+
+Purges. A stream purge made by other means than the KV API (``purge_stream``, with or without
+a subject filter, ``purge_deletes``) removes messages without a word to consumers. What it
+removes a cache can still notice: the last message of a key, so one subject fewer in the
+stream. The check compares the stream's ``num_subjects`` with the keys the cache holds as of
+the stream's ``last_seq`` in the same answer (keys that first arrived after it are not
+counted: :attr:`BucketCache._arrivals`), leaving out keys whose TTL ends within
+``_EXPIRY_MARGIN_NS`` (the server removes those on its own clock). Every key the cache counts
+is a subject of the stream unless something removed it behind the consumer's back, so more
+keys than subjects means a purge: the cache starts over (reads go to NATS until it has
+reloaded). A purge and, within the same interval, a new key not yet delivered cancel out in
+one check; the next one sees the purge. So a purge is seen within two heartbeat intervals,
+and while the checks fail the cache does not answer. Not seen: deleting one message by its
+sequence (not a KV operation) while older revisions of its key remain.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import heapq
 import logging
 import time
+from collections import deque
+from typing import Any
 
 from app import errors
-from app.durations import parse_duration_ns
+from app.durations import NS_PER_SECOND, parse_duration_ns
 from app.nats.jsapi import JetStreamApi
 from app.nats.ordered import OrderedConfig, OrderedConsumer
 from app.nats.scan import Delivery
@@ -38,6 +55,12 @@ from app.services.kv_model import Entry
 log = logging.getLogger("jsgw.kv.cache")
 
 _RETRY = 2.0
+# Keys whose TTL ends this soon are not counted against the stream's subjects: the server may
+# have removed them already (its clock is not the gateway's).
+_EXPIRY_MARGIN_NS = 2 * NS_PER_SECOND
+# New keys remembered by the revision they arrived at (see BucketCache._vanished); a check whose
+# answer is older than what is remembered cannot decide, and the next one tries again.
+_ARRIVALS = 10_000
 
 
 class BucketCache:
@@ -58,6 +81,14 @@ class BucketCache:
         self.too_big = False
         # Revisions written through this process that the feed has not delivered yet.
         self._floors: dict[str, int] = {}
+        # What the purge check counts (see the module docstring): keys whose TTL ends soon or
+        # has ended, found through a heap of (expiry, key) (lazily cleaned), and the keys that
+        # joined the count (revision, key) since the last check's stream answer.
+        self._expiring: set[str] = set()
+        self._expiry_heap: list[tuple[int, str]] = []
+        self._arrivals: deque[tuple[int, str]] = deque()
+        self._arrivals_floor = 0  # arrivals at or before this revision are forgotten
+        self._checked_at = float("-inf")  # when the last check passed (time.monotonic())
         self._consumer: OrderedConsumer | None = None
         self._task: asyncio.Task[None] | None = None
         self._failed = asyncio.Event()
@@ -89,18 +120,72 @@ class BucketCache:
                 await asyncio.sleep(_RETRY)
                 continue
             self._consumer = consumer
+            self._checked_at = time.monotonic()  # the stream info above, as of before the start
             log.info("caching bucket %r", self.bucket)
             try:
-                await self._failed.wait()
+                await self._check_until_failed(config.stream)
             finally:
                 self._consumer = None
                 with contextlib.suppress(errors.GatewayError):
                     await consumer.close()
 
+    async def _check_until_failed(self, stream: str) -> None:
+        """Return when the feed fails, or when the stream lost keys the cache holds; check that
+        every heartbeat interval."""
+        while True:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._failed.wait(), self.heartbeat)
+            if self._failed.is_set():
+                return
+            try:
+                info = await self.js.call("stream.info", "STREAM", "INFO", stream)
+            except errors.GatewayError as exc:
+                # Not answering from memory after two intervals of this (see live); a deleted
+                # stream is the consumer's to report.
+                log.debug("cache of bucket %r not checked: %s", self.bucket, exc.detail)
+                continue
+            vanished = self._vanished(info.get("state") or {})
+            if vanished:
+                log.info(
+                    "bucket %r lost keys its cache holds (a purge by other means than the KV "
+                    "API?): reloading it", self.bucket,
+                )  # fmt: skip
+                return
+            if vanished is not None:
+                self._checked_at = time.monotonic()
+
+    def _vanished(self, state: dict[str, Any]) -> bool | None:
+        """Does the cache hold more keys than the stream has subjects (None: cannot tell)?"""
+        last_seq = int(state.get("last_seq") or 0)
+        arrivals = self._arrivals
+        while arrivals and arrivals[0][0] <= last_seq:
+            arrivals.popleft()
+        if self._arrivals_floor > last_seq:
+            return None  # keys arrived after the answer and are forgotten: next time
+        self._mark_expiring()
+        held = len(self.entries) - len(self._expiring) - len(arrivals)
+        return held > int(state.get("num_subjects") or 0)
+
+    def _mark_expiring(self) -> None:
+        heap = self._expiry_heap
+        soon = time.time_ns() + _EXPIRY_MARGIN_NS
+        while heap and heap[0][0] <= soon:
+            expires, key = heapq.heappop(heap)
+            if self.expires.get(key) == expires:
+                self._expiring.add(key)
+        if len(heap) > 2 * len(self.expires) + 64:  # mostly superseded expiries: rebuilt
+            heap[:] = [(t, k) for k, t in self.expires.items() if k not in self._expiring]
+            heapq.heapify(heap)
+
     def _reset(self) -> None:
         self.entries.clear()
         self.expires.clear()
         self._floors.clear()
+        self._expiring.clear()
+        self._expiry_heap.clear()
+        self._arrivals.clear()
+        self._arrivals_floor = 0
+        self._checked_at = float("-inf")
         self.size = 0
         self.ready = self.too_big = False
         self._failed.clear()
@@ -123,9 +208,13 @@ class BucketCache:
         old = self.entries.get(entry.key)
         self.size += len(message.data) - (len(old.value or b"") if old is not None else 0)
         self.entries[entry.key] = entry
+        if old is None or entry.key in self._expiring:
+            self._arrived(entry.revision, entry.key)
+            self._expiring.discard(entry.key)
         ttl_ns = self._ttl_ns(message)
         if ttl_ns:
-            self.expires[entry.key] = message.timestamp_ns + ttl_ns
+            expires = self.expires[entry.key] = message.timestamp_ns + ttl_ns
+            heapq.heappush(self._expiry_heap, (expires, entry.key))
         else:
             self.expires.pop(entry.key, None)
         floor = self._floors.get(entry.key)
@@ -139,6 +228,12 @@ class BucketCache:
             )  # fmt: skip
         if message.pending == 0:
             self.ready = True
+
+    def _arrived(self, revision: int, key: str) -> None:
+        arrivals = self._arrivals
+        if len(arrivals) >= _ARRIVALS:
+            self._arrivals_floor = arrivals.popleft()[0]
+        arrivals.append((revision, key))
 
     def _ttl_ns(self, message: Delivery) -> int:
         ttl = (message.headers or {}).get(kv_model.TTL_HEADER)
@@ -165,6 +260,7 @@ class BucketCache:
             and not self.too_big
             and consumer is not None
             and consumer.silent_for() <= 2 * self.heartbeat
+            and time.monotonic() - self._checked_at <= 2 * self.heartbeat
         )
 
     def lookup(self, key: str) -> tuple[bool, Entry | None]:

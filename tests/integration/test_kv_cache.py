@@ -4,7 +4,9 @@ gateway wrote, expiring what the server expires silently, and only while it is l
 from __future__ import annotations
 
 import asyncio
+import logging
 import re
+import time
 from collections.abc import AsyncIterator
 
 import httpx
@@ -161,3 +163,80 @@ async def test_closing_while_the_feed_starts_leaves_no_consumer(
         assert (await nc.jetstream().stream_info(f"KV_{name}")).state.consumer_count == 0
     finally:
         await pool.close()
+
+
+PURGE_HEARTBEAT = 0.5
+
+
+@pytest.mark.parametrize("purge", ["stream", "subject", "purge_deletes"])
+async def test_a_purge_by_other_means_is_seen_within_two_heartbeats(
+    nats_server: EmbeddedServer, nc: nats.NATS, name: str, purge: str,
+    caplog: pytest.LogCaptureFixture,
+) -> None:  # fmt: skip
+    """A stream purge tells consumers nothing: the cache stops answering what it removed
+    within the bound the README gives (two JSGW_KV_WATCH_HEARTBEAT intervals), then caches
+    again."""
+    caplog.set_level(logging.INFO, "jsgw.kv.cache")
+    js = nc.jetstream()
+    kv = await js.create_key_value(bucket=name, history=5)
+    await kv.put("a", b"one")
+    await kv.put("b", b"two")
+    if purge == "purge_deletes":
+        await kv.delete("a")  # cached as deleted: 404 with the delete's operation
+    settings = gateway_settings(
+        nats_server.url, kv_cache=[name], kv_watch_heartbeat=PURGE_HEARTBEAT
+    )
+    path = f"/v1/kv/{name}/keys/a"
+    async with running_gateway(settings) as gateway:
+        await until_cached(gateway, f"/v1/kv/{name}/keys/b")
+
+        async def stale() -> bool:
+            answer = await gateway.get(path)
+            if purge == "purge_deletes":
+                return "operation" in problem(answer, 404, "kv.key_not_found")
+            return answer.status_code == 200
+
+        assert await stale()
+        if purge == "stream":
+            await js.purge_stream(f"KV_{name}")
+        elif purge == "subject":
+            await js.purge_stream(f"KV_{name}", subject=f"$KV.{name}.a")
+        else:
+            await kv.purge_deletes(olderthan=-1)
+        purged = time.monotonic()
+        while await stale():
+            assert time.monotonic() - purged < 2 * PURGE_HEARTBEAT + 1, "still the purged entry"
+            await asyncio.sleep(0.02)
+        took = time.monotonic() - purged
+        problem(await gateway.get(path), 404, "kv.key_not_found")
+        assert took <= 2 * PURGE_HEARTBEAT + 0.3, f"seen after {took:.2f} s"
+        # Caching again, from what the stream holds now; and no more reloads.
+        if purge == "stream":
+            await kv.put("b", b"three")
+        expected = b"three" if purge == "stream" else b"two"
+        assert (await until_cached(gateway, f"/v1/kv/{name}/keys/b")).content == expected
+        await asyncio.sleep(3 * PURGE_HEARTBEAT)
+        before = await nats_requests(gateway)
+        assert (await gateway.get(f"/v1/kv/{name}/keys/b")).content == expected
+        problem(await gateway.get(path), 404, "kv.key_not_found")
+        assert await nats_requests(gateway) == before
+    reloads = [r for r in caplog.records if "lost keys" in r.getMessage()]
+    assert len(reloads) == 1, [r.getMessage() for r in reloads]
+
+
+async def test_keys_expiring_do_not_look_like_a_purge(
+    nats_server: EmbeddedServer, nc: nats.NATS, name: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The server removes expired values on its own: the cache's check must not take that for
+    a purge (and reload the bucket over and over)."""
+    caplog.set_level(logging.INFO, "jsgw.kv.cache")
+    kv = await nc.jetstream().create_key_value(bucket=name, ttl=1)
+    settings = gateway_settings(
+        nats_server.url, kv_cache=[name], kv_watch_heartbeat=PURGE_HEARTBEAT
+    )
+    async with running_gateway(settings) as gateway:
+        for i in range(8):  # keys expiring while others are written and read from memory
+            await kv.put(f"k{i}", b"v")
+            await until_cached(gateway, f"/v1/kv/{name}/keys/k{i}")
+            await asyncio.sleep(PURGE_HEARTBEAT)
+    assert not [r for r in caplog.records if "lost keys" in r.getMessage()]
