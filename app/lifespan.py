@@ -111,11 +111,11 @@ def make_lifespan(
             gc.collect()
             gc.freeze()
             # A request frees what it allocates by reference counting (no request/response
-            # leaves a cycle: tests/integration/test_garbage.py; a stream leaves a few when it
-            # ends), so young collections find next to nothing to free; but at the default
-            # threshold (700 allocations) the objects of 64 requests in flight set one off
-            # every ~50 requests, ~4% of a KV read's CPU. At 10,000 they come when objects
-            # really pile up.
+            # leaves a cycle: tests/integration/test_garbage.py; nor does a KV watch or a batch
+            # read: test_garbage_streams.py), so young collections find next to nothing to
+            # free; but at the default threshold (700 allocations) the objects of 64 requests
+            # in flight set one off every ~50 requests, ~4% of a KV read's CPU. At 10,000
+            # they come when objects really pile up.
             gc.set_threshold(_GC_YOUNG_THRESHOLD, *thresholds[1:])
             yield {"runtime": runtime}
         finally:

@@ -67,6 +67,22 @@ class Listener(Protocol):
         """The feed ended for good (stream deleted, consumer refused)."""
 
 
+class _Closed:
+    """The listener of a closed consumer: hears nothing."""
+
+    def on_start(self, num_pending: int, position: int) -> None:
+        pass
+
+    def on_message(self, message: Delivery) -> None:
+        pass
+
+    def on_error(self, error: errors.GatewayError) -> None:
+        pass
+
+
+_CLOSED = _Closed()
+
+
 def _stream_gone(stream: str) -> errors.GatewayError:
     return errors.NotFound("stream.deleted", f"stream {stream!r} was deleted")
 
@@ -124,6 +140,9 @@ class OrderedConsumer:
         if self._closed:
             return
         self._closed = True
+        # A listener usually holds its consumer (a feed, a cache): let go of it, or the two
+        # are a reference cycle, freed only by the garbage collector.
+        self.listener = _CLOSED
         watchdog, self._watchdog = self._watchdog, None
         if watchdog is not None and watchdog is not asyncio.current_task():
             watchdog.cancel()

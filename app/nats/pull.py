@@ -289,6 +289,16 @@ async def fetch(
 
 
 async def unsubscribe(sub: Subscription) -> None:
-    """Drop a subscription; a connection that is already gone took it along."""
-    with contextlib.suppress(nats.errors.Error):
-        await sub.unsubscribe()
+    """Drop a subscription; a connection that is already gone took it along.
+
+    A subscription without a callback holds nats-py's message iterator (``_message_iterator``,
+    a private name: tests/unit/test_nats_internals.py), which holds the subscription: a
+    reference cycle of ten objects per fetch or Direct Get page, freed only by the garbage
+    collector unless the link is cut here. (The gateway reads such subscriptions with
+    ``next_msg``, never through ``messages``.)
+    """
+    try:
+        with contextlib.suppress(nats.errors.Error):
+            await sub.unsubscribe()
+    finally:
+        sub._message_iterator = None

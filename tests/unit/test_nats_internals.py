@@ -31,8 +31,8 @@ INSTALLED = version("nats-py")
 def _fail(what: str, how: str) -> None:
     pytest.fail(
         f"nats-py {INSTALLED}: {what} {how}. The gateway relies on it as nats-py {TESTED} has "
-        "it (app/nats/replies.py, app/nats/wire.py, app/nats/pool.py): adapt them to this "
-        "release before widening the nats-py pin in pyproject.toml.",
+        "it (app/nats/replies.py, wire.py, pool.py, pull.py): adapt them to this release "
+        "before widening the nats-py pin in pyproject.toml.",
         pytrace=False,
     )
 
@@ -83,7 +83,9 @@ def test_parser_constants_and_methods() -> None:
     for name, expected in (("AWAITING_CONTROL_LINE", None), ("MAX_CONTROL_LINE_SIZE", 4096)):
         value = _attribute(nats_parser, name, int, "nats.protocol.parser")
         if expected is not None:
-            _require(value == expected, f"nats.protocol.parser.{name}", f"is {value}, not {expected}")
+            _require(
+                value == expected, f"nats.protocol.parser.{name}", f"is {value}, not {expected}"
+            )
     parser_class = nats_parser.Parser
     _parameters(getattr(parser_class, "__init__", None), ["self", "nc"], "Parser.__init__",
                 coroutine=False)  # fmt: skip
@@ -169,6 +171,23 @@ def test_subscription_id() -> None:
     subscription = Subscription(None, id=7)
     _require(getattr(subscription, "_id", None) == 7, "Subscription._id",
              "is not the subscription's sid")  # fmt: skip
+
+
+async def test_message_iterator() -> None:
+    """app.nats.pull.unsubscribe drops a subscription's message iterator, which refers back to
+    the subscription (a reference cycle per fetch or Direct Get page otherwise); the gateway
+    reads with next_msg, which must not need it."""
+    subscription = Subscription(None, id=7)
+    _require(hasattr(subscription, "_message_iterator"), "Subscription._message_iterator",
+             "does not exist")  # fmt: skip
+    subscription._start(None)
+    iterator = subscription._message_iterator
+    _require(iterator is not None and getattr(iterator, "_sub", None) is subscription,
+             "Subscription._message_iterator", "is not the iterator over the subscription")
+    _source_uses(Subscription.next_msg, "self._pending_queue", "Subscription.next_msg",
+                 "messages are read off the pending queue")  # fmt: skip
+    _require("_message_iterator" not in inspect.getsource(Subscription.next_msg),
+             "Subscription.next_msg", "uses the message iterator, which unsubscribe drops")
 
 
 async def test_connected_client(nats_server: EmbeddedServer) -> None:
