@@ -68,7 +68,8 @@ def test_a_body_cut_short_is_one_info_line(
     base_url: str, captured: Captured, name: str, method: str, path: str, content_type: str | None
 ) -> None:
     host, port = base_url.removeprefix("http://").split(":")
-    head = f"{method} {path.format(name=name)} HTTP/1.1\r\nHost: gateway\r\nContent-Length: 100000\r\n"
+    head = f"{method} {path.format(name=name)} HTTP/1.1\r\nHost: gateway\r\n"
+    head += "Content-Length: 100000\r\n"
     if content_type:
         head += f"Content-Type: {content_type}\r\n"
     with socket.create_connection((host, int(port)), timeout=10) as sock:
