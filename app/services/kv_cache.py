@@ -138,7 +138,8 @@ class BucketCache:
             if self._failed.is_set():
                 return
             try:
-                info = await self.js.call("stream.info", "STREAM", "INFO", stream)
+                # (Its own label in the NATS latency metrics: not a read's request.)
+                info = await self.js.call("kv.cache_check", "STREAM", "INFO", stream)
             except errors.GatewayError as exc:
                 # Not answering from memory after two intervals of this (see live); a deleted
                 # stream is the consumer's to report.
