@@ -13,6 +13,7 @@ Bucket administration is in :mod:`kv_buckets`, key listings in :mod:`kv_keys`, w
 
 from __future__ import annotations
 
+import base64
 import functools
 import itertools
 import os
@@ -49,15 +50,12 @@ from app.services.publish import Outgoing, Publisher
 MAX_HISTORY = 1024
 _CREATE_ATTEMPTS = 3
 
-# Conditional writes carry a Nats-Msg-Id of their own: "<this process's prefix>-<counter>".
-# With it a refused write is sent again to learn whether it was stored (the stream answers a
-# stored copy as a duplicate), see Publisher.publish.
-_WRITE_ID_PREFIX = "jsgw-" + os.urandom(6).hex()
+# Conditional writes carry a Nats-Msg-Id of their own: "jsgw-<this process's prefix>-<counter>"
+# (short: a bucket's max_value_size counts headers too). With it a refused write is sent again
+# to learn whether it was stored (the stream answers a stored copy as a duplicate), see
+# Publisher.publish.
+_WRITE_ID_PREFIX = "jsgw-" + base64.urlsafe_b64encode(os.urandom(6)).decode() + "-"
 _write_ids = itertools.count(1)
-
-
-def _write_id() -> str:
-    return f"{_WRITE_ID_PREFIX}-{next(_write_ids)}"
 
 
 KeyVisible = Callable[[str], bool]
@@ -330,7 +328,7 @@ class KVService:
         expected = 0
         for _ in range(_CREATE_ATTEMPTS):
             try:
-                expect = {kv_model.EXPECTED_HEADER: str(expected), "Nats-Msg-Id": _write_id()}
+                expect = {kv_model.EXPECTED_HEADER: str(expected)}
                 return await self._publish(subject, value, {**headers, **expect})
             except errors.PreconditionFailed:
                 last = await self._leader_last(stream, subject)
@@ -353,7 +351,7 @@ class KVService:
         expected: int | None,
     ) -> int:
         if expected is not None:
-            headers = {**headers, kv_model.EXPECTED_HEADER: str(expected), "Nats-Msg-Id": _write_id()}
+            headers = {**headers, kv_model.EXPECTED_HEADER: str(expected)}
         try:
             return await self._publish(subject, value, headers)
         except errors.PreconditionFailed:
@@ -365,7 +363,11 @@ class KVService:
         return await self._msg_get(stream, {"last_by_subj": subject})
 
     async def _publish(self, subject: str, value: bytes, headers: dict[str, str]) -> int:
-        """Publish and return the revision; JetStream's refusals as KV errors."""
+        """Publish and return the revision; JetStream's refusals as KV errors.
+
+        A conditional write gets a Nats-Msg-Id of the gateway's, so that a refusal can be
+        confirmed; when only that header makes it too large for the bucket, it goes without.
+        """
         pool = self.publisher.pool
         message = Outgoing(subject, value, headers)
         if message.size > pool.max_payload:
@@ -373,7 +375,14 @@ class KVService:
                 f"the value is over the server's max_payload of {pool.max_payload} bytes"
             )
         try:
-            ack = await self.publisher.publish(message)
+            if kv_model.EXPECTED_HEADER in headers:
+                stamped = {**headers, "Nats-Msg-Id": f"{_WRITE_ID_PREFIX}{next(_write_ids):x}"}
+                try:
+                    ack = await self.publisher.publish(Outgoing(subject, value, stamped))
+                except errors.PayloadTooLarge:
+                    ack = await self.publisher.publish(message)
+            else:
+                ack = await self.publisher.publish(message)
         except errors.PayloadTooLarge as exc:
             detail = f"the value is over the bucket's max_value_size ({exc.detail})"
             raise _too_large(detail) from None
