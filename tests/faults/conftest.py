@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 
 import pytest
 
 from app.nats.embedded import EmbeddedServerError
 from tests.cluster import Cluster
+from tests.faults.netns import HarnessUnavailable, Partition, check_available
+from tests.faults.netns import partition as running_partition
 
 
 @pytest.fixture(scope="package")
@@ -49,3 +52,22 @@ async def healed(cluster: Cluster) -> AsyncIterator[Cluster]:
     for name, node in cluster.nodes.items():
         if not node.running:
             await cluster.start_node(name)
+
+
+@pytest.fixture
+def partition_env() -> dict[str, str]:
+    """Extra JSGW_* variables for the ``partition`` fixture's gateway: override the fixture
+    or parametrize it (``@pytest.mark.parametrize("partition_env", [{...}])``)."""
+    return {}
+
+
+@pytest.fixture
+def partition(tmp_path: Path, partition_env: dict[str, str]) -> Iterator[Partition]:
+    """Three nodes, a switch and a real ``jsgw serve`` in network namespaces (see
+    tests/faults/netns.py); skipped where namespaces cannot be made. Torn down even on failure."""
+    try:
+        check_available()
+    except HarnessUnavailable as exc:
+        pytest.skip(f"partition tests need network namespaces: {exc}")
+    with running_partition(tmp_path, gateway_env=partition_env) as harness:
+        yield harness
