@@ -1,0 +1,369 @@
+"""What the gateway relies on inside uvicorn, beyond its public API.
+
+``app.serving.GatheringProtocol`` subclasses uvicorn's ``HttpToolsProtocol`` (and
+``app.tls.ClientCertProtocol`` subclasses it in turn): it swaps the transport uvicorn writes to,
+relies on uvicorn writing a response's head in one write, overrides ``connection_made``,
+``resume_writing``, ``shutdown`` and ``connection_lost``, and reads the protocol's ``loop``,
+``flow`` (``write_paused``) and ``transport``; ``ClientCertProtocol`` overrides
+``on_message_begin`` and writes into ``scope``. ``app.sse.server_exiting`` finds uvicorn's
+``Server`` through the SIGTERM handler it installs and reads its ``should_exit``.
+pyproject.toml pins uvicorn to the release these were written and tested against. This test
+names each private thing and fails, saying which one and how, when an upgrade moves or changes
+it: widening the pin is then a decision (re-read those modules against the new release), not a
+surprise in production.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import signal
+import threading
+from importlib.metadata import version
+from typing import Any
+
+import pytest
+from sse_starlette.sse import AppStatus
+from uvicorn.config import HTTP_PROTOCOLS, LOOP_FACTORIES, Config
+from uvicorn.protocols.http import httptools_impl
+from uvicorn.protocols.http.flow_control import FlowControl
+from uvicorn.server import Server, ServerState
+
+from app import serving
+from app.serving import _HEAD, GatheringProtocol, GatheringTransport, uvicorn_options
+from app.sse import server_exiting
+from app.tls import ClientCertProtocol
+
+TESTED = "0.54"  # the uvicorn release series the private names below were checked against
+INSTALLED = version("uvicorn")
+
+
+def _fail(what: str, how: str) -> None:
+    pytest.fail(
+        f"uvicorn {INSTALLED}: {what} {how}. The gateway relies on it as uvicorn {TESTED} has "
+        "it (app/serving.py, tls.py, sse.py): adapt them to this release before widening the "
+        "uvicorn pin in pyproject.toml.",
+        pytrace=False,
+    )
+
+
+def _require(condition: bool, what: str, how: str) -> None:
+    if not condition:
+        _fail(what, how)
+
+
+def _parameters(function: Any, expected: list[str], what: str, *, coroutine: bool) -> None:
+    if function is None:
+        _fail(what, "does not exist")
+    _require(
+        inspect.iscoroutinefunction(function) == coroutine,
+        what,
+        "is no longer a coroutine function" if coroutine else "became a coroutine function",
+    )
+    names = list(inspect.signature(function).parameters)
+    _require(names == expected, what, f"takes ({', '.join(names)}), not ({', '.join(expected)})")
+
+
+def _source_uses(function: Any, fragment: str, what: str, why: str) -> None:
+    _require(fragment in inspect.getsource(function), what, f"no longer uses {fragment!r} ({why})")
+
+
+class _Socket(asyncio.Transport):
+    """Stands in for a connection's socket transport: records what uvicorn does to it."""
+
+    def __init__(self, extra: dict[str, Any] | None = None) -> None:
+        super().__init__()
+        self.writes: list[bytes] = []
+        self.closed = self.aborted = False
+        self.extra = {"peername": ("127.0.0.1", 50000), **(extra or {})}
+
+    def write(self, data: Any) -> None:
+        self.writes.append(bytes(data))
+
+    def close(self) -> None:
+        self.closed = True
+
+    def abort(self) -> None:
+        self.aborted = self.closed = True
+
+    def is_closing(self) -> bool:
+        return self.closed
+
+    def pause_reading(self) -> None:
+        pass
+
+    def resume_reading(self) -> None:
+        pass
+
+    def get_extra_info(self, name: str, default: Any = None) -> Any:
+        return self.extra.get(name, default)
+
+
+def _protocol(app: Any, cls: type[Any] = GatheringProtocol) -> Any:
+    config = Config(app, http=cls, lifespan="off", access_log=False, log_config=None)
+    config.load()
+    return cls(config=config, server_state=ServerState(), app_state={},
+               _loop=asyncio.get_running_loop())  # fmt: skip
+
+
+async def _turns(count: int = 20) -> None:
+    for _ in range(count):
+        await asyncio.sleep(0)
+
+
+def test_the_installed_release_is_the_tested_one() -> None:
+    _require(
+        INSTALLED == TESTED or INSTALLED.startswith(TESTED + "."),
+        "the installed release",
+        f"is not in the {TESTED} series the gateway was tested with",
+    )
+
+
+def test_the_protocol_class() -> None:
+    base = getattr(httptools_impl, "HttpToolsProtocol", None)
+    _require(isinstance(base, type), "uvicorn.protocols.http.httptools_impl.HttpToolsProtocol",
+             "does not exist")  # fmt: skip
+    _require(issubclass(base, asyncio.Protocol), "HttpToolsProtocol", "is not an asyncio.Protocol")
+    _require(GatheringProtocol.__bases__ == (base,), "HttpToolsProtocol",
+             "is not the class app.serving.GatheringProtocol subclasses")  # fmt: skip
+    _require(HTTP_PROTOCOLS.get("httptools", "").endswith("httptools_impl:HttpToolsProtocol"),
+             "uvicorn.config.HTTP_PROTOCOLS['httptools']",
+             "is not HttpToolsProtocol: uvicorn's httptools protocol moved")  # fmt: skip
+    # uvicorn's Server makes one per connection with these keywords (tests/unit/test_serving too).
+    _parameters(base.__init__, ["self", "config", "server_state", "app_state", "_loop"],
+                "HttpToolsProtocol.__init__", coroutine=False)  # fmt: skip
+    for name, parameters in (
+        ("connection_made", ["self", "transport"]),
+        ("connection_lost", ["self", "exc"]),
+        ("pause_writing", ["self"]),
+        ("resume_writing", ["self"]),
+        ("shutdown", ["self"]),
+        ("on_message_begin", ["self"]),
+    ):
+        method = base.__dict__.get(name)
+        _parameters(method, parameters, f"HttpToolsProtocol.{name}", coroutine=False)
+    # What the gateway's subclasses add must not shadow anything of uvicorn's.
+    for name in ("_stall_check", "_resumed_at", "_cut_if_stalled", "_client_cert_name"):
+        _require(not hasattr(base, name), f"HttpToolsProtocol.{name}",
+                 "now exists: app/serving.py or app/tls.py would shadow it")  # fmt: skip
+
+
+def test_the_server_shuts_connections_down_through_the_protocol() -> None:
+    _source_uses(Server.shutdown, "connection.shutdown()", "Server.shutdown",
+                 "GatheringProtocol.shutdown starts the stall check from it")  # fmt: skip
+    _source_uses(Server.shutdown, "self.server_state.connections", "Server.shutdown",
+                 "connections are shut down through the server state")  # fmt: skip
+    _source_uses(Server._wait_tasks_to_complete, "self.server_state.connections",
+                 "Server._wait_tasks_to_complete",
+                 "a stalled connection holds the exit until it is cut")  # fmt: skip
+    _source_uses(httptools_impl.HttpToolsProtocol.connection_made, "self.connections.add(self)",
+                 "HttpToolsProtocol.connection_made", "the server shuts down what it registers")
+    _source_uses(httptools_impl.HttpToolsProtocol.connection_lost,
+                 "self.connections.discard(self)", "HttpToolsProtocol.connection_lost",
+                 "a cut connection no longer holds the exit")  # fmt: skip
+
+
+async def test_protocol_attributes() -> None:
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        pass
+
+    protocol = _protocol(app)
+    loop = getattr(protocol, "loop", None)
+    _require(loop is asyncio.get_running_loop(), "HttpToolsProtocol.loop",
+             "is not the event loop it was made on")  # fmt: skip
+    socket = _Socket()
+    protocol.connection_made(socket)
+    transport = getattr(protocol, "transport", None)
+    _require(isinstance(transport, GatheringTransport), "HttpToolsProtocol.transport",
+             "is not the transport connection_made was given")  # fmt: skip
+    flow = getattr(protocol, "flow", None)
+    _require(isinstance(flow, FlowControl), "HttpToolsProtocol.flow", "is not a FlowControl")
+    _require(getattr(flow, "_transport", None) is transport, "HttpToolsProtocol.flow",
+             "does not control the transport connection_made was given")  # fmt: skip
+    _require(getattr(flow, "write_paused", None) is False, "FlowControl.write_paused",
+             "is not False on a new connection")  # fmt: skip
+    _require(protocol in protocol.server_state.connections, "ServerState.connections",
+             "does not hold a made connection")  # fmt: skip
+    protocol.pause_writing()
+    _require(flow.write_paused is True, "HttpToolsProtocol.pause_writing",
+             "does not set FlowControl.write_paused")  # fmt: skip
+    protocol.resume_writing()
+    _require(flow.write_paused is False, "HttpToolsProtocol.resume_writing",
+             "does not clear FlowControl.write_paused")  # fmt: skip
+    protocol.shutdown()  # idle: closed at once
+    _require(socket.closed, "HttpToolsProtocol.shutdown",
+             "does not close an idle connection through HttpToolsProtocol.transport")
+    protocol.connection_lost(None)
+    _require(protocol not in protocol.server_state.connections, "ServerState.connections",
+             "still holds a lost connection")  # fmt: skip
+
+
+async def test_a_response_head_is_one_write_of_its_own() -> None:
+    """GatheringTransport holds a write that begins with ``HTTP/`` as a response's head."""
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        await send({"type": "http.response.start", "status": 200,
+                    "headers": [(b"content-type", b"text/event-stream")]})  # fmt: skip
+        await send({"type": "http.response.body", "body": b"data: 1\n\n", "more_body": True})
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+    socket = _Socket()
+    protocol = _protocol(app, httptools_impl.HttpToolsProtocol)  # uvicorn's own, unwrapped
+    protocol.connection_made(socket)
+    protocol.data_received(b"GET /x HTTP/1.1\r\nhost: t\r\n\r\n")
+    await _turns()
+    _require(len(socket.writes) == 3, "RequestResponseCycle.send",
+             f"wrote a head and two chunks in {len(socket.writes)} writes, not 3")  # fmt: skip
+    head = socket.writes[0]
+    _require(head.startswith(_HEAD) and head.endswith(b"\r\n\r\n") and b"data" not in head,
+             "RequestResponseCycle.send",
+             f"no longer writes the status line and headers alone, starting {_HEAD!r}: {head!r}")
+    _require(not any(w.startswith(_HEAD) for w in socket.writes[1:]), "RequestResponseCycle.send",
+             "writes body chunks that look like a head")  # fmt: skip
+
+
+async def test_a_lost_connection_wakes_a_paused_writer() -> None:
+    """What GatheringProtocol's cut of a stalled connection depends on: a shut-down connection
+    with a response in flight stays open, and losing it ends the request's paused send."""
+    written, go = asyncio.Event(), asyncio.Event()
+    outcome: list[Any] = []
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        await send({"type": "http.response.start", "status": 200,
+                    "headers": [(b"content-type", b"text/event-stream")]})  # fmt: skip
+        await send({"type": "http.response.body", "body": b"data: 1\n\n", "more_body": True})
+        written.set()
+        await go.wait()
+        await send({"type": "http.response.body", "body": b"data: 2\n\n", "more_body": True})
+        outcome.append("send returned")
+        outcome.append((await receive())["type"])
+
+    socket = _Socket()
+    protocol = _protocol(app)
+    protocol.connection_made(socket)
+    protocol.data_received(b"GET /events HTTP/1.1\r\nhost: t\r\n\r\n")
+    await _turns()
+    _require(written.is_set(), "RequestResponseCycle.send", "did not write the first event")
+    protocol.pause_writing()  # the client now reads nothing
+    go.set()
+    await _turns()
+    _require(not outcome, "RequestResponseCycle.send",
+             "does not wait for the drain while HttpToolsProtocol.flow.write_paused")
+    protocol.shutdown()
+    try:
+        cycle = getattr(protocol, "cycle", None)
+        _require(not socket.closed and cycle is not None and cycle.keep_alive is False,
+                 "HttpToolsProtocol.shutdown",
+                 "does not leave a connection with a response in flight open")  # fmt: skip
+        protocol.transport.abort()  # as GatheringProtocol._cut_if_stalled does
+        _require(socket.aborted, "HttpToolsProtocol.transport",
+                 "abort does not reach the socket")  # fmt: skip
+        protocol.connection_lost(None)  # what a real transport calls after abort
+        await _turns()
+        _require(outcome == ["send returned", "http.disconnect"],
+                 "HttpToolsProtocol.connection_lost",
+                 f"does not wake the paused send and report a disconnect ({outcome})")
+        _require(protocol.flow.write_paused is False, "HttpToolsProtocol.connection_lost",
+                 "leaves FlowControl.write_paused set")  # fmt: skip
+    finally:
+        check = protocol._stall_check
+        if check is not None:
+            check.cancel()
+
+
+async def test_a_stalled_connection_is_cut_on_shutdown(monkeypatch: pytest.MonkeyPatch) -> None:
+    """GatheringProtocol's whole use of ``shutdown``, ``loop``, ``flow`` and ``transport``."""
+    monkeypatch.setattr(serving, "STALL_GRACE", 0.01)
+    stalled = asyncio.Event()
+
+    async def handler(scope: Any, receive: Any, send: Any) -> None:
+        await send({"type": "http.response.start", "status": 200,
+                    "headers": [(b"content-type", b"text/event-stream")]})  # fmt: skip
+        await send({"type": "http.response.body", "body": b"data: 1\n\n", "more_body": True})
+        stalled.set()
+        await receive()  # until the connection goes
+
+    socket = _Socket()
+    protocol = _protocol(handler)
+    protocol.connection_made(socket)
+    protocol.data_received(b"GET /events HTTP/1.1\r\nhost: t\r\n\r\n")
+    await asyncio.wait_for(stalled.wait(), 5)
+    protocol.pause_writing()  # the client now reads nothing
+    protocol.shutdown()
+    await asyncio.sleep(0.1)
+    _require(socket.aborted, "HttpToolsProtocol.shutdown/flow/transport",
+             "no longer let GatheringProtocol cut a connection whose writes stay paused")
+    protocol.connection_lost(None)
+    await _turns()
+
+
+async def test_client_cert_name_reaches_the_scope() -> None:
+    """app.tls.ClientCertProtocol: ``on_message_begin`` makes ``scope``, the app gets it."""
+    scopes: list[Any] = []
+
+    async def handler(scope: Any, receive: Any, send: Any) -> None:
+        scopes.append(scope)
+        await send({"type": "http.response.start", "status": 204, "headers": []})
+        await send({"type": "http.response.body", "body": b""})
+
+    class SSLObject:
+        def getpeercert(self) -> dict[str, Any]:
+            return {"subject": ((("commonName", "orders"),),)}
+
+    _source_uses(httptools_impl.HttpToolsProtocol.on_message_begin, "self.scope = ",
+                 "HttpToolsProtocol.on_message_begin", "ClientCertProtocol adds to the scope")
+    protocol = _protocol(handler, ClientCertProtocol)
+    protocol.connection_made(_Socket({"ssl_object": SSLObject()}))
+    protocol.data_received(b"GET /x HTTP/1.1\r\nhost: t\r\n\r\n")
+    await _turns()
+    tls = scopes[0].get("extensions", {}).get("tls") if scopes else None
+    _require(tls == {"client_cert_name": "CN=orders"}, "HttpToolsProtocol.scope",
+             f"made in on_message_begin is not the scope the app gets ({tls})")
+    protocol.connection_lost(None)
+
+
+def test_the_exit_flag_server_exiting_reads(monkeypatch: pytest.MonkeyPatch) -> None:
+    """app.sse.server_exiting: uvicorn's SIGTERM handler is a method of its Server, whose
+    ``should_exit`` says it is exiting."""
+    if threading.current_thread() is not threading.main_thread():
+        pytest.skip("signal handlers are installed from the main thread only")
+    monkeypatch.setattr(AppStatus, "should_exit", False)  # (set by sse-starlette's patch below)
+
+    async def handler(scope: Any, receive: Any, send: Any) -> None:
+        pass
+
+    server = Server(Config(handler, log_config=None))
+    _require(getattr(server, "should_exit", None) is False, "Server.should_exit",
+             "is not False on a new server")  # fmt: skip
+    with server.capture_signals():
+        installed = signal.getsignal(signal.SIGTERM)
+        _require(getattr(installed, "__self__", None) is server, "Server.capture_signals",
+                 "no longer installs a method of the server as the SIGTERM handler")
+        _require(not server_exiting(), "Server.should_exit", "reads as exiting before a signal")
+        server.should_exit = True
+        exiting = server_exiting()
+        server.should_exit = False
+        _require(exiting, "Server.should_exit", "is not found through the SIGTERM handler")
+    server.handle_exit(signal.SIGTERM, None)  # outside capture_signals: nothing re-raised
+    _require(server.should_exit is True, "Server.handle_exit",
+             "does not set should_exit on SIGTERM")  # fmt: skip
+
+
+def test_the_options_the_gateway_passes() -> None:
+    """``jsgw serve`` (app.cli) and the tests' real server pass these to uvicorn."""
+    parameters = inspect.signature(Config.__init__).parameters
+    for name in ("http", "loop", "proxy_headers", "server_header", "factory", "host", "port",
+                 "workers", "access_log", "log_config", "timeout_graceful_shutdown",
+                 "ssl_certfile", "ssl_keyfile", "ssl_ca_certs", "ssl_cert_reqs"):  # fmt: skip
+        _require(name in parameters, f"Config({name}=...)", "is not accepted")
+    options = uvicorn_options()
+    _require(options["loop"] in LOOP_FACTORIES, f"Config(loop={options['loop']!r})",
+             "is not a loop uvicorn knows")  # fmt: skip
+
+    async def handler(scope: Any, receive: Any, send: Any) -> None:
+        pass
+
+    config = Config(handler, lifespan="off", log_config=None, **options)
+    config.load()
+    _require(config.http_protocol_class is GatheringProtocol, "Config(http=<a class>)",
+             "does not serve with the class given")  # fmt: skip
