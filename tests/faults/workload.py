@@ -124,7 +124,7 @@ class Figures:
             if key in ("examples", "notes") or value in (None, {}, []):
                 continue
             rows.append(f"  {key:<28} {round(value, 2) if isinstance(value, float) else value}")
-        rows += [f"  note: {n}" for n in self.notes] + [f"  e.g. {e}" for e in self.examples[:8]]
+        rows += [f"  note: {n}" for n in self.notes] + [f"  e.g. {e}" for e in self.examples[:12]]
         return f"figures of {self.scenario}:\n" + "\n".join(rows)
 
     def json_line(self) -> str:
@@ -707,7 +707,10 @@ class Workload:
                 1 for c in plain if c.ended - c.started >= self.request_timeout - 0.1
                 and late <= c.started and (t.heal_at is None or c.started < t.heal_at)
             )  # fmt: skip
-        f.slow_answers = sum(1 for x in latencies if x > self.request_timeout + MARGIN)
+        slow = [c for c in plain if c.ended - c.started > self.request_timeout + MARGIN]
+        f.slow_answers = len(slow)
+        f.examples += [f"slow answer: {c.op} {c.status} {c.code} after {c.ended - c.started:.2f}s "
+                       f"at fault+{c.started - (t.fault_at or 0.0):.1f}s" for c in slow[:3]]  # fmt: skip
         f.unexpected = len(self.unexpected)
         f.unexpected_by_kind = dict(self.unexpected_kinds)
         f.examples = self.unexpected[:4] + f.examples
