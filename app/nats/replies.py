@@ -335,13 +335,15 @@ class ReplyMux:
         one that was not stored is judged anew. Then, once every attempt has been answered,
         the write waits ``grace`` seconds more for a PubAck on any of its tokens. The first
         PubAck wins; otherwise the latest refusal is returned. An attempt left unanswered
-        within ``timeout`` raises TimeoutError: whether the write is stored is unknown.
+        ``timeout`` seconds after the write was first sent raises TimeoutError: whether the
+        write is stored is unknown.
         """
         if not self._prefix:
             await self._ready()
         token, future, reply_to = self._register()
         collector = self._writes[token] = _WriteReplies()
         tokens = [token]
+        ends = self._loop.time() + timeout
         deadline = self._deadline(self._loop, timeout)
         deadline.add(future)
         try:
@@ -356,7 +358,7 @@ class ReplyMux:
             if stored(reply):
                 return reply
             return await self._confirm(
-                subject, payload, headers, stored, reply, collector, tokens, timeout, grace, resend
+                subject, payload, headers, stored, reply, collector, tokens, ends, grace, resend
             )
         finally:
             self._settled(subject, tokens, collector)
@@ -370,7 +372,7 @@ class ReplyMux:
         refusal: Reply,
         collector: _WriteReplies,
         tokens: list[bytes],
-        timeout: float,
+        ends: float,
         grace: float,
         resend: bool,
     ) -> Reply:
@@ -382,7 +384,6 @@ class ReplyMux:
             self._writes[token] = collector
             tokens.append(token)
             await self._send(subject, payload, headers, self._prefix + token.decode())
-        unanswered_until = loop.time() + timeout
         held_until: float | None = None
         while True:
             if collector.lost:
@@ -398,8 +399,8 @@ class ReplyMux:
                 if reply.status != 503 or reply.data:  # "no responders" refuses nothing
                     refusal = reply
             if held_until is None and len(answered) == len(tokens):
-                held_until = loop.time() + grace
-            left = (held_until or unanswered_until) - loop.time()
+                held_until = min(loop.time() + grace, ends)
+            left = (held_until or ends) - loop.time()
             if left <= 0:
                 if held_until is None:
                     self._timed_out()

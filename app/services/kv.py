@@ -13,6 +13,7 @@ Bucket administration is in :mod:`kv_buckets`, key listings in :mod:`kv_keys`, w
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import functools
 import itertools
@@ -56,6 +57,24 @@ _CREATE_ATTEMPTS = 3
 # Publisher.publish.
 _WRITE_ID_PREFIX = "jsgw-" + base64.urlsafe_b64encode(os.urandom(6)).decode() + "-"
 _write_ids = itertools.count(1)
+# A refusal that the key's state contradicts is tried again after a pause (seconds, doubling
+# up to the max), until the request timeout: see KVService._write.
+_RECHECK_PAUSE = 0.05
+_RECHECK_PAUSE_MAX = 0.5
+
+
+def _new_write_id() -> str:
+    return f"{_WRITE_ID_PREFIX}{next(_write_ids):x}"
+
+
+def _contradicted(key: str, expected: int, last: StoredMessage | None) -> errors.OutcomeUnknown:
+    return errors.OutcomeUnknown(
+        detail=f"the write was refused, but key {key!r} is at revision "
+        f"{last.seq if last else 0} as the stream leader answers, not past revision {expected} "
+        "that the write expected and that the key had: the server that refused it is behind "
+        "(as just after a partition). Whether the write is stored is not known: read the key "
+        "again."
+    )
 
 
 KeyVisible = Callable[[str], bool]
@@ -350,23 +369,65 @@ class KVService:
         headers: dict[str, str],
         expected: int | None,
     ) -> int:
-        if expected is not None:
-            headers = {**headers, kv_model.EXPECTED_HEADER: str(expected)}
-        try:
+        """Store a value, if the key is at ``expected`` (a revision) when given.
+
+        A refusal is answered 412 only when it is known to hold. A server behind the others
+        holds a prefix of the stream's history, never a revision the others lack, so a key
+        that the stream leader finds past ``expected`` can never be at ``expected`` again:
+        the refusal holds, whoever made it, as it does when ``expected`` is another key's
+        revision. A key found at or before ``expected`` contradicts the refusal (or the
+        server answering is behind the revision the client read: a deposed leader after a
+        partition answers both the write and the read from its stale state, and the new
+        leader may store the write later still). Then the write is sent again with its
+        Nats-Msg-Id (a stored copy is answered as a duplicate) after a short pause, until
+        the request timeout: 504 outcome unknown if it is still contradicted then, 412 if
+        the revision expected is in no answer (none of the key's, as far as anyone knows).
+        """
+        if expected is None:
             return await self._publish(subject, value, headers)
-        except errors.PreconditionFailed:
-            raise self._mismatch(key, await self._leader_last(stream, subject)) from None
+        headers = {**headers, kv_model.EXPECTED_HEADER: str(expected)}
+        msg_id = _new_write_id()
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.publisher.pool.timeout
+        pause = _RECHECK_PAUSE
+        while True:
+            try:
+                return await self._publish(
+                    subject, value, headers, msg_id, timeout=max(0.01, deadline - loop.time())
+                )
+            except errors.PreconditionFailed:
+                last = await self._leader_last(stream, subject)
+                if last is not None and last.seq > expected:
+                    raise self._mismatch(key, last) from None
+                at = await self._msg_get(stream, {"seq": expected})
+                if at is not None and at.subject != subject:
+                    raise self._mismatch(key, last) from None
+                if loop.time() + pause >= deadline:
+                    if at is None:  # no such revision, as far as any answer shows
+                        raise self._mismatch(key, last) from None
+                    raise _contradicted(key, expected, last) from None
+            await asyncio.sleep(pause)
+            pause = min(pause * 2, _RECHECK_PAUSE_MAX)
 
     async def _leader_last(self, stream: str, subject: str) -> StoredMessage | None:
         """The key's last message as the stream leader has it, for the revision a 412 reports
         (a replica's Direct Get may lag behind the write that made the precondition fail)."""
         return await self._msg_get(stream, {"last_by_subj": subject})
 
-    async def _publish(self, subject: str, value: bytes, headers: dict[str, str]) -> int:
+    async def _publish(
+        self,
+        subject: str,
+        value: bytes,
+        headers: dict[str, str],
+        msg_id: str | None = None,
+        *,
+        timeout: float | None = None,
+    ) -> int:
         """Publish and return the revision; JetStream's refusals as KV errors.
 
-        A conditional write gets a Nats-Msg-Id of the gateway's, so that a refusal can be
-        confirmed; when only that header makes it too large for the bucket, it goes without.
+        A conditional write gets a Nats-Msg-Id of the gateway's (``msg_id``; a new one when
+        None), so that a refusal can be confirmed; when only that header makes it too large
+        for the bucket, it goes without.
         """
         pool = self.publisher.pool
         message = Outgoing(subject, value, headers)
@@ -376,13 +437,15 @@ class KVService:
             )
         try:
             if kv_model.EXPECTED_HEADER in headers:
-                stamped = {**headers, "Nats-Msg-Id": f"{_WRITE_ID_PREFIX}{next(_write_ids):x}"}
+                stamped = {**headers, "Nats-Msg-Id": msg_id or _new_write_id()}
                 try:
-                    ack = await self.publisher.publish(Outgoing(subject, value, stamped))
+                    ack = await self.publisher.publish(
+                        Outgoing(subject, value, stamped), timeout=timeout
+                    )
                 except errors.PayloadTooLarge:
-                    ack = await self.publisher.publish(message)
+                    ack = await self.publisher.publish(message, timeout=timeout)
             else:
-                ack = await self.publisher.publish(message)
+                ack = await self.publisher.publish(message, timeout=timeout)
         except errors.PayloadTooLarge as exc:
             detail = f"the value is over the bucket's max_value_size ({exc.detail})"
             raise _too_large(detail) from None

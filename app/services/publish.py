@@ -159,7 +159,9 @@ class Publisher:
         self.pool = pool
         self.js = js
 
-    async def publish(self, message: Outgoing, client: Client | None = None) -> dict[str, Any]:
+    async def publish(
+        self, message: Outgoing, client: Client | None = None, timeout: float | None = None
+    ) -> dict[str, Any]:
         """Publish and wait for the PubAck; 2xx only once the stream stored the message.
 
         A refusal is confirmed before it is answered (``ReplyMux.request_write``): by sending
@@ -175,6 +177,7 @@ class Publisher:
                 operation="publish",
                 write=True,
                 client=client,
+                timeout=timeout,
                 stored=acknowledged,
                 resend="Nats-Msg-Id" in headers,
             )

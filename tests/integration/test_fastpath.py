@@ -130,7 +130,7 @@ async def test_both_paths_write_alike(gateway: httpx.AsyncClient, nc, name: str,
     cases: list[tuple[dict[str, str], bytes]] = [
         ({}, b"v"),                                # put: 200
         ({"If-None-Match": "*"}, b"v"),            # create over a value: 412 kv.key_exists
-        ({"If-Match": '"999"'}, b"v"),             # wrong revision: 412
+        ({"If-Match": '"999"'}, b"v"),             # no such revision: 504 outcome unknown
         ({}, b"x" * 65),                           # over max_value_size: 413
     ]
     for headers, body in cases:
