@@ -75,7 +75,7 @@ class _Slot:
 
     @property
     def up(self) -> bool:
-        return self.client is not None and self.client.is_connected and self.probe is None
+        return self.client is not None and self.client.is_connected
 
 
 class NatsPool:
@@ -249,11 +249,15 @@ class NatsPool:
         sends no RST): the connection reconnects, to another server when its own is
         unreachable, without waiting for the regular pings to notice.
         """
-        if slot.probe is not None or self._closing or slot.client is not client:
+        if self._closing or slot.client is not client:
             return
-        if not client.is_connected:
-            return
-        slot.probe = asyncio.create_task(self._probe(slot, client), name=f"nats-probe-{slot.index}")
+        # The other connections to that server are likely cut off as well: checked together.
+        for other in self._slots:
+            if other is slot or (other.server == slot.server and other.client is not None):
+                if other.probe is None and other.client and other.client.is_connected:
+                    other.probe = asyncio.create_task(
+                        self._probe(other, other.client), name=f"nats-probe-{other.index}"
+                    )
 
     async def _probe(self, slot: _Slot, client: Client) -> None:
         try:
@@ -279,12 +283,17 @@ class NatsPool:
     # -- use -------------------------------------------------------------------------------
 
     def pick(self) -> Client:
-        """A connected client, round-robin; 503 at once when none is connected."""
+        """A connected client, round-robin, leaving out those whose liveness is being checked
+        while another is up; 503 at once when none is connected."""
         count = len(self._slots)
         for offset in range(count):
             slot = self._slots[(self._next + offset) % count]
-            if slot.up:
+            if slot.probe is None and slot.up:
                 self._next = (slot.index + 1) % count
+                assert slot.client is not None
+                return slot.client
+        for slot in self._slots:  # only connections being checked: better than none
+            if slot.up:
                 assert slot.client is not None
                 return slot.client
         raise Unavailable(

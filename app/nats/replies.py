@@ -48,6 +48,7 @@ _TICK = 0.05  # seconds: requests' deadlines are kept in buckets this wide
 # such (JetStream answers one publish twice after a partition: see request_write).
 _ANSWERED_WATCH = 1.0
 _LOG_EVERY = 1.0  # seconds: at most one log line this often about extra replies
+_SILENCE_TICK = 0.5  # seconds between checks that a connection with requests waiting answers
 
 
 _NO_STATUS = b"NATS/1.0\r\n"  # a header block whose status line carries no status
@@ -181,8 +182,12 @@ class ReplyMux:
         # its request timed out or stopped watching); on_extra_reply is told of each.
         self.extra_replies = {"second": 0, "late": 0}
         self.on_extra_reply: Callable[[str], None] | None = None
-        # Told when requests time out, so the pool can check the connection is alive.
+        # Told when requests time out, or wait while no reply comes at all, so the pool can
+        # check the connection is alive (see _watch_silence).
         self.on_timeout: Callable[[], None] | None = None
+        self.replies_seen = 0
+        self._seen_at_tick = 0
+        self._silent_ticks = 0
         self._logged_at = -_LOG_EVERY
         self._unlogged = 0
 
@@ -191,6 +196,24 @@ class ReplyMux:
         prefix = self.client.new_inbox() + "."
         await self.client.raw_subscribe(prefix + "*", self._on_reply)
         self._prefix = prefix
+        self._loop.call_later(_SILENCE_TICK, self._watch_silence)
+
+    def _watch_silence(self) -> None:
+        """Every tick: requests waiting, and not one reply since the last tick, two ticks in a
+        row, make the connection suspect (``on_timeout``): a server that answers nothing
+        while requests wait is probed within a second or so, long before they time out."""
+        if self.client.is_closed:
+            return
+        waiting = bool(self._pending or self._writes)
+        if waiting and self.replies_seen == self._seen_at_tick:
+            self._silent_ticks += 1
+            if self._silent_ticks >= 2:
+                self._silent_ticks = 0
+                self._timed_out()
+        else:
+            self._silent_ticks = 0
+        self._seen_at_tick = self.replies_seen
+        self._loop.call_later(_SILENCE_TICK, self._watch_silence)
 
     async def _ready(self) -> None:
         if not self._prefix:
@@ -297,6 +320,7 @@ class ReplyMux:
         return results
 
     def _on_reply(self, subject: bytes, headers: bytes, data: bytes) -> None:
+        self.replies_seen += 1
         token = subject[subject.rfind(b".") + 1 :]
         future = self._pending.pop(token, None)
         if future is not None and not future.done():
