@@ -33,6 +33,7 @@ import re
 import shutil
 import signal
 import subprocess
+import sys
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -52,7 +53,7 @@ CLUSTER_PORT = 16222
 MONITOR_PORT = 18222
 GATEWAY_PORT = 18080
 CLUSTER_NAME = "jsgwpart"
-VENV_BIN = Path(__file__).resolve().parents[2] / ".venv" / "bin"
+VENV_BIN = Path(sys.executable).parent  # the environment running the tests (jsgw installed)
 
 _PR_SET_PDEATHSIG = 1
 

@@ -11,12 +11,11 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 
 import nats.errors
 import pytest
 
-from app.nats.embedded import EmbeddedServer
 from app.nats.replies import LeanClient
 from app.services.publish import acknowledged
 
@@ -27,15 +26,6 @@ ACK = b'{"stream":"KV_x","seq":8}'
 DUPLICATE = b'{"stream":"KV_x","seq":8,"duplicate":true}'
 
 Answer = Callable[[int], Awaitable[bytes | None]]  # attempt number -> reply (None: silent)
-
-
-@pytest.fixture
-async def lean(nats_server: EmbeddedServer) -> AsyncIterator[LeanClient]:
-    client = LeanClient()
-    await client.connect(servers=[nats_server.url], allow_reconnect=False)
-    yield client
-    if not client.is_closed:
-        await client.close()
 
 
 async def responders(lean: LeanClient, subject: str, *answers: Answer) -> list[list[bytes]]:

@@ -10,17 +10,7 @@ import nats
 import nats.errors
 import pytest
 
-from app.nats.embedded import EmbeddedServer
 from app.nats.replies import _TICK, LeanClient
-
-
-@pytest.fixture
-async def lean(nats_server: EmbeddedServer) -> AsyncIterator[LeanClient]:
-    client = LeanClient()
-    await client.connect(servers=[nats_server.url], allow_reconnect=False)
-    yield client
-    if not client.is_closed:
-        await client.close()
 
 
 @pytest.fixture

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-from importlib.metadata import version
 from typing import Any
 
 import pytest
@@ -23,23 +22,13 @@ from nats.protocol import parser as nats_parser
 from app.nats.embedded import EmbeddedServer
 from app.nats.replies import LeanClient
 from app.nats.wire import LeanParser
+from tests.unit.pinned import Pinned
 
 TESTED = "2.16"  # the nats-py release series the private names below were checked against
-INSTALLED = version("nats-py")
-
-
-def _fail(what: str, how: str) -> None:
-    pytest.fail(
-        f"nats-py {INSTALLED}: {what} {how}. The gateway relies on it as nats-py {TESTED} has "
-        "it (app/nats/replies.py, wire.py, pool.py, pull.py): adapt them to this release "
-        "before widening the nats-py pin in pyproject.toml.",
-        pytrace=False,
-    )
-
-
-def _require(condition: bool, what: str, how: str) -> None:
-    if not condition:
-        _fail(what, how)
+PINNED = Pinned("nats-py", TESTED, "app/nats/replies.py, wire.py, pool.py, pull.py")
+INSTALLED = PINNED.installed
+_fail = PINNED.fail
+_require = PINNED.require
 
 
 def _attribute(obj: Any, name: str, kind: type | tuple[type, ...], owner: str) -> Any:

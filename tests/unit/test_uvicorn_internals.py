@@ -19,7 +19,6 @@ import asyncio
 import inspect
 import signal
 import threading
-from importlib.metadata import version
 from typing import Any
 
 import pytest
@@ -33,23 +32,13 @@ from app import serving
 from app.serving import _HEAD, GatheringProtocol, GatheringTransport, uvicorn_options
 from app.sse import server_exiting
 from app.tls import ClientCertProtocol
+from tests.unit.pinned import Pinned
 
 TESTED = "0.54"  # the uvicorn release series the private names below were checked against
-INSTALLED = version("uvicorn")
-
-
-def _fail(what: str, how: str) -> None:
-    pytest.fail(
-        f"uvicorn {INSTALLED}: {what} {how}. The gateway relies on it as uvicorn {TESTED} has "
-        "it (app/serving.py, tls.py, sse.py): adapt them to this release before widening the "
-        "uvicorn pin in pyproject.toml.",
-        pytrace=False,
-    )
-
-
-def _require(condition: bool, what: str, how: str) -> None:
-    if not condition:
-        _fail(what, how)
+PINNED = Pinned("uvicorn", TESTED, "app/serving.py, tls.py, sse.py")
+INSTALLED = PINNED.installed
+_fail = PINNED.fail
+_require = PINNED.require
 
 
 def _parameters(function: Any, expected: list[str], what: str, *, coroutine: bool) -> None:

@@ -1,0 +1,20 @@
+"""Fixtures shared by the integration tests (the server ones are in tests/conftest.py)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import pytest
+
+from app.nats.embedded import EmbeddedServer
+from app.nats.replies import LeanClient
+
+
+@pytest.fixture
+async def lean(nats_server: EmbeddedServer) -> AsyncIterator[LeanClient]:
+    """A connection of the gateway's own kind (reply mux, lean parser), no reconnects."""
+    client = LeanClient()
+    await client.connect(servers=[nats_server.url], allow_reconnect=False)
+    yield client
+    if not client.is_closed:
+        await client.close()

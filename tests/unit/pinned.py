@@ -1,0 +1,30 @@
+"""Failing loudly when a pinned library changes what the gateway relies on (see
+test_nats_internals.py and test_uvicorn_internals.py)."""
+
+from __future__ import annotations
+
+from importlib.metadata import version
+
+import pytest
+
+
+class Pinned:
+    """A library pinned to the release series ``tested``, whose private names ``users`` use."""
+
+    def __init__(self, library: str, tested: str, users: str) -> None:
+        self.library = library
+        self.tested = tested
+        self.installed = version(library)
+        self.users = users
+
+    def fail(self, what: str, how: str) -> None:
+        pytest.fail(
+            f"{self.library} {self.installed}: {what} {how}. The gateway relies on it as "
+            f"{self.library} {self.tested} has it ({self.users}): adapt them to this release "
+            f"before widening the {self.library} pin in pyproject.toml.",
+            pytrace=False,
+        )
+
+    def require(self, condition: bool, what: str, how: str) -> None:
+        if not condition:
+            self.fail(what, how)
