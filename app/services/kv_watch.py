@@ -180,6 +180,11 @@ class WatchSession:
         # Feed events that arrive while catching up; None once live on the feed.
         self._backlog: list[tuple[Entry, WatchEvent]] | None = []
         self._ready = False
+        # The highest revision the client has been given or skipped (or resumed after):
+        # nothing at or below it is sent again, and ``ready`` never names a lower one. A
+        # consumer on a replica behind the others (as after a partition) may report a
+        # position, or deliver revisions, that the client has already had.
+        self._through = options.since or 0
         self._ended = False
         self._closed = False
         self._stopping: list[asyncio.Task[None]] = []
@@ -202,7 +207,7 @@ class WatchSession:
         if self._ended or self._backlog is None:
             return  # the feed has taken over
         entry = entry_from_delivery(self.bucket, message, meta_only=self.options.meta_only)
-        if self._wanted(entry):
+        if self._new(entry) and self._wanted(entry):
             self._push(entry_event(entry))
         if message.pending == 0:
             self._send_ready(message.stream_seq)
@@ -231,6 +236,7 @@ class WatchSession:
         if self._ready or self._ended:
             return
         self._ready = True
+        position = self._through = max(position, self._through)
         data = orjson.dumps({"revision": position}).decode()
         self._push(WatchEvent.make("ready", str(position), data))
         backlog, self._backlog = self._backlog or [], None
@@ -253,8 +259,15 @@ class WatchSession:
             backlog.append((entry, event))
 
     def _offer(self, entry: Entry, event: WatchEvent) -> None:
-        if self._wanted(entry):
+        if self._new(entry) and self._wanted(entry):
             self._push(event)
+
+    def _new(self, entry: Entry) -> bool:
+        """Whether the entry is past everything the client has had (and now counts as had)."""
+        if entry.revision <= self._through:
+            return False
+        self._through = entry.revision
+        return True
 
     def _wanted(self, entry: Entry) -> bool:
         if self.options.ignore_deletes and entry.operation != PUT:

@@ -127,3 +127,23 @@ async def test_chunks_join_what_is_queued() -> None:
     assert first is not None and first.count(b"\r\n\r\n") == 2  # ready and the put, one write
     s.end()
     assert await s.next_chunk() is None
+
+
+async def test_a_resumed_watch_never_goes_back_behind_its_last_event_id() -> None:
+    """A catch-up consumer on a replica behind the others (as after a partition) reports a
+    position, and delivers revisions, older than the client's Last-Event-ID: the client gets
+    neither again, and its next Last-Event-ID (the ready id) does not go backwards."""
+    s = session(since=10)
+    s.on_start(num_pending=0, position=5)
+    feed(s, 8, "a")  # the feed, behind as well
+    feed(s, 11, "b")
+    feed(s, 11, "b")  # a revision offered twice is sent once
+    events = await drain(s)
+    assert [(e.event, e.id) for e in events] == [("ready", "10"), ("put", "11")]
+
+    s = session(since=10)
+    s.on_start(num_pending=3, position=5)
+    for seq in (9, 10, 12):
+        s.on_message(delivery(seq, "a", 12 - seq if seq < 12 else 0))
+    events = await drain(s)
+    assert [(e.event, e.id) for e in events] == [("put", "12"), ("ready", "12")]
