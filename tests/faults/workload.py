@@ -185,6 +185,7 @@ class Workload:
         self._stopped = False
         # publishes
         self.acked: dict[str, int] = {}  # msg id -> seq
+        self.ack_detail: dict[str, tuple[int, bool]] = {}  # msg id -> (tries, duplicate)
         self.acked_order: list[tuple[int, str, float]] = []  # (seq, id, answered at)
         self.dup_first: list[str] = []
         # CAS
@@ -331,6 +332,7 @@ class Workload:
                     if ack.get("duplicate") and tries == 1:
                         self.dup_first.append(msg_id)
                     self.acked[msg_id] = ack["seq"]
+                    self.ack_detail[msg_id] = (tries, bool(ack.get("duplicate")))
                     self.acked_order.append((ack["seq"], msg_id, time.monotonic()))
                     break
                 await self._sleep(0.1)
@@ -629,7 +631,14 @@ class Workload:
         dups = {i: s for i, s in stored_ids.items() if len(s) > 1}
         f.duplicate_msg_ids = len(dups)
         f.duplicate_first_acks = len(self.dup_first)
-        f.examples += [f"acked publish lost: {i} at seq {s}" for i, s in lost[:3]]
+        at_seq = {m["seq"]: (m["headers"] or {}).get("Nats-Msg-Id") for m in published}
+        f.examples += [
+            f"acked publish lost: {i} acked at seq {s} (tries, duplicate: "
+            f"{self.ack_detail.get(i)}); stored at {stored_ids.get(i, [])}, seq "
+            f"{s} holds {at_seq.get(s)!r}; stream has {len(published)} messages up to "
+            f"{max(at_seq, default=0)}"
+            for i, s in lost[:3]
+        ]
         f.examples += [f"Nats-Msg-Id stored twice: {i} at {s}" for i, s in list(dups.items())[:3]]
         # CAS
         answered = {a.id: a for a in self.attempts}
