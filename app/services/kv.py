@@ -214,10 +214,15 @@ class KVService:
             return None, None
         return found, found.num_pending
 
-    async def _msg_get(self, stream: str, request: dict[str, Any]) -> StoredMessage | None:
-        """``STREAM.MSG.GET``, for buckets without Direct Get (ADR-8 "allow_direct is false")."""
+    async def _msg_get(
+        self, stream: str, request: dict[str, Any], timeout: float | None = None
+    ) -> StoredMessage | None:
+        """``STREAM.MSG.GET``, for buckets without Direct Get (ADR-8 "allow_direct is false"),
+        and reads of the stream leader."""
         try:
-            result = await self.js.call("kv.get", "STREAM", "MSG", "GET", stream, body=request)
+            result = await self.js.call(
+                "kv.get", "STREAM", "MSG", "GET", stream, body=request, timeout=timeout
+            )
         except errors.NotFound as exc:
             if exc.code == "message.not_found":
                 return None
@@ -396,10 +401,18 @@ class KVService:
                     subject, value, headers, msg_id, timeout=max(0.01, deadline - loop.time())
                 )
             except errors.PreconditionFailed:
-                last = await self._leader_last(stream, subject)
-                if last is not None and last.seq > expected:
-                    raise self._mismatch(key, last) from None
-                at = await self._msg_get(stream, {"seq": expected})
+                try:
+                    left = max(0.01, deadline - loop.time())
+                    last = await self._leader_last(stream, subject, timeout=left)
+                    if last is not None and last.seq > expected:
+                        raise self._mismatch(key, last) from None
+                    left = max(0.01, deadline - loop.time())
+                    at = await self._msg_get(stream, {"seq": expected}, timeout=left)
+                except errors.Timeout:  # the refusal cannot be confirmed in time
+                    raise errors.OutcomeUnknown(
+                        detail="the write was refused, and the stream leader did not answer in "
+                        "time to confirm it: whether it is stored is not known; read the key again"
+                    ) from None
                 if at is not None and at.subject != subject:
                     raise self._mismatch(key, last) from None
                 if loop.time() + pause >= deadline:
@@ -409,10 +422,12 @@ class KVService:
             await asyncio.sleep(pause)
             pause = min(pause * 2, _RECHECK_PAUSE_MAX)
 
-    async def _leader_last(self, stream: str, subject: str) -> StoredMessage | None:
+    async def _leader_last(
+        self, stream: str, subject: str, timeout: float | None = None
+    ) -> StoredMessage | None:
         """The key's last message as the stream leader has it, for the revision a 412 reports
         (a replica's Direct Get may lag behind the write that made the precondition fail)."""
-        return await self._msg_get(stream, {"last_by_subj": subject})
+        return await self._msg_get(stream, {"last_by_subj": subject}, timeout)
 
     async def _publish(
         self,
