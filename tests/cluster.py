@@ -53,6 +53,30 @@ def free_ports(count: int) -> list[int]:
             sock.close()
 
 
+async def wait_for_meta_leader(nc: nats.NATS, replicas: int, timeout: float) -> None:
+    """Until the cluster ``nc`` is connected to can place a stream of ``replicas`` replicas
+    (a meta leader is elected and enough nodes are up)."""
+    probe = f"PROBE_{int(time.monotonic() * 1000)}"
+    config = json.dumps(
+        {"name": probe, "subjects": [f"probe.{probe}"], "num_replicas": replicas,
+         "storage": "memory"}
+    ).encode()
+    deadline = time.monotonic() + timeout
+    last = "no answer"
+    while time.monotonic() < deadline:
+        try:
+            reply = await nc.request(f"$JS.API.STREAM.CREATE.{probe}", config, timeout=2)
+            body = json.loads(reply.data)
+            if "error" not in body or body["error"].get("err_code") == 10058:
+                await nc.request(f"$JS.API.STREAM.DELETE.{probe}", timeout=2)
+                return
+            last = body["error"].get("description", str(body["error"]))
+        except (nats.errors.TimeoutError, nats.errors.NoRespondersError) as exc:
+            last = repr(exc)
+        await asyncio.sleep(0.2)
+    raise AssertionError(f"the cluster had no JetStream meta leader after {timeout}s: {last}")
+
+
 class Cluster:
     """Three (or ``size``) JetStream nodes routed to each other; node names ``n1``, ``n2``, ..."""
 
@@ -106,29 +130,11 @@ class Cluster:
 
     async def wait_for_jetstream(self, timeout: float = 30.0) -> None:
         """Wait until the cluster has a meta leader and can place an R3 stream on all nodes."""
-        probe = f"PROBE_{int(time.monotonic() * 1000)}"
-        config = json.dumps(
-            {"name": probe, "subjects": [f"probe.{probe}"], "num_replicas": len(self.nodes),
-             "storage": "memory"}
-        ).encode()
-        deadline = time.monotonic() + timeout
-        last = "no answer"
         nc = await nats.connect(self.urls, connect_timeout=2, max_reconnect_attempts=-1)
         try:
-            while time.monotonic() < deadline:
-                try:
-                    reply = await nc.request(f"$JS.API.STREAM.CREATE.{probe}", config, timeout=2)
-                    body = json.loads(reply.data)
-                    if "error" not in body or body["error"].get("err_code") == 10058:
-                        await nc.request(f"$JS.API.STREAM.DELETE.{probe}", timeout=2)
-                        return
-                    last = body["error"].get("description", str(body["error"]))
-                except (nats.errors.TimeoutError, nats.errors.NoRespondersError) as exc:
-                    last = repr(exc)
-                await asyncio.sleep(0.2)
+            await wait_for_meta_leader(nc, len(self.nodes), timeout)
         finally:
             await nc.close()
-        raise AssertionError(f"the cluster had no JetStream meta leader after {timeout}s: {last}")
 
     async def wait_stream_current(self, stream: str, timeout: float = 20.0) -> dict:
         """Wait until the stream has a leader and every replica is current; return its info."""

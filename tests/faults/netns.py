@@ -44,6 +44,7 @@ import nats
 import nats.errors
 
 from app.nats.embedded import find_binary
+from tests.cluster import wait_for_meta_leader
 
 PREFIX = "jsgwt"
 NODES = ("n1", "n2", "n3")
@@ -498,27 +499,11 @@ class Partition:
 
     async def wait_for_jetstream(self, timeout: float = 30.0) -> None:
         """Until there is a meta leader that can place an R3 stream."""
-        probe = f"PROBE_{int(time.monotonic() * 1000)}"
-        config = json.dumps({"name": probe, "subjects": [f"probe.{probe}"], "num_replicas": 3,
-                             "storage": "memory"}).encode()  # fmt: skip
-        deadline = time.monotonic() + timeout
-        last = "no answer"
         nc = await self._connect()
         try:
-            while time.monotonic() < deadline:
-                try:
-                    reply = await nc.request(f"$JS.API.STREAM.CREATE.{probe}", config, timeout=2)
-                    body = json.loads(reply.data)
-                    if "error" not in body or body["error"].get("err_code") == 10058:
-                        await nc.request(f"$JS.API.STREAM.DELETE.{probe}", timeout=2)
-                        return
-                    last = body["error"].get("description", str(body["error"]))
-                except (nats.errors.TimeoutError, nats.errors.NoRespondersError) as exc:
-                    last = repr(exc)
-                await asyncio.sleep(0.2)
+            await wait_for_meta_leader(nc, 3, timeout)
         finally:
             await nc.close()
-        raise AssertionError(f"no JetStream meta leader after {timeout}s: {last}")
 
     async def stream_info(self, stream: str, via: str | None = None, timeout: float = 2.0) -> dict:
         nc = await self._connect(via)
