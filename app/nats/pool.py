@@ -71,7 +71,6 @@ class _Slot:
     last_error: str | None = None
     server: str | None = None  # host:port of the server it is (or was last) connected to
     probe: asyncio.Task[None] | None = None  # a liveness check in progress (out of rotation)
-    probes_failed: int = 0
 
     @property
     def up(self) -> bool:
@@ -253,11 +252,13 @@ class NatsPool:
             return
         # The other connections to that server are likely cut off as well: checked together.
         for other in self._slots:
-            if other is slot or (other.server == slot.server and other.client is not None):
-                if other.probe is None and other.client and other.client.is_connected:
-                    other.probe = asyncio.create_task(
-                        self._probe(other, other.client), name=f"nats-probe-{other.index}"
-                    )
+            peer = other.client
+            if (other is slot or other.server == slot.server) and other.probe is None and (
+                peer is not None and peer.is_connected
+            ):
+                other.probe = asyncio.create_task(
+                    self._probe(other, peer), name=f"nats-probe-{other.index}"
+                )
 
     async def _probe(self, slot: _Slot, client: Client) -> None:
         try:
@@ -267,7 +268,6 @@ class NatsPool:
             except (nats.errors.Error, TimeoutError, OSError) as exc:
                 failure = exc
             if slot.client is client and client.is_connected and not self._closing:
-                slot.probes_failed += 1
                 self._metrics.nats_probes_failed.inc()
                 log.warning(
                     "NATS connection %d: %s did not answer a ping (%r) after requests timed "

@@ -147,9 +147,10 @@ def _expire(futures: set[asyncio.Future[Reply]]) -> int:
 class _WriteReplies:
     """The replies to a write's tokens that its first reply did not take, as they come."""
 
-    __slots__ = ("lost", "replies", "seen", "waiter")
+    __slots__ = ("answered", "lost", "replies", "seen", "waiter")
 
-    def __init__(self) -> None:
+    def __init__(self, token: bytes) -> None:
+        self.answered = {token}  # the write's tokens answered so far (the first, at start)
         self.lost = False  # the connection broke while the write waited
         self.replies: list[tuple[bytes, Reply]] = []
         self.seen = 0  # replies the write has looked at
@@ -365,7 +366,7 @@ class ReplyMux:
         if not self._prefix:
             await self._ready()
         token, future, reply_to = self._register()
-        collector = self._writes[token] = _WriteReplies()
+        collector = self._writes[token] = _WriteReplies(token)
         tokens = [token]
         ends = self._loop.time() + timeout
         deadline = self._deadline(self._loop, timeout)
@@ -401,7 +402,7 @@ class ReplyMux:
         resend: bool,
     ) -> Reply:
         loop = self._loop
-        answered = {tokens[0]}
+        answered = collector.answered
         if resend:
             self._next += 1
             token = b"%x" % self._next
@@ -445,17 +446,21 @@ class ReplyMux:
             await self.client.publish(subject, payload, reply=reply_to, headers=headers)
 
     def _settled(self, subject: str, tokens: list[bytes], collector: _WriteReplies) -> None:
-        """A write is answered: its tokens are watched a while longer for second replies."""
-        for _ in range(collector.seen, len(collector.replies)):
-            self._extra("second", subject)
+        """A write is answered: the tokens that were are watched a while longer for second
+        replies (a resent copy's first reply, should it come later, is only late)."""
+        for token, _ in collector.replies[collector.seen :]:
+            if token in collector.answered:
+                self._extra("second", subject)
+            collector.answered.add(token)
         collector.seen = len(collector.replies)
         now = self._loop.time()
         answered = self._answered
         order = self._answered_order
         for token in tokens:
             del self._writes[token]
-            answered[token] = subject
-            order.append((now + _ANSWERED_WATCH, token))
+            if token in collector.answered:
+                answered[token] = subject
+                order.append((now + _ANSWERED_WATCH, token))
         while order and order[0][0] <= now:
             answered.pop(order.popleft()[1], None)
 

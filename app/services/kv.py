@@ -144,20 +144,11 @@ class KVService:
         acknowledged (read-your-writes).
         """
         stream, subject = self._names(bucket, key)
-        if leader:
-            if revision is not None:
-                raise errors.InvalidInput(
-                    "request.invalid", "consistency=leader reads the latest value only"
-                )
-            with bucket_errors(bucket):
-                message = await self._msg_get(stream, {"last_by_subj": subject})
-            if message is None or message.subject != subject:
-                raise _key_not_found(key)
-            entry = entry_from_message(bucket, message, delta=0)
-            if entry.operation != PUT:
-                raise _key_not_found(key, entry)
-            return entry
-        if revision is None:
+        if leader and revision is not None:
+            raise errors.InvalidInput(
+                "request.invalid", "consistency=leader reads the latest value only"
+            )
+        if revision is None and not leader:
             cached, entry = self.cache.lookup(bucket, key)
             if cached:
                 if entry is None:
@@ -166,7 +157,9 @@ class KVService:
                     raise _key_not_found(key, entry)
                 return entry
         try:
-            if revision is None:
+            if leader:
+                message, delta = await self._leader_last(stream, subject), 0
+            elif revision is None:
                 message, delta = await self._last(stream, subject), 0
             else:
                 message, delta = await self._at(stream, subject, revision)
