@@ -77,6 +77,30 @@ async def wait_for_meta_leader(nc: nats.NATS, replicas: int, timeout: float) -> 
     raise AssertionError(f"the cluster had no JetStream meta leader after {timeout}s: {last}")
 
 
+async def wait_for_stream_current(nc: nats.NATS, stream: str, replicas: int, timeout: float) -> dict:
+    """Until ``stream`` has a leader and its other ``replicas - 1`` replicas are current and
+    online; returns its info."""
+    deadline = time.monotonic() + timeout
+    last: object = None
+    while time.monotonic() < deadline:
+        try:
+            info = json.loads((await nc.request(f"$JS.API.STREAM.INFO.{stream}", timeout=2)).data)
+            cluster = info.get("cluster") or {}
+            followers = cluster.get("replicas") or []
+            if (
+                "error" not in info
+                and cluster.get("leader")
+                and len(followers) == replicas - 1
+                and all(r.get("current") and not r.get("offline") for r in followers)
+            ):
+                return info
+            last = info.get("error") or cluster
+        except (nats.errors.TimeoutError, nats.errors.NoRespondersError) as exc:
+            last = repr(exc)
+        await asyncio.sleep(0.2)
+    raise AssertionError(f"stream {stream} did not get all replicas current: {last}")
+
+
 class Cluster:
     """Three (or ``size``) JetStream nodes routed to each other; node names ``n1``, ``n2``, ..."""
 
@@ -138,27 +162,8 @@ class Cluster:
 
     async def wait_stream_current(self, stream: str, timeout: float = 20.0) -> dict:
         """Wait until the stream has a leader and every replica is current; return its info."""
-        deadline = time.monotonic() + timeout
-        last: object = None
         nc = await nats.connect(self.urls, connect_timeout=2, max_reconnect_attempts=-1)
         try:
-            while time.monotonic() < deadline:
-                try:
-                    reply = await nc.request(f"$JS.API.STREAM.INFO.{stream}", timeout=2)
-                    info = json.loads(reply.data)
-                    cluster = info.get("cluster") or {}
-                    replicas = cluster.get("replicas") or []
-                    if (
-                        "error" not in info
-                        and cluster.get("leader")
-                        and len(replicas) == len(self.nodes) - 1
-                        and all(r.get("current") and not r.get("offline") for r in replicas)
-                    ):
-                        return info
-                    last = info.get("error") or cluster
-                except (nats.errors.TimeoutError, nats.errors.NoRespondersError) as exc:
-                    last = repr(exc)
-                await asyncio.sleep(0.2)
+            return await wait_for_stream_current(nc, stream, len(self.nodes), timeout)
         finally:
             await nc.close()
-        raise AssertionError(f"stream {stream} did not get all replicas current: {last}")

@@ -44,7 +44,7 @@ import nats
 import nats.errors
 
 from app.nats.embedded import find_binary
-from tests.cluster import wait_for_meta_leader
+from tests.cluster import wait_for_meta_leader, wait_for_stream_current
 
 PREFIX = "jsgwt"
 NODES = ("n1", "n2", "n3")
@@ -570,25 +570,11 @@ class Partition:
 
     async def wait_stream_current(self, stream: str, timeout: float = 30.0) -> dict:
         """Until the stream has a leader and both other replicas are current."""
-        deadline = time.monotonic() + timeout
-        last: object = None
         nc = await self._connect()
         try:
-            while time.monotonic() < deadline:
-                try:
-                    info = json.loads((await nc.request(f"$JS.API.STREAM.INFO.{stream}", timeout=2)).data)
-                    cluster = info.get("cluster") or {}
-                    replicas = cluster.get("replicas") or []
-                    if (cluster.get("leader") and len(replicas) == 2
-                            and all(r.get("current") and not r.get("offline") for r in replicas)):
-                        return info
-                    last = info.get("error") or cluster
-                except (nats.errors.TimeoutError, nats.errors.NoRespondersError) as exc:
-                    last = repr(exc)
-                await asyncio.sleep(0.2)
+            return await wait_for_stream_current(nc, stream, 3, timeout)
         finally:
             await nc.close()
-        raise AssertionError(f"stream {stream} did not get all replicas current: {last}")
 
     def leader_views(self, stream: str) -> dict[str, str | None]:
         """Who each node believes leads ``stream`` (its own /jsz view; None: no leader known,
