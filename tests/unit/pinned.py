@@ -3,7 +3,9 @@ test_nats_internals.py and test_uvicorn_internals.py)."""
 
 from __future__ import annotations
 
+import inspect
 from importlib.metadata import version
+from typing import Any
 
 import pytest
 
@@ -28,3 +30,23 @@ class Pinned:
     def require(self, condition: bool, what: str, how: str) -> None:
         if not condition:
             self.fail(what, how)
+
+    def parameters(self, function: Any, expected: list[str], what: str, *, coroutine: bool) -> None:
+        """``function`` exists, is (or is not) a coroutine function, and takes ``expected``."""
+        if function is None:
+            self.fail(what, "does not exist")
+        self.require(
+            inspect.iscoroutinefunction(function) == coroutine,
+            what,
+            "is no longer a coroutine function" if coroutine else "became a coroutine function",
+        )
+        names = list(inspect.signature(function).parameters)
+        self.require(
+            names == expected, what, f"takes ({', '.join(names)}), not ({', '.join(expected)})"
+        )
+
+    def source_uses(self, function: Any, fragment: str, what: str, why: str) -> None:
+        """``function``'s source still contains ``fragment``."""
+        self.require(
+            fragment in inspect.getsource(function), what, f"no longer uses {fragment!r} ({why})"
+        )

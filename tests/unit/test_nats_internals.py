@@ -14,7 +14,6 @@ import asyncio
 import inspect
 from typing import Any
 
-import pytest
 from nats.aio.client import Client
 from nats.aio.subscription import Subscription
 from nats.protocol import parser as nats_parser
@@ -29,6 +28,8 @@ PINNED = Pinned("nats-py", TESTED, "app/nats/replies.py, wire.py, pool.py, pull.
 INSTALLED = PINNED.installed
 _fail = PINNED.fail
 _require = PINNED.require
+_parameters = PINNED.parameters
+_source_uses = PINNED.source_uses
 
 
 def _attribute(obj: Any, name: str, kind: type | tuple[type, ...], owner: str) -> Any:
@@ -42,22 +43,6 @@ def _attribute(obj: Any, name: str, kind: type | tuple[type, ...], owner: str) -
         f"is a {type(value).__name__}, not {getattr(kind, '__name__', kind)}",
     )
     return value
-
-
-def _parameters(function: Any, expected: list[str], what: str, *, coroutine: bool) -> None:
-    if function is None:
-        _fail(what, "does not exist")
-    _require(
-        inspect.iscoroutinefunction(function) == coroutine,
-        what,
-        "is no longer a coroutine function" if coroutine else "became a coroutine function",
-    )
-    names = list(inspect.signature(function).parameters)
-    _require(names == expected, what, f"takes ({', '.join(names)}), not ({', '.join(expected)})")
-
-
-def _source_uses(function: Any, fragment: str, what: str, why: str) -> None:
-    _require(fragment in inspect.getsource(function), what, f"no longer uses {fragment!r} ({why})")
 
 
 def test_the_installed_release_is_the_tested_one() -> None:

@@ -39,22 +39,8 @@ PINNED = Pinned("uvicorn", TESTED, "app/serving.py, tls.py, sse.py")
 INSTALLED = PINNED.installed
 _fail = PINNED.fail
 _require = PINNED.require
-
-
-def _parameters(function: Any, expected: list[str], what: str, *, coroutine: bool) -> None:
-    if function is None:
-        _fail(what, "does not exist")
-    _require(
-        inspect.iscoroutinefunction(function) == coroutine,
-        what,
-        "is no longer a coroutine function" if coroutine else "became a coroutine function",
-    )
-    names = list(inspect.signature(function).parameters)
-    _require(names == expected, what, f"takes ({', '.join(names)}), not ({', '.join(expected)})")
-
-
-def _source_uses(function: Any, fragment: str, what: str, why: str) -> None:
-    _require(fragment in inspect.getsource(function), what, f"no longer uses {fragment!r} ({why})")
+_parameters = PINNED.parameters
+_source_uses = PINNED.source_uses
 
 
 class _Socket(asyncio.Transport):
