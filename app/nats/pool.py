@@ -71,6 +71,7 @@ class _Slot:
     last_error: str | None = None
     server: str | None = None  # host:port of the server it is (or was last) connected to
     probe: asyncio.Task[None] | None = None  # a liveness check in progress (out of rotation)
+    trying: str | None = None  # the server a reconnect is trying now
 
     @property
     def up(self) -> bool:
@@ -219,20 +220,25 @@ class NatsPool:
     def _reconnect_choice(self, slot: _Slot) -> Callable[[list[Any], dict[str, Any]], tuple[Any, float]]:
         """Which server a reconnecting connection tries next: one that another connection of
         the pool is on now (known reachable), else one other than the server it lost, else
-        the one tried longest ago; the same server is tried again only after
-        ``reconnect_wait``."""
+        one no other reconnecting connection is trying, else the one tried longest ago; the
+        same server is tried again only after ``reconnect_wait``."""
         tried: dict[str, float] = {}
 
         def choose(servers: list[Any], _info: dict[str, Any]) -> tuple[Any, float]:
-            live = {other.server for other in self._slots if other is not slot and other.up}
+            others = [other for other in self._slots if other is not slot]
+            live = {other.server for other in others if other.up}
+            # Servers other connections are trying now: spread out, one may be unreachable.
+            trying = {other.trying for other in others if not other.up}
             chosen = min(
                 servers,
                 key=lambda server: (
                     server.uri.netloc not in live,
                     server.uri.netloc == slot.server,
+                    server.uri.netloc in trying,
                     tried.get(server.uri.netloc, 0.0),
                 ),
             )
+            slot.trying = chosen.uri.netloc
             now = time.monotonic()
             last = tried.get(chosen.uri.netloc)
             delay = 0.0 if last is None else max(0.0, self._settings.reconnect_wait - (now - last))
