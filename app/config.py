@@ -90,7 +90,7 @@ class Settings(BaseSettings):
     sse_queue_size: int = Field(default=1000, ge=1, le=1_000_000)
     kv_watch_heartbeat: float = Field(default=5.0, ge=0.1, le=60)
     kv_max_watches: int = Field(default=10_000, ge=1)
-    # Opt-in read cache (app.services.kv_cache): buckets whose latest values are kept in
+    # Opt-in read cache (app.kv.cache): buckets whose latest values are kept in
     # memory, fed by a watch of each; a bucket whose values outgrow the cap is not cached.
     kv_cache: Annotated[list[str], NoDecode] = Field(default_factory=list)
     kv_cache_max_bytes: int = Field(default=64 * 1024 * 1024, ge=0)

@@ -13,15 +13,15 @@ from app import validation
 from app.auth.access import authorize
 from app.auth.policy import Principal
 from app.config import Settings
+from app.consumers.service import ConsumerService
+from app.direct.service import DirectService
+from app.kv.service import KVService
 from app.lifespan import Runtime
 from app.nats.direct import DirectGet
 from app.nats.pool import NatsPool
-from app.services.consumers import ConsumerService
-from app.services.direct import DirectService
-from app.services.kv import KVService
-from app.services.publish import Publisher
-from app.services.streams import StreamService
+from app.publish.service import Publisher
 from app.sse import SseSlots
+from app.streams.service import StreamService
 
 
 async def get_runtime(request: Request) -> Runtime:

@@ -29,7 +29,8 @@ from app.auth.access import authorize
 from app.auth.policy import ANONYMOUS, Principal
 from app.errors import GatewayError
 from app.http import JSON
-from app.kv_http import entry_headers, entry_response
+from app.kv.http import entry_headers, entry_response
+from app.kv.model import Entry
 from app.middleware import request_id_of
 from app.problems import (
     client_gone_response,
@@ -37,7 +38,6 @@ from app.problems import (
     http_exception_response,
     problem_response,
 )
-from app.services.kv_model import Entry
 
 log = logging.getLogger("jsgw.fastpath")
 

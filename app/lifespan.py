@@ -17,17 +17,17 @@ from fastapi import FastAPI
 
 from app.auth.guard import Authenticator
 from app.config import Settings
+from app.consumers.service import ConsumerService
+from app.direct.service import DirectService
+from app.kv.service import KVService
 from app.metrics import Metrics
 from app.nats.direct import DirectGet
 from app.nats.embedded import EmbeddedServer
 from app.nats.jsapi import JetStreamApi
 from app.nats.pool import NatsPool
-from app.services.consumers import ConsumerService
-from app.services.direct import DirectService
-from app.services.kv import KVService
-from app.services.publish import Publisher
-from app.services.streams import StreamService
+from app.publish.service import Publisher
 from app.sse import SseSlots
+from app.streams.service import StreamService
 
 log = logging.getLogger("jsgw.lifespan")
 

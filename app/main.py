@@ -12,10 +12,11 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from app import __version__, fastpath, problems, ui
 from app.auth.access import authorize
 from app.config import Settings
+from app.direct.schemas import EndOfBatchLine
 from app.lifespan import make_lifespan
 from app.metrics import Metrics
 from app.middleware import BodyLimitMiddleware, RequestContextMiddleware
-from app.schemas import EndOfBatchLine, Message, Problem
+from app.schemas import Message, Problem
 from app.sse import RAW_SEND
 from routers import auth, consumers, direct, kv, publish, streams, system
 

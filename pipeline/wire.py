@@ -51,7 +51,7 @@ def kv_schema() -> StructType:
 
 
 def schema() -> pa.Schema:
-    """The gateway's Arrow schema of a Direct Get batch (see app/arrow.py)."""
+    """The gateway's Arrow schema of a Direct Get batch (see app/direct/arrow.py)."""
     return pa.schema(
         [
             pa.field("stream", pa.string(), nullable=False),

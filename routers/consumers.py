@@ -9,18 +9,7 @@ from sse_starlette import EventSourceResponse
 from starlette.responses import Response
 
 from app import errors
-from app.deps import (
-    ConsumerName,
-    ConsumersDep,
-    PrincipalDep,
-    SettingsDep,
-    SseSlotsDep,
-    StreamName,
-)
-from app.http import JSON, problems
-from app.nats.pull import PIN_HEADER
-from app.schemas import (
-    MAX_GO_INT,
+from app.consumers.schemas import (
     AckBatch,
     AckBatchResult,
     ConsumeQuery,
@@ -33,6 +22,17 @@ from app.schemas import (
     NextRequest,
     UnpinRequest,
 )
+from app.deps import (
+    ConsumerName,
+    ConsumersDep,
+    PrincipalDep,
+    SettingsDep,
+    SseSlotsDep,
+    StreamName,
+)
+from app.http import JSON, problems
+from app.nats.pull import PIN_HEADER
+from app.schemas import MAX_GO_INT
 from app.sse import sse_response
 
 router = APIRouter(prefix="/v1/streams/{stream}/consumers", tags=["consumers"])

@@ -10,13 +10,14 @@ from fastapi import APIRouter, Path, Query, Request
 from starlette.background import BackgroundTask
 from starlette.responses import Response, StreamingResponse
 
-from app import arrow, errors
+from app import errors
 from app.auth.policy import Resource
 from app.deps import DirectServiceDep, PrincipalDep, SettingsDep, StreamName
+from app.direct import arrow
+from app.direct.schemas import MultiRequest, MultiResult
+from app.direct.service import SingleQuery
 from app.http import JSON, PlainDigits, problems, wants_json
 from app.nats.direct import EndOfBatch, StoredMessage
-from app.schemas import MultiRequest, MultiResult
-from app.services.direct import SingleQuery
 
 router = APIRouter(prefix="/v1/streams", tags=["direct get"])
 

@@ -20,8 +20,10 @@ from app.deps import (
     SseSlotsDep,
 )
 from app.http import JSON, PlainDigits, problems, read_body
-from app.kv_http import entry_response
-from app.schemas import (
+from app.kv.http import entry_response
+from app.kv.model import Precondition, etag
+from app.kv.read import read_at
+from app.kv.schemas import (
     KVBucketList,
     KVConfig,
     KVHistory,
@@ -31,9 +33,7 @@ from app.schemas import (
     KVStatus,
     KVWriteResult,
 )
-from app.services.kv_model import Precondition, etag
-from app.services.kv_read import read_at
-from app.services.kv_watch import WatchOptions
+from app.kv.watch import WatchOptions
 from app.sse import QueueStream
 
 router = APIRouter(prefix="/v1/kv", tags=["kv"])

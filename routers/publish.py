@@ -11,9 +11,9 @@ from app.auth import access
 from app.auth.policy import Principal, Resource
 from app.deps import PoolDep, PrincipalDep, PublisherDep, SettingsDep, StreamsDep
 from app.http import JSON, problems, read_body
-from app.schemas import PubAck, PublishBatch, PublishBatchResult
-from app.services import publish
-from app.services.streams import StreamService
+from app.publish import service as publish
+from app.publish.schemas import PubAck, PublishBatch, PublishBatchResult
+from app.streams.service import StreamService
 
 router = APIRouter(prefix="/v1/publish", tags=["publish"])
 

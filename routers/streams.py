@@ -10,15 +10,8 @@ from starlette.responses import Response
 from app import errors, validation
 from app.deps import PrincipalDep, StreamName, StreamsDep
 from app.http import JSON, PlainDigits, problems
-from app.schemas import (
-    MAX_GO_INT,
-    Message,
-    PurgeRequest,
-    PurgeResult,
-    StreamConfig,
-    StreamInfo,
-    StreamList,
-)
+from app.schemas import MAX_GO_INT, Message
+from app.streams.schemas import PurgeRequest, PurgeResult, StreamConfig, StreamInfo, StreamList
 
 router = APIRouter(prefix="/v1/streams", tags=["streams"])
 

@@ -11,7 +11,7 @@ import nats
 import pyarrow as pa
 import pytest
 
-import app.arrow
+import app.direct.arrow
 from tests.helpers import problem
 
 ARROW = "application/vnd.apache.arrow.stream"
@@ -99,7 +99,7 @@ async def test_without_pyarrow_arrow_only_is_406_and_ndjson_is_the_fallback(
 ) -> None:
     await make_stream(gateway, name)
     assert (await gateway.post(f"/v1/publish/{name}.a", content=b"x")).status_code == 200
-    monkeypatch.setattr(app.arrow, "pa", None)  # an install without the optional pyarrow
+    monkeypatch.setattr(app.direct.arrow, "pa", None)  # an install without the optional pyarrow
     params = {"seq": 1, "batch": 10}
     refused = await gateway.get(f"/v1/streams/{name}/direct", params=params, headers={"Accept": ARROW})
     problem(refused, 406, "direct.arrow_unavailable")

@@ -17,7 +17,7 @@ import nats.errors
 import pytest
 
 from app.nats.replies import LeanClient
-from app.services.publish import acknowledged
+from app.publish.service import acknowledged
 
 REFUSAL = json.dumps(
     {"error": {"code": 400, "err_code": 10071, "description": "wrong last sequence: 7"}}

@@ -20,10 +20,10 @@ from typing import Any
 import nats
 import pytest
 
+from app.direct.service import SingleQuery
+from app.kv.watch import WatchOptions
 from app.main import create_app
 from app.nats.embedded import EmbeddedServer
-from app.services.direct import SingleQuery
-from app.services.kv_watch import WatchOptions
 from tests.helpers import gateway_settings
 
 WATCHES = 50_000

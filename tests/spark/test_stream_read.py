@@ -73,7 +73,7 @@ def test_ranges_subject_filters_and_partitions(
 def test_gateway_without_arrow_answers_ndjson_and_reads_are_equal(
     gateway_url: str, nats_server: EmbeddedServer, name: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import app.arrow
+    import app.direct.arrow
 
     run(make_stream(nats_server.url, name))
     run(publish(nats_server.url, [(f"{name}.x", os.urandom(50), {"H": "v"}) for _ in range(1500)]))
@@ -81,7 +81,7 @@ def test_gateway_without_arrow_answers_ndjson_and_reads_are_equal(
         as_arrow = [b for b in gateway.read_range(name, 3, 1400, max_batch=500)]
         # The gateway serves from this process: take its pyarrow away (as on an install
         # without the extra); it answers NDJSON, which the client turns into the same batches.
-        monkeypatch.setattr(app.arrow, "pa", None)
+        monkeypatch.setattr(app.direct.arrow, "pa", None)
         as_ndjson = [b for b in gateway.read_range(name, 3, 1400, max_batch=500)]
     assert sum(b.num_rows for b in as_arrow) == 1398
     rows = lambda batches: [r for b in batches for r in b.to_pylist()]

@@ -9,13 +9,14 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from app import errors
+from app.kv import model as kv_model
+from app.kv.keys import parse_cursor
+from app.kv.model import ANY_REVISION, Precondition
+from app.kv.schemas import KVConfig
+from app.kv.service import ttl_header
+from app.kv.watch import WatchOptions
 from app.nats.direct import StoredMessage
-from app.schemas import KVConfig, Placement, Republish
-from app.services import kv_model
-from app.services.kv import ttl_header
-from app.services.kv_keys import parse_cursor
-from app.services.kv_model import ANY_REVISION, Precondition
-from app.services.kv_watch import WatchOptions
+from app.streams.schemas import Placement, Republish
 
 
 def test_names_and_subjects() -> None:

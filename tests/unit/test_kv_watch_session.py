@@ -6,8 +6,8 @@ from __future__ import annotations
 import json
 
 from app import errors
+from app.kv.watch import WatchEvent, WatchOptions, WatchSession, entry_event, entry_from_delivery
 from app.nats.scan import Delivery
-from app.services.kv_watch import WatchEvent, WatchOptions, WatchSession, entry_event, entry_from_delivery
 
 
 def delivery(seq: int, key: str, pending: int, *, op: str | None = None) -> Delivery:

@@ -3,7 +3,7 @@ from __future__ import annotations
 import pytest
 
 from app.errors import InvalidInput
-from app.services.publish import http_publish_headers, message_headers
+from app.publish.service import http_publish_headers, message_headers
 
 
 def test_allowlist_and_aliases() -> None:

@@ -6,9 +6,10 @@ from hypothesis import strategies as st
 
 from app import errors, validation
 from app.config import Settings
+from app.consumers import config as consumer_config
+from app.consumers import pull_options
+from app.consumers.schemas import ConsumeQuery, ConsumerConfig, FetchRequest, NextRequest
 from app.nats.pull import BIG_BATCH
-from app.schemas import ConsumeQuery, ConsumerConfig, FetchRequest, NextRequest
-from app.services import consumer_config, pull_options
 
 S = 1_000_000_000
 SETTINGS = Settings(nats_url=["nats://127.0.0.1:1"])

@@ -24,9 +24,7 @@ from collections.abc import Callable
 from typing import Any
 
 from app import errors
-from app.nats.jsapi import JetStreamApi
-from app.nats.scan import ConsumerScan
-from app.services.kv_model import (
+from app.kv.model import (
     MAX_REVISION,
     PUT,
     filter_subject,
@@ -34,6 +32,8 @@ from app.services.kv_model import (
     operation_of,
     stream_name,
 )
+from app.nats.jsapi import JetStreamApi
+from app.nats.scan import ConsumerScan
 
 _BATCH = 1000
 _MIN_BATCH = 256

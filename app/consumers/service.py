@@ -18,14 +18,15 @@ from nats.aio.msg import Msg
 
 from app import errors
 from app.config import Settings
+from app.consumers import config as consumer_config
+from app.consumers import pull_options
+from app.consumers.schemas import AckItem, ConsumeQuery, ConsumerConfig, PullOptions
 from app.nats import acks, pull
 from app.nats import headers as nats_headers
 from app.nats.consume import Consume, Delivered, Failed, Pinned, Unpinned, Warn
 from app.nats.jsapi import JetStreamApi
 from app.nats.pool import NatsPool
 from app.nats.replies import Reply
-from app.schemas import AckItem, ConsumeQuery, ConsumerConfig, PullOptions
-from app.services import consumer_config, pull_options
 
 _LIST_PAGE = 256
 _MAX_REASON = 1024

@@ -16,7 +16,7 @@ from app.durations import nats_ttl
 from app.nats.jsapi import JetStreamApi, parse_response
 from app.nats.pool import NatsPool, NoResponders
 from app.nats.replies import Reply
-from app.schemas import PublishItem
+from app.publish.schemas import PublishItem
 
 # Publish headers a client may set, by lower-case name, with their canonical NATS spelling
 # (the server matches header names case-sensitively).

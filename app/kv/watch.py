@@ -31,11 +31,11 @@ from dataclasses import dataclass, field
 import orjson
 
 from app import errors, validation
+from app.kv import model as kv_model
+from app.kv.model import PUT, Entry, entry_from_delivery
 from app.nats.jsapi import JetStreamApi
 from app.nats.ordered import OrderedConfig, OrderedConsumer
 from app.nats.scan import Delivery
-from app.services import kv_model
-from app.services.kv_model import PUT, Entry, entry_from_delivery
 from app.sse import server_exiting
 
 log = logging.getLogger("jsgw.kv.watch")

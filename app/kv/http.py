@@ -6,7 +6,7 @@ from starlette.datastructures import Headers
 from starlette.responses import Response
 
 from app.http import JSON, wants_json
-from app.services.kv_model import Entry, etag, if_none_match_hits
+from app.kv.model import Entry, etag, if_none_match_hits
 
 
 def entry_headers(entry: Entry) -> list[tuple[bytes, bytes]]:

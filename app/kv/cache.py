@@ -46,11 +46,11 @@ from typing import Any
 
 from app import errors
 from app.durations import NS_PER_SECOND, parse_duration_ns
+from app.kv import model as kv_model
+from app.kv.model import Entry
 from app.nats.jsapi import JetStreamApi
 from app.nats.ordered import OrderedConfig, OrderedConsumer
 from app.nats.scan import Delivery
-from app.services import kv_model
-from app.services.kv_model import Entry
 
 log = logging.getLogger("jsgw.kv.cache")
 

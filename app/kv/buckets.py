@@ -7,12 +7,12 @@ from collections.abc import Callable
 from typing import Any
 
 from app import errors, validation
+from app.kv import model as kv_model
+from app.kv.model import bucket_errors, status_from_info, stream_name
+from app.kv.schemas import KVConfig
 from app.nats.direct import DirectGet
 from app.nats.jsapi import JetStreamApi
-from app.schemas import KVConfig
-from app.services import kv_model
-from app.services.kv_model import bucket_errors, status_from_info, stream_name
-from app.services.streams import create_or_update
+from app.streams.service import create_or_update
 
 
 class Buckets:

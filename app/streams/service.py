@@ -9,7 +9,7 @@ from app import errors
 from app.durations import nats_time, ns_to_seconds
 from app.nats.direct import DirectGet, StoredMessage
 from app.nats.jsapi import JetStreamApi
-from app.schemas import PurgeRequest, StreamConfig
+from app.streams.schemas import PurgeRequest, StreamConfig
 
 # Duration fields (nanoseconds in NATS) of a StreamConfig, as paths into the dict.
 _STREAM_DURATIONS = (

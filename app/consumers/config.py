@@ -5,9 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 from app import errors
+from app.consumers.schemas import ConsumerConfig
 from app.durations import nats_time, ns_to_seconds
-from app.schemas import ConsumerConfig
-from app.services.streams import durations_out
+from app.streams.service import durations_out
 
 _CONFIG_DURATIONS = (
     ("ack_wait",),

@@ -5,8 +5,8 @@ from __future__ import annotations
 import dataclasses
 
 from app import errors, validation
-from app.services.direct import DirectService
-from app.services.kv_model import (
+from app.direct.service import DirectService
+from app.kv.model import (
     Entry,
     bucket_errors,
     entry_from_message,

@@ -24,14 +24,11 @@ from typing import Any
 from app import errors, validation
 from app.config import Settings
 from app.durations import nats_ttl
-from app.nats.direct import DirectGet, StoredMessage
-from app.nats.jsapi import JetStreamApi
-from app.nats.scan import ConsumerScan
-from app.services import kv_model
-from app.services.kv_buckets import Buckets
-from app.services.kv_cache import ReadCaches
-from app.services.kv_keys import list_keys
-from app.services.kv_model import (
+from app.kv import model as kv_model
+from app.kv.buckets import Buckets
+from app.kv.cache import ReadCaches
+from app.kv.keys import list_keys
+from app.kv.model import (
     ANY_REVISION,
     PUT,
     Entry,
@@ -44,8 +41,11 @@ from app.services.kv_model import (
     operation_of,
     stream_name,
 )
-from app.services.kv_watch import Watches, WatchOptions, WatchSession
-from app.services.publish import Outgoing, Publisher
+from app.kv.watch import Watches, WatchOptions, WatchSession
+from app.nats.direct import DirectGet, StoredMessage
+from app.nats.jsapi import JetStreamApi
+from app.nats.scan import ConsumerScan
+from app.publish.service import Outgoing, Publisher
 
 # ADR-8 caps history at 64 per key; a stream changed by hand could hold more.
 MAX_HISTORY = 1024

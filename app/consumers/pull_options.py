@@ -13,10 +13,10 @@ from typing import Any
 
 from app import errors, validation
 from app.config import Settings
+from app.consumers.schemas import ConsumeQuery, FetchRequest, PullOptions
 from app.durations import NS_PER_SECOND
 from app.nats.consume import ConsumeOptions
 from app.nats.pull import BIG_BATCH, PullRequest
-from app.schemas import ConsumeQuery, FetchRequest, PullOptions
 
 DEFAULT_EXPIRES_NS = 30 * NS_PER_SECOND
 FETCH_EXPIRES_NS = 5 * NS_PER_SECOND

@@ -1,0 +1,229 @@
+"""Request and response models of pull consumers."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    WithJsonSchema,
+    model_validator,
+)
+
+from app import validation
+from app.durations import parse_time, time_for_nats
+from app.schemas import (
+    MAX_GO_INT,
+    Duration,
+    Message,
+    Strict,
+    SubjectFilter,
+    UInt64,
+    validated,
+)
+
+ConsumerName = Annotated[str, validated(validation.consumer_name)]
+GroupName = Annotated[str, validated(validation.group_name)]
+
+
+def _time_for_nats(value: str) -> str:
+    return time_for_nats(parse_time(value))
+
+
+Time = Annotated[
+    str, AfterValidator(_time_for_nats), WithJsonSchema({"type": "string", "format": "date-time"})
+]
+"""An RFC 3339 time in a request, passed on in the form the JetStream API wants."""
+
+# Settings that only push consumers have: refused with a clear message rather than as
+# unknown fields, since the gateway manages pull consumers only.
+_PUSH_ONLY = (
+    "deliver_subject",
+    "deliver_group",
+    "idle_heartbeat",
+    "flow_control",
+    "rate_limit_bps",
+)
+
+
+class ConsumerConfig(Strict):
+    """A durable pull consumer's ConsumerConfig (NATS field names); durations in seconds or '30s'.
+
+    ``ack_policy`` defaults to ``explicit``. ADR-42: ``priority_groups`` (1-16 characters of
+    ``A-Za-z0-9-_/=``) go with a ``priority_policy`` and explicit acks; ``priority_timeout``
+    is how long a pinned client may stay silent before the server pins another one.
+    """
+
+    name: ConsumerName | None = None
+    durable_name: ConsumerName | None = None
+    description: str | None = Field(default=None, max_length=4096)
+    deliver_policy: (
+        Literal["all", "last", "new", "by_start_sequence", "by_start_time", "last_per_subject"]
+        | None
+    ) = None
+    opt_start_seq: UInt64 | None = None
+    opt_start_time: Time | None = None
+    ack_policy: Literal["none", "all", "explicit"] = "explicit"
+    ack_wait: Duration | None = None
+    max_deliver: int | None = Field(default=None, ge=-1, le=MAX_GO_INT)
+    backoff: list[Duration] | None = None
+    filter_subject: SubjectFilter | None = None
+    filter_subjects: list[SubjectFilter] | None = None
+    replay_policy: Literal["instant", "original"] | None = None
+    sample_freq: str | None = Field(default=None, pattern=r"\A[0-9]{1,3}%?\z")
+    max_waiting: int | None = Field(default=None, ge=1, le=MAX_GO_INT)
+    max_ack_pending: int | None = Field(default=None, ge=-1, le=MAX_GO_INT)
+    headers_only: bool | None = None
+    max_batch: int | None = Field(default=None, ge=0, le=MAX_GO_INT)
+    max_expires: Duration | None = None
+    max_bytes: int | None = Field(default=None, ge=0, le=MAX_GO_INT)
+    inactive_threshold: Duration | None = None
+    num_replicas: int | None = Field(default=None, ge=0, le=5)
+    mem_storage: bool | None = None
+    metadata: dict[str, str] | None = None
+    pause_until: Time | None = None
+    priority_groups: list[GroupName] | None = None
+    priority_policy: Literal["none", "overflow", "pinned_client", "prioritized"] | None = None
+    priority_timeout: Duration | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _pull_only(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            for key in _PUSH_ONLY:
+                if key in data:
+                    raise ValueError(
+                        f"{key!r} is a push consumer setting: the gateway manages pull consumers only"
+                    )
+        return data
+
+
+class PriorityGroupState(BaseModel):
+    """As nats-server reports it (not ADR-42's ``name``/``pinned_id``)."""
+
+    group: str
+    pinned_client_id: str | None = None
+    pinned_ts: str | None = None
+
+
+class ConsumerInfo(BaseModel):
+    """Consumer config (durations in seconds) and state as the server reports them."""
+
+    stream_name: str
+    name: str
+    created: str | None = None
+    config: dict[str, Any]
+    delivered: dict[str, Any]
+    ack_floor: dict[str, Any]
+    num_ack_pending: int
+    num_redelivered: int
+    num_waiting: int
+    num_pending: int
+    paused: bool | None = None
+    pause_remaining: float | None = None
+    priority_groups: list[PriorityGroupState] | None = None
+    cluster: dict[str, Any] | None = None
+    ts: str | None = None
+
+
+class ConsumerList(BaseModel):
+    consumers: list[ConsumerInfo]
+    total: int
+    offset: int
+    limit: int
+
+
+class PullOptions(Strict):
+    expires: Duration | None = Field(
+        default=None, description="how long the server holds the pull: 1 s up to the gateway's "
+        "maximum (default 5 s; with no_wait, unset means answer at once)"
+    )  # fmt: skip
+    idle_heartbeat: Duration | None = Field(
+        default=None,
+        description="0.5-30 s, at most half of expires (default 5 s when expires > 30 s)",
+    )
+    no_wait: bool = Field(default=False, description="end as soon as no message is available")
+    group: GroupName | None = Field(default=None, description="ADR-42 priority group")
+    min_pending: int | None = Field(default=None, ge=1, le=2**63 - 1, description="overflow")
+    min_ack_pending: int | None = Field(default=None, ge=1, le=2**63 - 1, description="overflow")
+    priority: int | None = Field(default=None, ge=0, le=9, description="prioritized (0 first)")
+
+
+class NextRequest(PullOptions):
+    """Pull one message."""
+
+
+class FetchRequest(PullOptions):
+    """Pull up to ``max_messages`` messages (default 1) or up to ``max_bytes`` bytes."""
+
+    max_messages: int | None = Field(default=None, ge=1)
+    max_bytes: int | None = Field(default=None, ge=1)
+
+
+class ConsumeQuery(Strict):
+    """ADR-37 consume options; thresholds default to half the buffer."""
+
+    # Query parameters are text: numbers come as "100" and must be parsed.
+    model_config = ConfigDict(extra="forbid", strict=False)
+
+    group: GroupName | None = None
+    max_messages: int | None = Field(default=None, ge=1, description="buffer (default 100)")
+    max_bytes: int | None = Field(default=None, ge=1, description="buffer in bytes instead")
+    expires: Duration | None = Field(default=None, description="of each pull (default 30 s)")
+    idle_heartbeat: Duration | None = Field(
+        default=None, description="default half of expires, 0.5-30 s"
+    )
+    threshold_messages: int | None = Field(default=None, ge=0)
+    threshold_bytes: int | None = Field(default=None, ge=0)
+    min_pending: int | None = Field(default=None, ge=1, le=2**63 - 1)
+    min_ack_pending: int | None = Field(default=None, ge=1, le=2**63 - 1)
+    priority: int | None = Field(default=None, ge=0, le=9)
+    access_token: str | None = Field(
+        default=None, description="a short-lived SSE token, for EventSource clients that "
+        "cannot send an Authorization header (see POST /v1/auth/sse-token)"
+    )  # fmt: skip
+
+
+class DeliveredMessage(Message):
+    """A message pulled from a consumer, with what it takes to ack it."""
+
+    ack_token: str = Field(description="opaque, signed, bound to this stream and consumer")
+    delivered: int = Field(description="delivery count (1 = first delivery)")
+    consumer_seq: int
+    pending: int = Field(description="messages left for the consumer after this one")
+
+
+class FetchResult(BaseModel):
+    messages: list[DeliveredMessage]
+    pin_id: str | None = Field(
+        default=None, description="send it back in the Nats-Pin-Id header; absent: send none"
+    )
+
+
+class AckItem(Strict):
+    token: str = Field(min_length=1, max_length=1024)
+    kind: Literal["ack", "nak", "wpi", "term"] = "ack"
+    delay: Duration | None = Field(default=None, description="nak only: redeliver after this")
+    reason: str | None = Field(default=None, max_length=1024, description="term only")
+
+
+class AckBatch(Strict):
+    acks: list[AckItem] = Field(min_length=1)
+
+
+class AckResult(BaseModel):
+    index: int
+    ok: bool
+    seq: int | None = Field(default=None, description="stream sequence of the message")
+    error: dict[str, Any] | None = None
+
+
+class AckBatchResult(BaseModel):
+    results: list[AckResult]
+
+
+class UnpinRequest(Strict):
+    group: GroupName

@@ -1,0 +1,34 @@
+"""Request and response models of Direct Get reads."""
+
+from __future__ import annotations
+
+from pydantic import (
+    BaseModel,
+    Field,
+)
+
+from app.schemas import Message, Strict, SubjectFilter, UInt64
+
+
+class MultiRequest(Strict):
+    """Last message of each subject (filters allowed), all as of one stream sequence."""
+
+    subjects: list[SubjectFilter] = Field(min_length=1)
+    up_to_seq: UInt64 | None = Field(default=None, ge=1)
+    up_to_time: str | None = Field(default=None, description="RFC 3339")
+    batch: int | None = Field(
+        default=None, ge=1, le=1000, description="messages per server request (paging)"
+    )
+
+
+class MultiResult(BaseModel):
+    up_to_seq: int = Field(description="every message is the last one at or before this sequence")
+    messages: list[Message]
+
+
+class EndOfBatchLine(BaseModel):
+    """The last NDJSON line of a batch read."""
+
+    eob: bool = True
+    num_pending: int
+    last_seq: int

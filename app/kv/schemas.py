@@ -1,0 +1,117 @@
+"""Request and response models of KV buckets and entries (ADR-8)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    Field,
+)
+
+from app.schemas import Duration, Int64, Strict, UInt64
+from app.streams.schemas import Placement, Republish
+
+
+def _kv_value_size(value: int) -> int:
+    if value == 0:
+        raise ValueError("max_value_size is -1 (unlimited) or at least 1")
+    return value
+
+
+def _kv_marker_ttl(value: int) -> int:
+    if 0 < value < 1_000_000_000:
+        raise ValueError("limit_marker_ttl is at least 1 second (or 0: off)")
+    return value
+
+
+class KVConfig(Strict):
+    """A bucket's settings (ADR-8, ADR-48); durations in seconds or '30s'."""
+
+    history: int = Field(default=1, ge=1, le=64, description="values kept per key")
+    ttl: Duration = Field(default=0, description="how long values live; 0: forever")
+    max_value_size: Annotated[int, AfterValidator(_kv_value_size)] = Field(
+        default=-1, ge=-1, le=2**31 - 1, description="-1: unlimited"
+    )
+    max_bytes: Int64 = Field(default=-1, description="bucket size limit; -1: unlimited")
+    storage: Literal["file", "memory"] = "file"
+    replicas: int = Field(default=1, ge=1, le=5)
+    compression: bool = Field(default=False, description="s2 compression on disk")
+    description: str | None = Field(default=None, max_length=4096)
+    placement: Placement | None = None
+    republish: Republish | None = None
+    limit_marker_ttl: Annotated[Duration, AfterValidator(_kv_marker_ttl)] = Field(
+        default=0,
+        description="keep markers for keys removed by ttl/max age this long (at least 1s); "
+        "also enables per-key TTLs. Cannot be turned off once on",
+    )
+
+
+class KVStatus(BaseModel):
+    """ADR-8's Status of a bucket, plus its settings."""
+
+    bucket: str
+    values: int = Field(description="messages stored, historical values and markers included")
+    history: int
+    ttl: int | float = Field(description="seconds; 0: values never expire")
+    bytes: int
+    is_compressed: bool
+    backing_store: Literal["JetStream"] = "JetStream"
+    storage: str
+    replicas: int
+    max_value_size: int
+    max_bytes: int
+    limit_marker_ttl: int | float = Field(description="seconds; 0: no limit markers")
+    allow_direct: bool
+    stream: str
+    created: str | None = None
+    last_revision: int = Field(description="the bucket's latest revision (stream sequence)")
+    description: str | None = None
+    placement: dict[str, Any] | None = None
+    republish: dict[str, Any] | None = None
+
+
+class KVBucketList(BaseModel):
+    buckets: list[KVStatus]
+
+
+class KVEntry(BaseModel):
+    """ADR-8's Entry. `delta`: how many newer revisions of the key exist (0: the latest)."""
+
+    bucket: str
+    key: str
+    value: str | None = Field(default=None, description="base64; absent for meta_only")
+    revision: int
+    created: str | None
+    delta: int | None = None
+    operation: Literal["PUT", "DEL", "PURGE"]
+
+
+class KVHistory(BaseModel):
+    entries: list[KVEntry]
+
+
+class KVKeys(BaseModel):
+    keys: list[str]
+    next_cursor: str | None = Field(description="pass as cursor for the next page; null: done")
+
+
+class KVReadRequest(Strict):
+    """Keys or key filters to read together, as of one revision (or time)."""
+
+    keys: list[str] = Field(min_length=1, description="keys or filters with * and >")
+    at_revision: UInt64 | None = Field(default=None, ge=1)
+    at_time: str | None = Field(default=None, description="RFC 3339")
+    include_deleted: bool = Field(
+        default=False, description="report keys deleted/purged at that revision (no value)"
+    )
+
+
+class KVReadResult(BaseModel):
+    revision: int = Field(description="every entry is the latest at or before this revision")
+    entries: list[KVEntry]
+
+
+class KVWriteResult(BaseModel):
+    revision: int

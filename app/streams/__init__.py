@@ -1,0 +1,1 @@
+"""Streams: create, update, inspect, purge and delete, and messages by sequence."""

@@ -1,0 +1,143 @@
+"""Request and response models of streams."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import (
+    BaseModel,
+    Field,
+)
+
+from app.schemas import (
+    MAX_GO_INT,
+    Duration,
+    Int64,
+    StreamName,
+    Strict,
+    SubjectFilter,
+    UInt64,
+)
+
+
+class Placement(Strict):
+    cluster: str | None = None
+    tags: list[str] | None = None
+    preferred: str | None = None
+
+
+class SubjectTransform(Strict):
+    src: SubjectFilter
+    dest: str
+
+
+class Republish(Strict):
+    src: SubjectFilter | None = None
+    dest: str
+    headers_only: bool | None = None
+
+
+class ExternalStream(Strict):
+    api: str
+    deliver: str | None = None
+
+
+class StreamSource(Strict):
+    name: StreamName
+    opt_start_seq: UInt64 | None = None
+    opt_start_time: str | None = None
+    filter_subject: SubjectFilter | None = None
+    subject_transforms: list[SubjectTransform] | None = None
+    external: ExternalStream | None = None
+    domain: str | None = None
+
+
+class ConsumerLimits(Strict):
+    inactive_threshold: Duration | None = None
+    max_ack_pending: int | None = Field(default=None, ge=-1, le=MAX_GO_INT)
+
+
+class StreamConfig(Strict):
+    """A JetStream StreamConfig with NATS field names; durations in seconds or '30s'."""
+
+    name: StreamName | None = None
+    description: str | None = Field(default=None, max_length=4096)
+    subjects: list[SubjectFilter] | None = None
+    retention: Literal["limits", "interest", "workqueue"] | None = None
+    max_consumers: int | None = Field(default=None, ge=-1, le=MAX_GO_INT)
+    max_msgs: Int64 | None = None
+    max_bytes: Int64 | None = None
+    max_age: Duration | None = None
+    max_msgs_per_subject: Int64 | None = None
+    max_msg_size: int | None = Field(default=None, ge=-1, le=2**31 - 1)
+    discard: Literal["old", "new"] | None = None
+    storage: Literal["file", "memory"] | None = None
+    num_replicas: int | None = Field(default=None, ge=1, le=5)
+    no_ack: bool | None = None
+    duplicate_window: Duration | None = None
+    placement: Placement | None = None
+    mirror: StreamSource | None = None
+    sources: list[StreamSource] | None = None
+    compression: Literal["none", "s2"] | None = None
+    first_seq: UInt64 | None = None
+    subject_transform: SubjectTransform | None = None
+    republish: Republish | None = None
+    allow_direct: bool | None = None
+    mirror_direct: bool | None = None
+    discard_new_per_subject: bool | None = None
+    sealed: bool | None = None
+    deny_delete: bool | None = None
+    deny_purge: bool | None = None
+    allow_rollup_hdrs: bool | None = None
+    consumer_limits: ConsumerLimits | None = None
+    allow_msg_ttl: bool | None = None
+    subject_delete_marker_ttl: Duration | None = None
+    allow_msg_counter: bool | None = None
+    allow_atomic: bool | None = None
+    allow_msg_schedules: bool | None = None
+    persist_mode: Literal["default", "async"] | None = None
+    metadata: dict[str, str] | None = None
+
+    def to_nats(self, name: str) -> dict[str, Any]:
+        body = self.model_dump(exclude_none=True)
+        body["name"] = name
+        return body
+
+
+class StreamSummary(BaseModel):
+    name: str
+    subjects: list[str]
+    messages: int
+    bytes: int
+    first_seq: int
+    last_seq: int
+    consumer_count: int
+    created: str | None = None
+
+
+class StreamList(BaseModel):
+    streams: list[StreamSummary]
+    total: int
+    offset: int
+    limit: int
+
+
+class StreamInfo(BaseModel):
+    """Stream config (durations in seconds) and state as the server reports them."""
+
+    config: dict[str, Any]
+    state: dict[str, Any]
+    created: str | None = None
+    cluster: dict[str, Any] | None = None
+    mirror: dict[str, Any] | None = None
+    sources: list[dict[str, Any]] | None = None
+
+
+class PurgeRequest(Strict):
+    filter: SubjectFilter | None = None
+    seq: UInt64 | None = Field(default=None, ge=1)
+    keep: UInt64 | None = None
+
+
+class PurgeResult(BaseModel):
+    purged: int
