@@ -13,6 +13,26 @@ import pytest
 from app.nats.embedded import EmbeddedServer
 from tests.helpers import gateway_settings, running_gateway
 
+# The domain of each test module, by its name, so that `pytest -m kv` runs every test of one
+# domain (unit, integration, cluster, security and Spark alike). A module of a new domain adds
+# its prefix here and its marker in pyproject.toml.
+DOMAINS: dict[str, tuple[str, ...]] = {
+    "kv": ("test_kv", "test_cluster_kv"),
+    "streams": ("test_streams",),
+    "publish": ("test_publish", "test_cluster_publish"),
+    "direct": ("test_direct",),
+    "consumers": ("test_consumers", "test_pull", "test_acks"),
+    "pipeline": ("test_pipeline", "test_stream_read", "test_streaming", "test_write"),
+}
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        name = item.path.name
+        for domain, prefixes in DOMAINS.items():
+            if name.startswith(prefixes):
+                item.add_marker(domain)
+
 
 @pytest.fixture(scope="session")
 def nats_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedServer]:
