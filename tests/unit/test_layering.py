@@ -112,3 +112,15 @@ def test_pipeline_does_not_import_the_gateway() -> None:
 @pytest.mark.parametrize("package", _domain_packages(), ids=lambda p: p.name)
 def test_every_domain_has_a_test_marker(package: Path) -> None:
     assert package.name in DOMAINS, f"add app/{package.name} to DOMAINS in tests/conftest.py"
+
+
+def test_only_the_pool_makes_the_patched_client() -> None:
+    # LeanClient (nats-py's Client with the gateway's parser and reply routing) is created by
+    # the pool alone; everything else gets connections from the pool, so a connection never
+    # misses the pool's reconnect, probe and reply handling.
+    allowed = {"app.nats.pool", "app.nats.replies"}
+    paths = [
+        p for p in [*(ROOT / "app").rglob("*.py"), *(ROOT / "routers").glob("*.py")]
+        if _module(p) not in allowed
+    ]
+    assert _violations(paths, ("app.nats.replies.LeanClient", "app.nats.wire")) == []
