@@ -37,12 +37,18 @@ def _load_settings():  # type: ignore[no-untyped-def]
 def serve(_: argparse.Namespace) -> int:
     import uvicorn
 
+    from app import compat
     from app.nats.embedded import EmbeddedServer
     from app.serving import uvicorn_options as serving_options
     from app.tls import uvicorn_options
 
     settings = _load_settings()
     logs.setup(settings.log_level)
+    try:
+        # Before any port or nats-server is taken; each worker checks again as it starts.
+        compat.check()
+    except RuntimeError as exc:
+        raise SystemExit(str(exc)) from None
     if not settings.listens_on_loopback and settings.auth_file is None:
         log.warning(
             "LISTENING ON %s WITHOUT AUTHENTICATION: anyone who reaches this port can read, "

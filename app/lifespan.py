@@ -15,6 +15,7 @@ from typing import TypedDict
 
 from fastapi import FastAPI
 
+from app import compat
 from app.auth.guard import Authenticator
 from app.config import Settings
 from app.metrics import Metrics
@@ -66,6 +67,7 @@ def make_lifespan(
         pool: NatsPool | None = None
         kv: KVService | None = None
         thresholds = gc.get_threshold()
+        compat.check()  # (cached: an upgrade is checked once per process, not per app)
         try:
             servers = settings.nats_url
             if settings.embedded:

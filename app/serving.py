@@ -18,7 +18,7 @@ to go before it stops (until its ``timeout_graceful_shutdown``, then cancelling 
 with a traceback per request). Streams end with a farewell event on shutdown; to a client
 that reads nothing the farewell cannot be delivered anyway. Besides ``connection_made``,
 this uses the protocol's ``shutdown``, ``resume_writing``, ``connection_lost``, ``loop``,
-``flow`` (``write_paused``) and ``transport``.
+``flow`` (``write_paused``) and ``transport`` (app/compat.py checks them at start-up).
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ import asyncio
 import weakref
 from typing import Any
 
-from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+from app.compat import HttpToolsProtocol
 
 _HEAD = b"HTTP/"  # how uvicorn's status lines begin
 # Once the server exits: how long a connection with paused writes may take nothing.
