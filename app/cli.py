@@ -16,11 +16,13 @@ log = logging.getLogger("jsgw.cli")
 
 
 def app_from_env():  # type: ignore[no-untyped-def]
-    """uvicorn factory: each worker builds its own app (and so its own NATS pool)."""
+    """uvicorn factory: each worker builds its own app (and so its own NATS pool), and tunes
+    its own garbage collector once that app has started (workers are spawned processes)."""
     from app.config import Settings
     from app.main import create_app
+    from app.serving import tune_gc_once_started
 
-    return create_app(Settings())
+    return tune_gc_once_started(create_app(Settings()))
 
 
 def _load_settings():  # type: ignore[no-untyped-def]
