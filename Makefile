@@ -4,8 +4,11 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+# The versions the suite passed with: every install (this venv, CI, deploy/Dockerfile) is
+# constrained to them, so a release published tomorrow changes nothing until `make lock`.
+CONSTRAINTS := constraints.txt
 
-.PHONY: run test openapi clean chromium
+.PHONY: run test openapi clean chromium lock
 
 run: $(STAMP)
 	$(BIN)/jsgw serve
@@ -26,11 +29,22 @@ chromium:
 openapi: $(STAMP)
 	$(BIN)/jsgw openapi -o openapi/openapi.json
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml $(CONSTRAINTS)
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e ".[test]"
+	$(BIN)/pip install -q -e ".[test]" -c $(CONSTRAINTS)
 	touch $(STAMP)
+
+# Writes $(CONSTRAINTS) from the venv as it is (pip freeze, without jsgw itself).
+lock:
+	@test -x $(BIN)/pip || { echo "no $(VENV): run make test first" >&2; exit 1; }
+	{ printf '%s\n' \
+		"# The versions the test suite passed with. make test (CI) and deploy/Dockerfile install" \
+		"# with -c $(CONSTRAINTS); tests/deploy/test_constraints.py checks it against pyproject.toml." \
+		"# To change a version: edit its pin here (and its range in pyproject.toml if capped)," \
+		"# run \`make test\` (which reinstalls), then \`make lock\` to write the whole set again" \
+		"# (pip freeze --exclude-editable of .venv, without jsgw itself)."; \
+	  $(BIN)/pip freeze --exclude-editable | grep -v '^jsgw[=@ ]'; } > $(CONSTRAINTS)
 
 clean:
 	rm -rf $(VENV) data .pytest_cache .hypothesis

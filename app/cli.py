@@ -16,11 +16,13 @@ log = logging.getLogger("jsgw.cli")
 
 
 def app_from_env():  # type: ignore[no-untyped-def]
-    """uvicorn factory: each worker builds its own app (and so its own NATS pool)."""
+    """uvicorn factory: each worker builds its own app (and so its own NATS pool), and tunes
+    its own garbage collector once that app has started (workers are spawned processes)."""
     from app.config import Settings
     from app.main import create_app
+    from app.serving import tune_gc_once_started
 
-    return create_app(Settings())
+    return tune_gc_once_started(create_app(Settings()))
 
 
 def _load_settings():  # type: ignore[no-untyped-def]
@@ -37,12 +39,18 @@ def _load_settings():  # type: ignore[no-untyped-def]
 def serve(_: argparse.Namespace) -> int:
     import uvicorn
 
+    from app import compat
     from app.nats.embedded import EmbeddedServer
     from app.serving import uvicorn_options as serving_options
     from app.tls import uvicorn_options
 
     settings = _load_settings()
     logs.setup(settings.log_level)
+    try:
+        # Before any port or nats-server is taken; each worker checks again as it starts.
+        compat.check()
+    except RuntimeError as exc:
+        raise SystemExit(str(exc)) from None
     if not settings.listens_on_loopback and settings.auth_file is None:
         log.warning(
             "LISTENING ON %s WITHOUT AUTHENTICATION: anyone who reaches this port can read, "

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import gc
 import logging
 import secrets
 import signal
@@ -15,6 +14,7 @@ from typing import TypedDict
 
 from fastapi import FastAPI
 
+from app import compat
 from app.auth.guard import Authenticator
 from app.config import Settings
 from app.consumers.service import ConsumerService
@@ -54,9 +54,6 @@ class State(TypedDict):
     runtime: Runtime
 
 
-_GC_YOUNG_THRESHOLD = 10_000
-
-
 def make_lifespan(
     settings: Settings, metrics: Metrics
 ) -> Callable[[FastAPI], AbstractAsyncContextManager[State]]:
@@ -65,7 +62,7 @@ def make_lifespan(
         embedded: EmbeddedServer | None = None
         pool: NatsPool | None = None
         kv: KVService | None = None
-        thresholds = gc.get_threshold()
+        compat.check()  # (cached: an upgrade is checked once per process, not per app)
         try:
             servers = settings.nats_url
             if settings.embedded:
@@ -105,21 +102,8 @@ def make_lifespan(
                 ),
                 embedded=embedded,
             )
-            # What exists now (modules, the app, its schemas) lives as long as the process:
-            # out of the collector's sight, full collections under load (thousands of SSE
-            # connections) stay short instead of pausing every stream for 0.1-0.2 s.
-            gc.collect()
-            gc.freeze()
-            # A request frees what it allocates by reference counting (no request/response
-            # leaves a cycle: tests/integration/test_garbage.py; nor does a KV watch or a batch
-            # read: test_garbage_streams.py), so young collections find next to nothing to
-            # free; but at the default threshold (700 allocations) the objects of 64 requests
-            # in flight set one off every ~50 requests, ~4% of a KV read's CPU. At 10,000
-            # they come when objects really pile up.
-            gc.set_threshold(_GC_YOUNG_THRESHOLD, *thresholds[1:])
             yield {"runtime": runtime}
         finally:
-            gc.set_threshold(*thresholds)
             # Reverse order of creation: drain NATS, then stop the server it talks to.
             with contextlib.suppress(ValueError, RuntimeError, NotImplementedError):
                 asyncio.get_running_loop().remove_signal_handler(signal.SIGHUP)

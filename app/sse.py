@@ -12,12 +12,12 @@ from typing import Any, Protocol
 
 import anyio
 from sse_starlette import EventSourceResponse, ServerSentEvent
-from sse_starlette.sse import AppStatus
 from starlette.background import BackgroundTask
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
 from app import errors
+from app.compat import SseAppStatus
 
 SHUTDOWN_GRACE = 2.0
 
@@ -135,7 +135,7 @@ def server_exiting() -> bool:
     """Has the HTTP server begun to exit? uvicorn waits for open streams before it stops, so
     streams must end themselves: the flag sse-starlette sets from uvicorn's signal handler, or
     uvicorn's own, found through that handler as sse-starlette does."""
-    if AppStatus.should_exit:
+    if SseAppStatus.should_exit:
         return True
     server = getattr(signal.getsignal(signal.SIGTERM), "__self__", None)
     return bool(getattr(server, "should_exit", False))

@@ -23,6 +23,7 @@ import nats
 import nats.errors
 from nats.aio.client import Client
 
+from app import compat
 from app.config import Settings
 from app.errors import (
     GatewayError,
@@ -170,8 +171,7 @@ class NatsPool:
             if client is not None:
                 # Unsent commands of a dead connection belong to requests that have been (or
                 # will be) answered as failed: never replay them on the next connection.
-                client._pending = []
-                client._pending_data_size = 0
+                compat.discard_unsent(client)
                 # No reply can come any more: the requests waiting for one end now.
                 if isinstance(client, LeanClient):
                     client.replies.fail_pending()
@@ -282,7 +282,7 @@ class NatsPool:
                     slot.server,
                     failure,
                 )
-                await client._process_op_err(nats.errors.StaleConnectionError())
+                await compat.force_reconnect(client, nats.errors.StaleConnectionError())
         finally:
             slot.probe = None
 
@@ -436,7 +436,7 @@ class NatsPool:
     def server_info(self) -> dict[str, Any]:
         for slot in self._slots:
             if slot.up and slot.client is not None:
-                return dict(slot.client._server_info)
+                return compat.server_info(slot.client)
         return {}
 
     def state(self) -> list[dict[str, Any]]:

@@ -20,6 +20,7 @@ from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
 
 from app import errors
+from app.compat import drop_message_iterator
 
 PIN_HEADER = "Nats-Pin-Id"
 PENDING_MESSAGES_HEADER = "Nats-Pending-Messages"
@@ -292,7 +293,7 @@ async def unsubscribe(sub: Subscription) -> None:
     """Drop a subscription; a connection that is already gone took it along.
 
     A subscription without a callback holds nats-py's message iterator (``_message_iterator``,
-    a private name: tests/unit/test_nats_internals.py), which holds the subscription: a
+    a private name: app/compat.py), which holds the subscription: a
     reference cycle of ten objects per fetch or Direct Get page, freed only by the garbage
     collector unless the link is cut here. (The gateway reads such subscriptions with
     ``next_msg``, never through ``messages``.)
@@ -301,4 +302,4 @@ async def unsubscribe(sub: Subscription) -> None:
         with contextlib.suppress(nats.errors.Error):
             await sub.unsubscribe()
     finally:
-        sub._message_iterator = None
+        drop_message_iterator(sub)

@@ -30,8 +30,8 @@ from collections import deque
 from collections.abc import Callable
 
 import nats.errors
-from nats.aio.client import Client
 
+from app.compat import NatsClient, subscription_id
 from app.nats.headers import HeaderBlock, parse
 from app.nats.wire import LeanParser
 
@@ -79,7 +79,7 @@ class Reply:
         return self.headers.status
 
 
-class LeanClient(Client):
+class LeanClient(NatsClient):
     def __init__(self) -> None:
         super().__init__()
         self._ps = LeanParser(self)
@@ -89,7 +89,7 @@ class LeanClient(Client):
     async def raw_subscribe(self, subject: str, handler: RawHandler) -> None:
         """``handler(subject, header_block, payload)`` gets every message of the subject."""
         sub = await self.subscribe(subject)
-        self._raw_handlers[sub._id] = handler
+        self._raw_handlers[subscription_id(sub)] = handler
 
     def publish_queued(self, subject: str, reply: str, payload: bytes) -> bool:
         """Queue a PUB for the flusher as nats-py's ``publish`` would, in one step; False, with
@@ -99,7 +99,7 @@ class LeanClient(Client):
         queue = self._flush_queue
         flusher = self._flusher_task
         if (
-            self._status != Client.CONNECTED
+            self._status != NatsClient.CONNECTED
             or queue is None
             or queue.full()
             or flusher is None

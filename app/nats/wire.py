@@ -23,13 +23,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from nats.protocol.parser import AWAITING_CONTROL_LINE, MAX_CONTROL_LINE_SIZE, Parser
+from app.compat import AWAITING_CONTROL_LINE, MAX_CONTROL_LINE_SIZE, NatsParser
 
 _CRLF = b"\r\n"
 _MAX_DIGITS = 18  # longer numbers (past int()'s limits too) are left to nats-py's parser
 
 
-class LeanParser(Parser):
+class LeanParser(NatsParser):
     """nats-py's ``Parser``, reading ``MSG``/``HMSG`` commands on a fast path."""
 
     _wanted = 0  # bytes the command kept in ``buf`` needs before it is worth parsing again

@@ -106,7 +106,21 @@ def test_stages(stages: list[Stage]) -> None:
     assert final.image == builder.image
     assert final.args("COPY") == ["--from=builder /opt/jsgw /opt/jsgw"]
     install = " ".join(builder.args("RUN"))
-    assert "/opt/jsgw/bin/pip install --no-cache-dir ." in install
+    assert "/opt/jsgw/bin/pip install --no-cache-dir -c constraints.txt ." in install
+
+
+def test_builder_installs_the_tested_versions(stages: list[Stage]) -> None:
+    """Every pip install of the image is constrained by the committed constraints.txt,
+    copied before it is used."""
+    builder = stages[0]
+    keywords = [(kw, rest) for kw, rest in builder.instructions if kw in ("COPY", "RUN")]
+    copied_at = next(i for i, (kw, rest) in enumerate(keywords)
+                     if kw == "COPY" and "constraints.txt" in rest.split()[:-1])  # fmt: skip
+    installs = [(i, rest) for i, (kw, rest) in enumerate(keywords)
+                if kw == "RUN" and re.search(r"\bpip install\b", rest)]  # fmt: skip
+    assert installs
+    for i, run in installs:
+        assert i > copied_at and re.search(r"\bpip install\b[^&;]* -c constraints\.txt\b", run), run
 
 
 def test_final_stage_has_no_build_tools(stages: list[Stage]) -> None:

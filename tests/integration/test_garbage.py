@@ -15,7 +15,7 @@ from collections.abc import Iterator
 import pytest
 
 from app.nats.embedded import EmbeddedServer
-from tests.helpers import gateway_settings, served_gateway
+from tests.helpers import gateway_settings, running_gateway, served_gateway
 
 REQUESTS = 100
 
@@ -116,3 +116,13 @@ def test_no_server_header(base_url: str) -> None:
     head = connection.buffer.partition(b"\r\n\r\n")[0].lower()
     assert head.startswith(b"http/1.1 200") and b"\r\ndate: " in head
     assert b"\r\nserver:" not in head
+
+
+async def test_an_app_leaves_the_process_collector_alone(nats_server: EmbeddedServer) -> None:
+    """Tuning the collector is the serving process's (app.serving.tune_gc_once_started, by
+    ``jsgw serve``), not an app's: tests start many apps in one process."""
+    before = gc.get_threshold(), gc.get_freeze_count()
+    async with running_gateway(gateway_settings(nats_server.url)) as client:
+        assert (await client.get("/healthz")).status_code == 200
+        assert (gc.get_threshold(), gc.get_freeze_count()) == before
+    assert (gc.get_threshold(), gc.get_freeze_count()) == before

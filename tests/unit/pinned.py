@@ -1,29 +1,27 @@
 """Failing loudly when a pinned library changes what the gateway relies on (see
-test_nats_internals.py and test_uvicorn_internals.py)."""
+test_nats_internals.py and test_uvicorn_internals.py).
+
+app/compat.py lists the private names and checks what can be checked without running them;
+these tests add what only running them shows, and say what moved the way compat does."""
 
 from __future__ import annotations
 
-import inspect
-from importlib.metadata import version
-from typing import Any
-
 import pytest
+
+from app.compat import Pin, problems
 
 
 class Pinned:
-    """A library pinned to the release series ``tested``, whose private names ``users`` use."""
+    """A library pinned to a release series (``pin``), whose private names ``users`` use."""
 
-    def __init__(self, library: str, tested: str, users: str) -> None:
-        self.library = library
-        self.tested = tested
-        self.installed = version(library)
+    def __init__(self, pin: Pin, users: str) -> None:
+        self.pin = pin
         self.users = users
 
     def fail(self, what: str, how: str) -> None:
         pytest.fail(
-            f"{self.library} {self.installed}: {what} {how}. The gateway relies on it as "
-            f"{self.library} {self.tested} has it ({self.users}): adapt them to this release "
-            f"before widening the {self.library} pin in pyproject.toml.",
+            f"{self.pin.problem(what, how, self.users)}. Adapt them to this release before "
+            f"widening the {self.pin.distribution} pin in pyproject.toml.",
             pytrace=False,
         )
 
@@ -31,22 +29,13 @@ class Pinned:
         if not condition:
             self.fail(what, how)
 
-    def parameters(self, function: Any, expected: list[str], what: str, *, coroutine: bool) -> None:
-        """``function`` exists, is (or is not) a coroutine function, and takes ``expected``."""
-        if function is None:
-            self.fail(what, "does not exist")
-        self.require(
-            inspect.iscoroutinefunction(function) == coroutine,
-            what,
-            "is no longer a coroutine function" if coroutine else "became a coroutine function",
-        )
-        names = list(inspect.signature(function).parameters)
-        self.require(
-            names == expected, what, f"takes ({', '.join(names)}), not ({', '.join(expected)})"
-        )
+    def in_tested_series(self) -> None:
+        self.require(self.pin.in_tested_series, "the installed release",
+                     "is not in the series the gateway was tested with")  # fmt: skip
 
-    def source_uses(self, function: Any, fragment: str, what: str, why: str) -> None:
-        """``function``'s source still contains ``fragment``."""
-        self.require(
-            fragment in inspect.getsource(function), what, f"no longer uses {fragment!r} ({why})"
-        )
+    def nothing_moved(self) -> None:
+        """app.compat's own checks of this library pass."""
+        prefix = f"{self.pin.distribution} "
+        moved = [line for line in problems() if line.startswith(prefix)]
+        if moved:
+            pytest.fail("\n".join(moved), pytrace=False)

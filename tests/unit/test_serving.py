@@ -1,14 +1,28 @@
-"""The gateway's HTTP protocol: a response's head leaves with what follows it, in one write."""
+"""The gateway's HTTP protocol: a response's head leaves with what follows it, in one write;
+and the process's garbage collector, tuned by ``jsgw serve`` once its app has started."""
 
 from __future__ import annotations
 
 import asyncio
+import gc
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
 from typing import Any
 
+import pytest
+import uvicorn
+from asgi_lifespan import LifespanManager
+from starlette.applications import Starlette
 from uvicorn.config import Config
 from uvicorn.server import ServerState
 
-from app.serving import GatheringProtocol, GatheringTransport
+from app import cli, main
+from app.serving import (
+    GC_YOUNG_THRESHOLD,
+    GatheringProtocol,
+    GatheringTransport,
+    tune_gc_once_started,
+)
 
 
 class SocketTransport(asyncio.Transport):
@@ -201,3 +215,61 @@ def test_held_heads_do_not_keep_their_loop_alive() -> None:
     del loop
     gc.collect()
     assert gone() is None
+
+
+@pytest.fixture
+def collector() -> Iterator[None]:
+    """The collector as a process starts with it (nothing frozen, Python's thresholds), and
+    as it was afterwards."""
+    thresholds = gc.get_threshold()
+    gc.unfreeze()
+    gc.set_threshold(700, *thresholds[1:])
+    yield
+    gc.unfreeze()
+    gc.set_threshold(*thresholds)
+
+
+def _app(seen: list[tuple[int, int]]) -> Starlette:
+    """An app whose start-up records the collector's young threshold and frozen count."""
+
+    @asynccontextmanager
+    async def lifespan(_: Starlette) -> AsyncIterator[dict[str, str]]:
+        seen.append((gc.get_threshold()[0], gc.get_freeze_count()))
+        yield {"started": "yes"}
+
+    return Starlette(lifespan=lifespan)
+
+
+def _tuned() -> bool:
+    return gc.get_threshold()[0] == GC_YOUNG_THRESHOLD and gc.get_freeze_count() > 0
+
+
+async def test_the_collector_is_tuned_once_the_app_has_started(collector: None) -> None:
+    seen: list[tuple[int, int]] = []
+    app = tune_gc_once_started(_app(seen))
+    assert not _tuned()
+    async with LifespanManager(app) as manager:
+        # After the app's start-up, so that what it made is frozen with it.
+        assert seen == [(700, 0)] and _tuned()
+        assert manager._state == {"started": "yes"}  # the app's state still reaches it
+
+
+async def test_every_worker_tunes_its_own_collector(
+    collector: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``jsgw serve`` hands uvicorn the factory by name: with JSGW_WORKERS > 1 every spawned
+    worker imports and calls it, and so tunes its own collector once its app has started."""
+    passed: dict[str, Any] = {}
+    monkeypatch.setattr(uvicorn, "run", lambda app, **options: passed.update(app=app, **options))
+    monkeypatch.setenv("JSGW_NATS_URL", "nats://127.0.0.1:1")
+    monkeypatch.setenv("JSGW_WORKERS", "2")
+    monkeypatch.setenv("JSGW_ACK_SECRET", "s" * 32)
+    assert cli.main(["serve"]) == 0
+    assert passed["app"] == "app.cli:app_from_env" and passed["factory"] is True
+    assert passed["workers"] == 2
+    assert not _tuned()  # not by the supervisor: it serves nothing
+
+    seen: list[tuple[int, int]] = []
+    monkeypatch.setattr(main, "create_app", lambda settings: _app(seen))
+    async with LifespanManager(cli.app_from_env()):
+        assert seen == [(700, 0)] and _tuned()

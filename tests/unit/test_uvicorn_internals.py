@@ -7,40 +7,36 @@ relies on uvicorn writing a response's head in one write, overrides ``connection
 ``flow`` (``write_paused``) and ``transport``; ``ClientCertProtocol`` overrides
 ``on_message_begin`` and writes into ``scope``. ``app.sse.server_exiting`` finds uvicorn's
 ``Server`` through the SIGTERM handler it installs and reads its ``should_exit``.
-pyproject.toml pins uvicorn to the release these were written and tested against. This test
-names each private thing and fails, saying which one and how, when an upgrade moves or changes
-it: widening the pin is then a decision (re-read those modules against the new release), not a
-surprise in production.
+app/compat.py lists each of these and checks, at start-up and here, that they still exist in
+the form relied on; these tests drive a connection through uvicorn's protocol to see what only
+running it shows. pyproject.toml pins uvicorn to the release series these were written and
+tested against: when an upgrade moves or changes one of them, a test fails saying which one
+and how, and widening the pin is then a decision (re-read those modules against the new
+release), not a surprise in production.
 """
 
 from __future__ import annotations
 
 import asyncio
-import inspect
 import signal
 import threading
 from typing import Any
 
 import pytest
-from sse_starlette.sse import AppStatus
-from uvicorn.config import HTTP_PROTOCOLS, LOOP_FACTORIES, Config
+from uvicorn.config import LOOP_FACTORIES, Config
 from uvicorn.protocols.http import httptools_impl
 from uvicorn.protocols.http.flow_control import FlowControl
 from uvicorn.server import Server, ServerState
 
 from app import serving
+from app.compat import UVICORN, SseAppStatus
 from app.serving import _HEAD, GatheringProtocol, GatheringTransport, uvicorn_options
 from app.sse import server_exiting
 from app.tls import ClientCertProtocol
 from tests.unit.pinned import Pinned
 
-TESTED = "0.54"  # the uvicorn release series the private names below were checked against
-PINNED = Pinned("uvicorn", TESTED, "app/serving.py, tls.py, sse.py")
-INSTALLED = PINNED.installed
-_fail = PINNED.fail
+PINNED = Pinned(UVICORN, "app/serving.py, tls.py, sse.py")
 _require = PINNED.require
-_parameters = PINNED.parameters
-_source_uses = PINNED.source_uses
 
 
 class _Socket(asyncio.Transport):
@@ -87,55 +83,19 @@ async def _turns(count: int = 20) -> None:
 
 
 def test_the_installed_release_is_the_tested_one() -> None:
-    _require(
-        INSTALLED == TESTED or INSTALLED.startswith(TESTED + "."),
-        "the installed release",
-        f"is not in the {TESTED} series the gateway was tested with",
-    )
+    PINNED.in_tested_series()
+
+
+def test_nothing_the_gateway_relies_on_moved() -> None:
+    """app.compat's list of uvicorn's private names: each one still there, as relied on."""
+    PINNED.nothing_moved()
 
 
 def test_the_protocol_class() -> None:
-    base = getattr(httptools_impl, "HttpToolsProtocol", None)
-    _require(isinstance(base, type), "uvicorn.protocols.http.httptools_impl.HttpToolsProtocol",
-             "does not exist")  # fmt: skip
+    base = httptools_impl.HttpToolsProtocol
     _require(issubclass(base, asyncio.Protocol), "HttpToolsProtocol", "is not an asyncio.Protocol")
     _require(GatheringProtocol.__bases__ == (base,), "HttpToolsProtocol",
              "is not the class app.serving.GatheringProtocol subclasses")  # fmt: skip
-    _require(HTTP_PROTOCOLS.get("httptools", "").endswith("httptools_impl:HttpToolsProtocol"),
-             "uvicorn.config.HTTP_PROTOCOLS['httptools']",
-             "is not HttpToolsProtocol: uvicorn's httptools protocol moved")  # fmt: skip
-    # uvicorn's Server makes one per connection with these keywords (tests/unit/test_serving too).
-    _parameters(base.__init__, ["self", "config", "server_state", "app_state", "_loop"],
-                "HttpToolsProtocol.__init__", coroutine=False)  # fmt: skip
-    for name, parameters in (
-        ("connection_made", ["self", "transport"]),
-        ("connection_lost", ["self", "exc"]),
-        ("pause_writing", ["self"]),
-        ("resume_writing", ["self"]),
-        ("shutdown", ["self"]),
-        ("on_message_begin", ["self"]),
-    ):
-        method = base.__dict__.get(name)
-        _parameters(method, parameters, f"HttpToolsProtocol.{name}", coroutine=False)
-    # What the gateway's subclasses add must not shadow anything of uvicorn's.
-    for name in ("_stall_check", "_resumed_at", "_cut_if_stalled", "_client_cert_name"):
-        _require(not hasattr(base, name), f"HttpToolsProtocol.{name}",
-                 "now exists: app/serving.py or app/tls.py would shadow it")  # fmt: skip
-
-
-def test_the_server_shuts_connections_down_through_the_protocol() -> None:
-    _source_uses(Server.shutdown, "connection.shutdown()", "Server.shutdown",
-                 "GatheringProtocol.shutdown starts the stall check from it")  # fmt: skip
-    _source_uses(Server.shutdown, "self.server_state.connections", "Server.shutdown",
-                 "connections are shut down through the server state")  # fmt: skip
-    _source_uses(Server._wait_tasks_to_complete, "self.server_state.connections",
-                 "Server._wait_tasks_to_complete",
-                 "a stalled connection holds the exit until it is cut")  # fmt: skip
-    _source_uses(httptools_impl.HttpToolsProtocol.connection_made, "self.connections.add(self)",
-                 "HttpToolsProtocol.connection_made", "the server shuts down what it registers")
-    _source_uses(httptools_impl.HttpToolsProtocol.connection_lost,
-                 "self.connections.discard(self)", "HttpToolsProtocol.connection_lost",
-                 "a cut connection no longer holds the exit")  # fmt: skip
 
 
 async def test_protocol_attributes() -> None:
@@ -285,8 +245,6 @@ async def test_client_cert_name_reaches_the_scope() -> None:
         def getpeercert(self) -> dict[str, Any]:
             return {"subject": ((("commonName", "orders"),),)}
 
-    _source_uses(httptools_impl.HttpToolsProtocol.on_message_begin, "self.scope = ",
-                 "HttpToolsProtocol.on_message_begin", "ClientCertProtocol adds to the scope")
     protocol = _protocol(handler, ClientCertProtocol)
     protocol.connection_made(_Socket({"ssl_object": SSLObject()}))
     protocol.data_received(b"GET /x HTTP/1.1\r\nhost: t\r\n\r\n")
@@ -302,7 +260,7 @@ def test_the_exit_flag_server_exiting_reads(monkeypatch: pytest.MonkeyPatch) -> 
     ``should_exit`` says it is exiting."""
     if threading.current_thread() is not threading.main_thread():
         pytest.skip("signal handlers are installed from the main thread only")
-    monkeypatch.setattr(AppStatus, "should_exit", False)  # (set by sse-starlette's patch below)
+    monkeypatch.setattr(SseAppStatus, "should_exit", False)  # (set by sse-starlette's patch below)
 
     async def handler(scope: Any, receive: Any, send: Any) -> None:
         pass
@@ -325,12 +283,8 @@ def test_the_exit_flag_server_exiting_reads(monkeypatch: pytest.MonkeyPatch) -> 
 
 
 def test_the_options_the_gateway_passes() -> None:
-    """``jsgw serve`` (app.cli) and the tests' real server pass these to uvicorn."""
-    parameters = inspect.signature(Config.__init__).parameters
-    for name in ("http", "loop", "proxy_headers", "server_header", "factory", "host", "port",
-                 "workers", "access_log", "log_config", "timeout_graceful_shutdown",
-                 "ssl_certfile", "ssl_keyfile", "ssl_ca_certs", "ssl_cert_reqs"):  # fmt: skip
-        _require(name in parameters, f"Config({name}=...)", "is not accepted")
+    """``jsgw serve`` (app.cli) and the tests' real server pass these to uvicorn (app.compat
+    checks the names are accepted)."""
     options = uvicorn_options()
     _require(options["loop"] in LOOP_FACTORIES, f"Config(loop={options['loop']!r})",
              "is not a loop uvicorn knows")  # fmt: skip

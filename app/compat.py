@@ -1,0 +1,427 @@
+"""What the gateway uses of nats-py, uvicorn and sse-starlette beyond their public APIs.
+
+The fast paths subclass other libraries' classes and touch their private names. Every such
+name is reached through this module, and :func:`check` verifies, once per process at start-up
+(``jsgw serve`` before it starts uvicorn, and the app's lifespan), that the installed releases
+still have each of them in the form the gateway relies on. pyproject.toml caps the three
+libraries at the release series tested (:data:`NATS`, :data:`UVICORN`, :data:`SSE`) and
+constraints.txt pins them; an upgrade that moves a name fails start-up with a message naming
+the library, its version, the tested series, what moved and which module uses it, instead
+of misbehaving under load. Widening a pin is then a decision: re-read the modules named
+below against the new release, adjust them and this list, then regenerate constraints.txt.
+
+nats-py (``nats.aio.client.Client``, ``nats.protocol.parser.Parser``, ``Subscription``):
+
+- app/nats/wire.py: ``LeanParser`` subclasses ``Parser`` (``__init__(nc)``, ``reset()``,
+  ``parse(data)``, and its ``nc``, ``buf`` and ``state``), reads ``AWAITING_CONTROL_LINE``
+  and ``MAX_CONTROL_LINE_SIZE``, and hands messages to ``Client._process_msg`` as
+  ``Parser.parse`` does.
+- app/nats/replies.py: ``LeanClient`` subclasses ``Client``; it replaces ``_ps`` (the
+  parser), overrides ``_process_msg``, and queues commands for ``_flusher`` the way
+  ``publish`` does: ``_status`` (``Client.CONNECTED``), ``_flush_queue``, ``_flusher_task``,
+  ``_max_payload``, ``_max_pending_size``, ``_pending``, ``_pending_data_size``, ``stats``.
+  It keys raw subscriptions by ``Subscription._id`` (:func:`subscription_id`).
+- app/nats/pool.py: discards ``_pending``/``_pending_data_size`` of a dropped connection
+  (:func:`discard_unsent`), reconnects a silent one through ``_process_op_err``
+  (:func:`force_reconnect`), reads ``_server_info`` (:func:`server_info`), relies on
+  ``_ping_interval`` counting unanswered pings in ``_pings_outstanding`` against its ping
+  options, and on the ``Srv.uri`` of the servers its reconnect handler chooses from.
+- app/nats/pull.py: drops ``Subscription._message_iterator`` (:func:`drop_message_iterator`),
+  reading with ``next_msg``, which takes messages off ``_pending_queue``.
+
+uvicorn (``uvicorn.protocols.http.httptools_impl.HttpToolsProtocol``, ``uvicorn.server``):
+
+- app/serving.py: ``GatheringProtocol`` subclasses ``HttpToolsProtocol`` (``__init__``,
+  ``connection_made``, ``connection_lost``, ``pause_writing``, ``resume_writing``,
+  ``shutdown``, and its ``loop``, ``flow`` (``FlowControl.write_paused``) and ``transport``);
+  it counts on ``Server.shutdown`` shutting connections down one by one through
+  ``server_state.connections`` (what ``connection_made``/``connection_lost`` register), on
+  ``Server._wait_tasks_to_complete`` waiting for them, and on uvicorn writing a response's
+  head in a write of its own (tests/unit/test_uvicorn_internals.py drives a connection).
+- app/tls.py: ``ClientCertProtocol`` overrides ``on_message_begin`` and adds to ``scope``.
+- app/sse.py: ``server_exiting`` finds uvicorn's ``Server`` as the SIGTERM handler's
+  ``__self__`` (``Server.capture_signals`` installs ``Server.handle_exit``) and reads its
+  ``should_exit``.
+- app/cli.py, app/serving.py, app/tls.py: the ``uvicorn.run`` options passed.
+
+sse-starlette:
+
+- app/sse.py: reads ``sse_starlette.sse.AppStatus.should_exit`` (not exported by the
+  package), and passes ``EventSourceResponse`` its shutdown and ping options.
+
+The nats-py names are imported here at once (the NATS kit needs them anyway); uvicorn's and
+sse-starlette's only when asked for, so that the NATS kit and the services do not load the
+HTTP server. Reading a function's source is how a few checks see what it does; where sources
+are not installed those checks are skipped (the unit tests run them).
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import logging
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from importlib import import_module
+from importlib.metadata import version
+from typing import TYPE_CHECKING, Any
+
+from nats.aio.client import Client as NatsClient
+from nats.aio.client import Srv as NatsServer
+from nats.aio.subscription import Subscription as NatsSubscription
+from nats.protocol import parser as _nats_parser
+from nats.protocol.parser import AWAITING_CONTROL_LINE, MAX_CONTROL_LINE_SIZE
+from nats.protocol.parser import Parser as NatsParser
+
+if TYPE_CHECKING:
+    from sse_starlette.sse import AppStatus as SseAppStatus
+    from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+__all__ = [
+    "AWAITING_CONTROL_LINE",
+    "MAX_CONTROL_LINE_SIZE",
+    "NATS",
+    "SSE",
+    "UVICORN",
+    "HttpToolsProtocol",
+    "NatsClient",
+    "NatsParser",
+    "NatsSubscription",
+    "SseAppStatus",
+    "check",
+    "discard_unsent",
+    "drop_message_iterator",
+    "force_reconnect",
+    "problems",
+    "server_info",
+    "subscription_id",
+]
+
+log = logging.getLogger("jsgw.compat")
+
+_LAZY = {
+    "HttpToolsProtocol": ("uvicorn.protocols.http.httptools_impl", "HttpToolsProtocol"),
+    "SseAppStatus": ("sse_starlette.sse", "AppStatus"),
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        module, attribute = _LAZY[name]
+        return getattr(import_module(module), attribute)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+@dataclass(frozen=True)
+class Pin:
+    """A library capped at the release series ``tested`` (pyproject.toml says the same)."""
+
+    distribution: str
+    tested: str
+
+    @property
+    def installed(self) -> str:
+        return version(self.distribution)
+
+    @property
+    def in_tested_series(self) -> bool:
+        installed = self.installed
+        return installed == self.tested or installed.startswith(self.tested + ".")
+
+    def problem(self, what: str, how: str, users: str) -> str:
+        return (
+            f"{self.distribution} {self.installed} (tested: {self.tested}.x): {what} {how}; "
+            f"used by {users}"
+        )
+
+
+NATS = Pin("nats-py", "2.16")
+UVICORN = Pin("uvicorn", "0.54")
+SSE = Pin("sse-starlette", "3.7")
+PINS = (NATS, UVICORN, SSE)
+
+
+# -- the private names, reached from the gateway's modules ---------------------------------
+
+
+def subscription_id(sub: NatsSubscription) -> int:
+    """The sid nats-py hands to ``_process_msg`` for messages of ``sub``."""
+    return sub._id  # type: ignore[no-any-return]
+
+
+def discard_unsent(client: NatsClient) -> None:
+    """Forget the commands a client has queued but not written."""
+    client._pending = []
+    client._pending_data_size = 0
+
+
+async def force_reconnect(client: NatsClient, error: Exception) -> None:
+    """Treat the connection as broken by ``error``: nats-py reconnects as after a read error."""
+    await client._process_op_err(error)
+
+
+def server_info(client: NatsClient) -> dict[str, Any]:
+    """The INFO the server sent on connecting."""
+    return dict(client._server_info)
+
+
+def drop_message_iterator(sub: NatsSubscription) -> None:
+    """Cut the subscription's link to its message iterator (which links back to it)."""
+    sub._message_iterator = None
+
+
+# -- the start-up check ----------------------------------------------------------------------
+
+
+class _Checks:
+    """Collects what moved, one line per name, for one library and the modules using it."""
+
+    def __init__(self, pin: Pin, found: list[str]) -> None:
+        self.pin = pin
+        self.found = found
+
+    def require(self, condition: bool, what: str, how: str, users: str) -> bool:
+        if not condition:
+            self.found.append(self.pin.problem(what, how, users))
+        return condition
+
+    def exists(self, owner: Any, name: str, what: str, users: str) -> Any:
+        value = getattr(owner, name, None)
+        self.require(value is not None, what, "does not exist", users)
+        return value
+
+    def attribute(self, owner: Any, name: str, kind: type | tuple[type, ...], what: str,
+                  users: str) -> Any:  # fmt: skip
+        value = getattr(owner, name, None)
+        if not hasattr(owner, name):
+            self.require(False, what, "does not exist", users)
+        else:
+            self.require(isinstance(value, kind), what, f"is a {type(value).__name__}, not "
+                         f"{getattr(kind, '__name__', kind)}", users)  # fmt: skip
+        return value
+
+    def parameters(self, function: Any, expected: list[str], what: str, users: str, *,
+                   coroutine: bool) -> None:  # fmt: skip
+        """``function`` exists, is (or is not) a coroutine function, and takes ``expected``."""
+        if not self.require(callable(function), what, "does not exist", users):
+            return
+        self.require(inspect.iscoroutinefunction(function) == coroutine, what,
+                     "is no longer a coroutine function" if coroutine
+                     else "became a coroutine function", users)  # fmt: skip
+        names = list(inspect.signature(function).parameters)
+        self.require(names == expected, what,
+                     f"takes ({', '.join(names)}), not ({', '.join(expected)})", users)
+
+    def accepts(self, function: Any, names: Iterable[str], what: str, users: str) -> None:
+        parameters = inspect.signature(function).parameters
+        for name in names:
+            self.require(name in parameters, f"{what}({name}=...)", "is not accepted", users)
+
+    def absent(self, owner: type, names: Iterable[str], users: str) -> None:
+        """Names the gateway's subclass adds: the library must not have them."""
+        for name in names:
+            self.require(not hasattr(owner, name), f"{owner.__name__}.{name}",
+                         "now exists, and would be shadowed", users)  # fmt: skip
+
+    def source_uses(self, function: Any, fragments: Iterable[str], what: str, why: str,
+                    users: str, *, absent: Iterable[str] = ()) -> None:  # fmt: skip
+        if function is None:
+            return  # (reported where it was looked up)
+        try:
+            source = inspect.getsource(function)
+        except (OSError, TypeError):
+            return  # no sources installed: the unit tests read them
+        for fragment in fragments:
+            self.require(fragment in source, what, f"no longer uses {fragment!r} ({why})", users)
+        for fragment in absent:
+            self.require(fragment not in source, what, f"now uses {fragment!r} ({why})", users)
+
+
+def _check_nats(c: _Checks) -> None:
+    wire, replies = "app/nats/wire.py", "app/nats/replies.py"
+    pool, pull = "app/nats/pool.py", "app/nats/pull.py"
+    for name, expected in (("AWAITING_CONTROL_LINE", None), ("MAX_CONTROL_LINE_SIZE", 4096)):
+        value = c.attribute(_nats_parser, name, int, f"nats.protocol.parser.{name}", wire)
+        if expected is not None and isinstance(value, int):
+            c.require(value == expected, f"nats.protocol.parser.{name}", f"is {value}, not "
+                      f"{expected}", wire)  # fmt: skip
+    parser = NatsParser
+    c.parameters(getattr(parser, "__init__", None), ["self", "nc"], "Parser.__init__", wire,
+                 coroutine=False)  # fmt: skip
+    c.parameters(getattr(parser, "reset", None), ["self"], "Parser.reset", wire, coroutine=False)
+    c.parameters(getattr(parser, "parse", None), ["self", "data"], "Parser.parse", wire,
+                 coroutine=True)  # fmt: skip
+    c.source_uses(getattr(parser, "parse", None), ["self.nc._process_msg("], "Parser.parse",
+                  "messages it reads would bypass LeanClient._process_msg", replies)
+    client = NatsClient()
+    instance = NatsParser(client)
+    c.require(getattr(instance, "nc", None) is client, "Parser.nc", "is not the client given",
+              wire)  # fmt: skip
+    c.attribute(instance, "buf", bytearray, "Parser.buf", wire)
+    state = c.attribute(instance, "state", int, "Parser.state", wire)
+    c.require(state == AWAITING_CONTROL_LINE, "Parser.state",
+              "of a new parser is not AWAITING_CONTROL_LINE", wire)  # fmt: skip
+
+    c.parameters(getattr(NatsClient, "_process_msg", None),
+                 ["self", "sid", "subject", "reply", "data", "headers"], "Client._process_msg",
+                 f"{replies}, {wire}", coroutine=True)  # fmt: skip
+    c.require(isinstance(getattr(NatsClient, "CONNECTED", None), int), "Client.CONNECTED",
+              "is not an int status", replies)  # fmt: skip
+    ps = c.attribute(client, "_ps", NatsParser, "Client._ps", replies)
+    c.require(getattr(ps, "nc", None) is client, "Client._ps", "is not the client's own parser",
+              replies)  # fmt: skip
+    for name, kind, users in (
+        ("_status", int, replies),
+        ("_pending", list, f"{replies}, {pool}"),
+        ("_pending_data_size", int, f"{replies}, {pool}"),
+        ("_max_pending_size", int, replies),
+        ("_max_payload", int, replies),
+        ("_server_info", dict, pool),
+        ("_pings_outstanding", int, pool),
+        ("stats", dict, replies),
+    ):
+        c.attribute(client, name, kind, f"Client.{name}", users)
+    for name in ("_flush_queue", "_flusher_task"):  # (set by connect)
+        c.require(hasattr(client, name), f"Client.{name}", "does not exist", replies)
+    stats = getattr(client, "stats", None)
+    for key in ("out_msgs", "out_bytes"):
+        c.require(isinstance(stats, dict) and isinstance(stats.get(key), int),
+                  f"Client.stats[{key!r}]", "is not a counter", replies)  # fmt: skip
+    flusher = c.exists(NatsClient, "_flusher", "Client._flusher", replies)
+    c.source_uses(flusher, ["self._flush_queue.get()", "self._pending",
+                            "self._pending_data_size = 0"],
+                  "Client._flusher", "LeanClient.publish_queued queues commands for it", replies)
+    c.parameters(getattr(NatsClient, "_process_op_err", None), ["self", "e"],
+                 "Client._process_op_err", pool, coroutine=True)  # fmt: skip
+    pings = c.exists(NatsClient, "_ping_interval", "Client._ping_interval", pool)
+    c.source_uses(pings, ["self._pings_outstanding", 'self.options["max_outstanding_pings"]',
+                          'self.options["ping_interval"]'],
+                  "Client._ping_interval", "the pool's ping settings", pool)  # fmt: skip
+    c.accepts(NatsClient.connect, (
+        "ping_interval", "max_outstanding_pings", "pending_size", "reconnect_to_server_handler",
+        "servers", "name", "allow_reconnect", "max_reconnect_attempts", "reconnect_time_wait",
+        "connect_timeout", "disconnected_cb", "reconnected_cb", "closed_cb", "error_cb",
+    ), "Client.connect", pool)  # fmt: skip
+    c.require("uri" in getattr(NatsServer, "__dataclass_fields__", {}), "Srv.uri",
+              "does not exist", pool)  # fmt: skip
+
+    c.accepts(NatsSubscription.__init__, ("id",), "Subscription.__init__", replies)
+    sub = NatsSubscription(None, id=7)
+    c.require(getattr(sub, "_id", None) == 7, "Subscription._id", "is not the subscription's sid",
+              replies)  # fmt: skip
+    c.require(hasattr(sub, "_message_iterator"), "Subscription._message_iterator",
+              "does not exist", pull)  # fmt: skip
+    c.source_uses(NatsSubscription.next_msg, ["self._pending_queue"], "Subscription.next_msg",
+                  "messages are read off the pending queue", pull,
+                  absent=["_message_iterator"])  # fmt: skip
+
+
+def _check_uvicorn(c: _Checks) -> None:
+    from uvicorn.config import HTTP_PROTOCOLS, Config
+    from uvicorn.protocols.http import httptools_impl
+    from uvicorn.protocols.http.flow_control import FlowControl
+    from uvicorn.server import Server
+
+    serving, tls, sse = "app/serving.py", "app/tls.py", "app/sse.py"
+    base = getattr(httptools_impl, "HttpToolsProtocol", None)
+    if not isinstance(base, type):
+        c.require(False, "uvicorn.protocols.http.httptools_impl.HttpToolsProtocol",
+                  "does not exist", f"{serving}, {tls}")  # fmt: skip
+        return
+    c.require(HTTP_PROTOCOLS.get("httptools", "").endswith("httptools_impl:HttpToolsProtocol"),
+              "uvicorn.config.HTTP_PROTOCOLS['httptools']", "is not HttpToolsProtocol",
+              serving)  # fmt: skip
+    # uvicorn's Server makes one per connection with these keywords.
+    c.parameters(base.__dict__.get("__init__"), ["self", "config", "server_state", "app_state", "_loop"],
+                 "HttpToolsProtocol.__init__", serving, coroutine=False)  # fmt: skip
+    for name, parameters, users in (
+        ("connection_made", ["self", "transport"], serving),
+        ("connection_lost", ["self", "exc"], serving),
+        ("pause_writing", ["self"], serving),
+        ("resume_writing", ["self"], serving),
+        ("shutdown", ["self"], serving),
+        ("on_message_begin", ["self"], tls),
+    ):
+        c.parameters(base.__dict__.get(name), parameters, f"HttpToolsProtocol.{name}", users,
+                     coroutine=False)  # fmt: skip
+    c.absent(base, ("_stall_check", "_resumed_at", "_cut_if_stalled"), serving)
+    c.absent(base, ("_client_cert_name",), tls)
+    c.source_uses(FlowControl.__init__, ["self.write_paused = False"], "FlowControl.__init__",
+                  "GatheringProtocol reads flow.write_paused", serving)  # fmt: skip
+    c.source_uses(base.__dict__.get("connection_made"),
+                  ["self.connections.add(self)", "self.transport = transport",
+                   "self.flow = FlowControl(transport)"], "HttpToolsProtocol.connection_made",
+                  "the server shuts down what it registers, through this transport",
+                  serving)  # fmt: skip
+    c.source_uses(base.__dict__.get("connection_lost"), ["self.connections.discard(self)"],
+                  "HttpToolsProtocol.connection_lost", "a cut connection no longer holds the exit",
+                  serving)  # fmt: skip
+    c.source_uses(base.__dict__.get("on_message_begin"), ["self.scope = "],
+                  "HttpToolsProtocol.on_message_begin", "ClientCertProtocol adds to the scope",
+                  tls)  # fmt: skip
+    c.source_uses(Server.shutdown, ["connection.shutdown()", "self.server_state.connections"],
+                  "Server.shutdown", "GatheringProtocol.shutdown starts the stall check from it",
+                  serving)  # fmt: skip
+    c.source_uses(getattr(Server, "_wait_tasks_to_complete", None),
+                  ["self.server_state.connections"], "Server._wait_tasks_to_complete",
+                  "a stalled connection holds the exit until it is cut", serving)  # fmt: skip
+    c.source_uses(Server.capture_signals, ["signal.signal(sig, self.handle_exit)"],
+                  "Server.capture_signals", "server_exiting finds the server through it", sse)
+    c.accepts(Config.__init__, (
+        "http", "loop", "proxy_headers", "server_header", "factory", "host", "port", "workers",
+        "access_log", "log_config", "timeout_graceful_shutdown", "ssl_certfile", "ssl_keyfile",
+        "ssl_ca_certs", "ssl_cert_reqs",
+    ), "uvicorn.Config", "app/cli.py, app/serving.py, app/tls.py")  # fmt: skip
+
+
+def _check_sse(c: _Checks) -> None:
+    from sse_starlette import EventSourceResponse
+    from sse_starlette import sse as sse_module
+
+    sse = "app/sse.py"
+    status = c.exists(sse_module, "AppStatus", "sse_starlette.sse.AppStatus", sse)
+    if status is not None:
+        c.attribute(status, "should_exit", bool, "AppStatus.should_exit", sse)
+    c.accepts(EventSourceResponse.__init__, (
+        "background", "ping", "ping_message_factory", "headers", "shutdown_event",
+        "shutdown_grace_period",
+    ), "EventSourceResponse", sse)  # fmt: skip
+
+
+_CHECKS: tuple[tuple[Pin, Callable[[_Checks], None]], ...] = (
+    (NATS, _check_nats),
+    (UVICORN, _check_uvicorn),
+    (SSE, _check_sse),
+)
+
+
+def problems() -> list[str]:
+    """What moved, one line per private name; empty when the gateway can run."""
+    found: list[str] = []
+    for pin, check_library in _CHECKS:
+        try:
+            check_library(_Checks(pin, found))
+        except Exception as exc:  # noqa: BLE001 - a check that breaks is itself what moved
+            found.append(pin.problem("the check", f"broke: {exc!r}", "app/compat.py"))
+    return found
+
+
+@functools.cache
+def check() -> None:
+    """Verify, once per process, the private names the gateway uses; RuntimeError if any
+    moved (a library other than the tested one installed)."""
+    found = problems()
+    if found:
+        raise RuntimeError(
+            "jsgw cannot run with the installed libraries: private names it relies on moved.\n"
+            + "".join(f"  - {line}\n" for line in found)
+            + "Install the tested versions (pip install -c constraints.txt), or adapt the "
+            "modules named to the installed release (app/compat.py lists what they use) and "
+            "widen its pin in pyproject.toml."
+        )
+    for pin in PINS:
+        if not pin.in_tested_series:
+            log.warning(
+                "%s %s is installed, but jsgw was tested with %s.x; its private names check out",
+                pin.distribution, pin.installed, pin.tested,
+            )  # fmt: skip
