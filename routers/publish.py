@@ -4,18 +4,20 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Path, Request
+from fastapi import Path, Request
 
 from app import errors
 from app.auth import access
+from app.auth.access import Need
 from app.auth.policy import Principal, Resource
 from app.deps import PoolDep, PrincipalDep, PublisherDep, SettingsDep, StreamsDep
 from app.http import JSON, problems, read_body
 from app.publish import service as publish
 from app.publish.schemas import PubAck, PublishBatch, PublishBatchResult
+from app.routing import Router
 from app.streams.service import StreamService
 
-router = APIRouter(prefix="/v1/publish", tags=["publish"])
+router = Router(prefix="/v1/publish", tags=["publish"])
 
 _PUBLISH_ERRORS = problems(
     errors.NotFound, errors.PreconditionFailed, errors.PayloadTooLarge
@@ -24,6 +26,7 @@ _PUBLISH_ERRORS = problems(
 
 @router.post(
     "/{subject:text}",
+    access=Need("write", narrowed=True), lean=True,
     response_model=PubAck,
     response_model_exclude_none=True,
     response_class=JSON,
@@ -57,6 +60,7 @@ async def publish_one(
 
 @router.post(
     "",
+    access=Need("write", narrowed=True),
     response_model=PublishBatchResult,
     response_model_exclude_none=True,
     response_class=JSON,
