@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 from fastapi import Path, Request
+from starlette.responses import Response
 
 from app import errors
 from app.auth import access
@@ -44,7 +45,7 @@ async def publish_one(
     publisher: PublisherDep,
     principal: PrincipalDep,
     streams: StreamsDep,
-) -> Any:
+) -> Response:
     """Publish the raw body; answers after the stream's PubAck.
 
     Headers passed to NATS: Nats-Msg-Id (or Idempotency-Key), Nats-Expected-Stream,
@@ -55,7 +56,9 @@ async def publish_one(
     limit = pool.max_payload
     message = publish.outgoing(subject, await read_body(request, limit), headers, limit)
     await _may_publish(principal, streams, [message.subject])
-    return await publisher.publish(message)
+    # The PubAck dict is what response_model=PubAck would serialize; built here, both the
+    # FastAPI route and the lean path (app.fastpath) send it as it is.
+    return JSON(await publisher.publish(message))
 
 
 @router.post(
