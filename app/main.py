@@ -84,8 +84,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     # the API above.
     ui.install(app)
     routing.check_declared(app)
-    # Served inside the middleware below: metrics, request ids, CORS and limits still apply.
-    app.lean_paths = fastpath.install(app)
+    # Built (and checked) also when off. Served inside the middleware below: metrics,
+    # request ids, CORS and limits still apply.
+    lean_paths = fastpath.install(app)
+    if settings.lean_paths:
+        app.lean_paths = lean_paths
     problems.install(app)
     if settings.cors_origins:
         app.add_middleware(

@@ -75,3 +75,9 @@ def test_a_declaration_reaches_the_route_and_its_openapi() -> None:
     assert route.openapi_extra == {"x-other": 1, ACCESS_EXTENSION: need.openapi()}
     with pytest.raises(TypeError):
         router.get("/{b}")  # type: ignore[call-arg]  # access= is required
+
+
+def test_the_setting_leaves_the_lean_paths_checked_but_off() -> None:
+    on = create_app(Settings(nats_url=URL))
+    off = create_app(Settings(nats_url=URL, lean_paths=False))
+    assert on.lean_paths is not None and off.lean_paths is None
