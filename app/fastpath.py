@@ -27,7 +27,6 @@ import inspect
 import logging
 import re
 import typing
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -59,7 +58,7 @@ class LeanPathError(RuntimeError):
     """A lean route whose endpoint the lean path cannot call exactly as FastAPI would."""
 
 
-_PLAIN_TEXT = (str, str | None, typing.Optional[str])  # noqa: UP045 (both spellings)
+_PLAIN_TEXT = (str, str | None)  # Optional[str] compares equal to str | None
 _IMMUTABLE = (type(None), str, bytes, int, float, bool)
 
 
