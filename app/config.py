@@ -59,6 +59,8 @@ class Settings(BaseSettings):
     workers: int = Field(default=1, ge=1, le=64)
     log_level: str = "info"
     access_log: bool = True
+    # The lean paths (app.fastpath) of the hottest plain requests; off, FastAPI serves them.
+    lean_paths: bool = True
     # FastAPI's native OpenTelemetry instrumentation (needs an OpenTelemetry SDK configured in
     # the process). Off, it costs nothing; on, its checks run on every request.
     otel: bool = False

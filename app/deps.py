@@ -5,7 +5,8 @@ which for a one-line accessor costs far more than the request's own work."""
 
 from __future__ import annotations
 
-from typing import Annotated
+from collections.abc import Awaitable, Callable
+from typing import Annotated, Any
 
 from fastapi import Depends, Path, Request
 
@@ -68,6 +69,23 @@ SettingsDep = Annotated[Settings, Depends(get_settings)]
 
 async def get_sse_slots(runtime: RuntimeDep) -> SseSlots:
     return runtime.sse_slots
+
+
+# What each provider above hands out: the runtime (None) or one of its attributes. The lean
+# paths (app.fastpath) take it from there instead of solving the dependency;
+# tests/unit/test_lean_arguments.py checks that every entry says what its provider returns.
+FROM_RUNTIME: dict[Callable[..., Awaitable[Any]], str | None] = {
+    get_runtime: None,
+    get_settings: "settings",
+    get_pool: "pool",
+    get_direct: "direct",
+    get_direct_service: "direct_service",
+    get_streams: "streams",
+    get_publisher: "publisher",
+    get_kv: "kv",
+    get_consumers: "consumers",
+    get_sse_slots: "sse_slots",
+}
 
 
 SseSlotsDep = Annotated[SseSlots, Depends(get_sse_slots)]

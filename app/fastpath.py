@@ -1,25 +1,38 @@
-"""Lean paths for the hottest requests: the plain forms of ``GET`` and ``PUT
-/v1/kv/{bucket}/keys/{key}`` and ``POST /v1/publish/{subject}``.
+"""Lean paths for the hottest requests: the plain forms (no query string) of the routes
+declared ``lean=True`` (today ``GET`` and ``PUT /v1/kv/{bucket}/keys/{key}`` and ``POST
+/v1/publish/{subject}``).
 
 FastAPI's routing, dependency solving and response machinery cost several times the work of
 these requests. :class:`app.main.Gateway` hands the requests these paths :meth:`LeanPaths.take`
 to them, inside the gateway's own middleware (request ids, metrics, access log, limits, CORS)
-but past Starlette's and FastAPI's layers. Each path authorizes through the same table and
-calls the route's own endpoint function (or, for the read, the same service and response
-helpers) with what FastAPI would have passed it, so answers, headers, problem documents and
-metrics labels are the route's. Every other form (a query string, another method) goes to
-FastAPI, whose routes stay the reference and the OpenAPI document; tests/integration/
-test_fastpath.py checks that both paths answer alike.
+but past Starlette's and FastAPI's layers. Only the dispatch shell differs: a lean path
+matches the route's own compiled pattern, authorizes by the route's declared rule, and calls
+the route's own endpoint with the arguments FastAPI would pass, derived at start-up from the
+route's ``dependant`` (:class:`Arguments`): path parameters from the match, headers by their
+alias, query parameters at their defaults (there is no query string), ``Request``, the
+principal, and the runtime's services for the providers :data:`app.deps.FROM_RUNTIME` names.
+Whatever else an endpoint asks for (a body model, a validated or required parameter, another
+dependency) fails start-up (:class:`LeanPathError`), so a parameter added to a lean route
+either reaches its lean path or stops the gateway from starting. The endpoint builds its
+Response itself, so answers, headers, problem documents and metrics labels are the route's.
+Every other form (a query string, another method) goes to FastAPI, whose routes stay the
+reference and the OpenAPI document; ``JSGW_LEAN_PATHS=false`` sends everything there, and
+tests/integration/test_fastpath.py checks that both paths answer alike.
 """
 
 from __future__ import annotations
 
+import copy
+import inspect
 import logging
 import re
-from collections.abc import Awaitable, Callable
+import typing
 from dataclasses import dataclass
 from typing import Any
 
+from fastapi import FastAPI
+from fastapi.routing import APIRoute
+from starlette.convertors import Convertor
 from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
@@ -27,10 +40,8 @@ from starlette.types import Receive, Scope, Send
 
 from app.auth.access import authorize
 from app.auth.policy import ANONYMOUS, Principal
+from app.deps import FROM_RUNTIME
 from app.errors import GatewayError
-from app.http import JSON
-from app.kv.http import entry_headers, entry_response
-from app.kv.model import Entry
 from app.middleware import request_id_of
 from app.problems import (
     client_gone_response,
@@ -38,67 +49,134 @@ from app.problems import (
     http_exception_response,
     problem_response,
 )
+from app.routing import api_routes
 
 log = logging.getLogger("jsgw.fastpath")
 
-# What an answer gets: the request, its path parameters, the runtime, the caller, the route's
-# endpoint function. It returns a Response, or None when it has sent the answer itself.
-Answer = Callable[
-    [Request, dict[str, str], Any, Principal, Callable[..., Any], Send], Awaitable[Response | None]
-]
+
+class LeanPathError(RuntimeError):
+    """A lean route whose endpoint the lean path cannot call exactly as FastAPI would."""
+
+
+_PLAIN_TEXT = (str, str | None)  # Optional[str] compares equal to str | None
+_IMMUTABLE = (type(None), str, bytes, int, float, bool)
+
+
+@dataclass(frozen=True, slots=True)
+class Arguments:
+    """How to build an endpoint's keyword arguments from a lean request, as FastAPI's
+    dependency solving would for its plain form."""
+
+    fixed: dict[str, Any]  # query parameters (absent on the lean form): their defaults
+    headers: dict[bytes, str]  # lower-case header name -> parameter
+    header_defaults: dict[str, Any]
+    request: str | None  # the parameter that takes the Request
+    principal: str | None  # the parameter that takes authorize's answer
+    services: tuple[tuple[str, str | None], ...]  # parameter, runtime attribute (None: it)
+
+    def build(self, request: Request, params: dict[str, Any], runtime: Any,
+              principal: Principal) -> dict[str, Any]:  # fmt: skip
+        kwargs = {**self.fixed, **params}
+        wanted = self.headers
+        if wanted:
+            found = dict(self.header_defaults)
+            seen: set[str] = set()
+            for name, value in request.scope["headers"]:
+                param = wanted.get(name)
+                if param is not None and param not in seen:  # the first, as Headers.get reads
+                    seen.add(param)
+                    found[param] = value.decode("latin-1")
+            kwargs.update(found)
+        if self.request is not None:
+            kwargs[self.request] = request
+        if self.principal is not None:
+            kwargs[self.principal] = principal
+        for name, attribute in self.services:
+            kwargs[name] = runtime if attribute is None else getattr(runtime, attribute)
+        return kwargs
+
+
+def _plain(field: Any) -> bool:
+    """A str parameter FastAPI hands over as received (no constraint, alias choice, ...)."""
+    info = field.field_info
+    return (
+        info.annotation in _PLAIN_TEXT
+        and not info.metadata
+        and info.validation_alias is None
+        and not getattr(info, "validate_default", False)
+    )
+
+
+def _default(field: Any, where: str) -> Any:
+    info = field.field_info
+    if info.is_required():
+        raise LeanPathError(f"{where}: parameter {field.name!r} is required")
+    if not isinstance(field.default, _IMMUTABLE) or info.validate_default:
+        raise LeanPathError(f"{where}: parameter {field.name!r} has a default FastAPI copies")
+    return copy.deepcopy(field.default)
+
+
+def arguments(route: APIRoute, where: str) -> Arguments:
+    """The plan for ``route``'s endpoint, or :class:`LeanPathError` when its plain form would
+    get from FastAPI anything the lean path cannot give it alike."""
+    d = route.dependant
+    if not inspect.iscoroutinefunction(d.call):
+        raise LeanPathError(f"{where}: the endpoint is not a coroutine function")
+    hints = typing.get_type_hints(d.call)
+    returns = hints.get("return")
+    if not (inspect.isclass(returns) and issubclass(returns, Response)):
+        raise LeanPathError(f"{where}: the endpoint must build its Response (-> Response)")
+    unsupported = [
+        name
+        for name, present in (
+            ("cookie parameters", d.cookie_params),
+            ("a body", d.body_params),
+            ("a WebSocket", d.websocket_param_name),
+            ("an HTTPConnection", d.http_connection_param_name),
+            ("a Response to add to", d.response_param_name),
+            ("BackgroundTasks", d.background_tasks_param_name),
+            ("SecurityScopes", d.security_scopes_param_name),
+        )
+        if present
+    ]
+    if unsupported:
+        raise LeanPathError(f"{where}: the endpoint takes {', '.join(unsupported)}")
+    for field in d.path_params:
+        if not _plain(field):
+            raise LeanPathError(f"{where}: path parameter {field.name!r} is not plain text")
+    if {f.name for f in d.path_params} != set(route.param_convertors):
+        raise LeanPathError(f"{where}: the path's parameters are not the endpoint's")
+    fixed = {field.name: _default(field, where) for field in d.query_params}
+    headers: dict[bytes, str] = {}
+    header_defaults: dict[str, Any] = {}
+    for field in d.header_params:
+        if not _plain(field):
+            raise LeanPathError(f"{where}: header {field.alias!r} is not plain text")
+        header_defaults[field.name] = _default(field, where)
+        headers[field.alias.lower().encode("latin-1")] = field.name
+    principal = None
+    services: list[tuple[str, str | None]] = []
+    for sub in d.dependencies:
+        if sub.name is None:
+            raise LeanPathError(f"{where}: a dependency without a parameter ({sub.call})")
+        if sub.call is authorize:
+            principal = sub.name
+        elif sub.call in FROM_RUNTIME:
+            services.append((sub.name, FROM_RUNTIME[sub.call]))
+        else:
+            raise LeanPathError(f"{where}: no lean provider for dependency {sub.call!r}")
+    return Arguments(fixed, headers, header_defaults, d.request_param_name, principal,
+                     tuple(services))  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)
 class LeanPath:
     method: str
-    template: str
+    route: APIRoute  # FastAPI's route: its endpoint, access rule and metrics label
     pattern: re.Pattern[str]
-    answer: Answer
-    route: Any = None  # FastAPI's route for the template: metrics, auth and the endpoint
+    convertors: tuple[tuple[str, Convertor[Any]], ...]
+    arguments: Arguments
 
-
-async def _read(request: Request, params: dict[str, str], runtime: Any, _p: Principal,
-                _endpoint: Callable[..., Any], send: Send) -> Response | None:
-    entry = await runtime.kv.get(params["bucket"], params["key"])
-    if_none_match = accept = None  # the first of each, as Starlette's Headers.get reads them
-    for name, value in request.scope["headers"]:
-        if name == b"if-none-match":
-            if if_none_match is None:
-                if_none_match = value.decode("latin-1")
-        elif name == b"accept" and accept is None:
-            accept = value
-    if if_none_match is None and (accept is None or b"application/json" not in accept):
-        await _send_value(send, entry)  # the common answer, without building a Response
-        return None
-    return entry_response(entry, request.headers, if_none_match)
-
-
-async def _write(request: Request, params: dict[str, str], runtime: Any, _p: Principal,
-                 endpoint: Callable[..., Any], _send: Send) -> Response:
-    headers = request.headers
-    return await endpoint(  # type: ignore[no-any-return]
-        bucket=params["bucket"], key=params["key"], request=request, kv=runtime.kv,
-        pool=runtime.pool, ttl=None, if_match=headers.get("if-match"),
-        if_none_match=headers.get("if-none-match"),
-    )  # fmt: skip
-
-
-async def _publish(request: Request, params: dict[str, str], runtime: Any,
-                   principal: Principal, endpoint: Callable[..., Any], _send: Send) -> Response:
-    ack = await endpoint(
-        subject=params["subject"], request=request, pool=runtime.pool,
-        publisher=runtime.publisher, principal=principal, streams=runtime.streams,
-    )  # fmt: skip
-    return JSON(ack)  # a PubAck dict: what response_model=PubAck would serialize
-
-
-_KEY_PATH = re.compile(r"/v1/kv/(?P<bucket>[^/]+)/keys/(?P<key>.+)", re.DOTALL)
-PATHS = (
-    LeanPath("GET", "/v1/kv/{bucket}/keys/{key}", _KEY_PATH, _read),
-    LeanPath("PUT", "/v1/kv/{bucket}/keys/{key}", _KEY_PATH, _write),
-    LeanPath("POST", "/v1/publish/{subject}",
-             re.compile(r"/v1/publish/(?P<subject>.+)", re.DOTALL), _publish),
-)  # fmt: skip
 
 _SCOPE_KEY = "jsgw.lean"
 
@@ -120,9 +198,12 @@ class LeanPaths:
             return False
         path = scope["path"]
         for lean in candidates:
-            match = lean.pattern.fullmatch(path)
+            match = lean.pattern.match(path)
             if match is not None:
-                scope[_SCOPE_KEY] = (lean, match.groupdict())
+                params = match.groupdict()
+                for name, convertor in lean.convertors:
+                    params[name] = convertor.convert(params[name])
+                scope[_SCOPE_KEY] = (lean, params)
                 return True
         return False
 
@@ -136,9 +217,8 @@ class LeanPaths:
         try:
             # With authentication off, authorize answers ANONYMOUS for every route.
             principal = await authorize(request) if runtime.auth.enabled else ANONYMOUS
-            response = await lean.answer(request, params, runtime, principal, route.endpoint, send)
-            if response is None:
-                return
+            kwargs = lean.arguments.build(request, params, runtime, principal)
+            response = await route.endpoint(**kwargs)
         except GatewayError as exc:
             response = gateway_error_response(exc, scope)
         except HTTPException as exc:
@@ -153,29 +233,17 @@ class LeanPaths:
         await response(scope, receive, send)
 
 
-async def _send_value(send: Send, entry: Entry) -> None:
-    """What ``entry_response`` answers without conditions: 200, ``entry_headers`` and the raw
-    bytes, without building a Response."""
-    body = entry.value or b""
-    headers = entry_headers(entry)
-    headers += (
-        (b"content-length", b"%d" % len(body)),
-        (b"content-type", b"application/octet-stream"),
-    )
-    await send({"type": "http.response.start", "status": 200, "headers": headers})
-    await send({"type": "http.response.body", "body": body})
-
-
-def install(app: Any, routes: Any) -> None:
-    """Give the app the lean paths, each bound to FastAPI's route (among ``routes``) for the
-    same method and template."""
-    bound = []
-    for lean in PATHS:
-        for route in routes:
-            template = getattr(route, "path_format", None)
-            if template == lean.template and lean.method in getattr(route, "methods", ()):
-                bound.append(LeanPath(lean.method, lean.template, lean.pattern, lean.answer, route))
-                break
-        else:
-            raise RuntimeError(f"no {lean.method} route {lean.template} to stand in for")
-    app.lean_paths = LeanPaths(bound)
+def install(app: FastAPI) -> LeanPaths:
+    """The lean paths of the app's routes declared ``lean``, each matching the route's own
+    compiled pattern; raises :class:`LeanPathError` for one that cannot be served alike."""
+    paths = []
+    for mounted in api_routes(app):
+        route = mounted.route
+        if not getattr(route, "lean", False):
+            continue
+        where = f"{' '.join(sorted(mounted.methods))} {mounted.path_format}"
+        plan = arguments(route, where)
+        convertors = tuple(mounted.param_convertors.items())
+        for method in sorted(mounted.methods):
+            paths.append(LeanPath(method, route, mounted.path_regex, convertors, plan))
+    return LeanPaths(paths)

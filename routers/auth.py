@@ -4,17 +4,18 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastapi import APIRouter
 from pydantic import BaseModel
 from starlette.responses import Response
 
 from app import errors
+from app.auth.access import AUTHENTICATED
 from app.auth.guard import SSE_COOKIE
 from app.deps import PrincipalDep, RuntimeDep
 from app.durations import format_time
 from app.http import JSON, problems
+from app.routing import Router
 
-router = APIRouter(prefix="/v1/auth", tags=["auth"])
+router = Router(prefix="/v1/auth", tags=["auth"])
 
 
 class SseToken(BaseModel):
@@ -24,7 +25,11 @@ class SseToken(BaseModel):
 
 
 @router.post(
-    "/sse-token", response_model=SseToken, response_class=JSON, responses=problems(errors.Unauthorized)
+    "/sse-token",
+    access=AUTHENTICATED,
+    response_model=SseToken,
+    response_class=JSON,
+    responses=problems(errors.Unauthorized),
 )
 async def sse_token(principal: PrincipalDep, runtime: RuntimeDep, response: Response) -> Any:
     """Mint a short-lived token for SSE feeds (`?access_token=` or the `jsgw_sse` cookie).

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Header, Query
+from fastapi import Header, Query
 from sse_starlette import EventSourceResponse
 from starlette.responses import Response
 
 from app import errors
+from app.auth.access import CONSUMER, STREAM, Need
 from app.consumers.schemas import (
     AckBatch,
     AckBatchResult,
@@ -32,10 +33,11 @@ from app.deps import (
 )
 from app.http import JSON, problems
 from app.nats.pull import PIN_HEADER
+from app.routing import Router
 from app.schemas import MAX_GO_INT
 from app.sse import sse_response
 
-router = APIRouter(prefix="/v1/streams/{stream}/consumers", tags=["consumers"])
+router = Router(prefix="/v1/streams/{stream}/consumers", tags=["consumers"])
 
 PinId = Annotated[
     str | None,
@@ -56,6 +58,7 @@ _PULL_ERRORS = problems(errors.NotFound, errors.Conflict, errors.Locked, errors.
 
 @router.get(
     "",
+    access=Need("read", STREAM),
     response_model=ConsumerList,
     response_model_exclude_none=True,
     response_class=JSON,
@@ -73,6 +76,7 @@ async def list_consumers(
 
 @router.put(
     "/{consumer}",
+    access=Need("admin", CONSUMER),
     response_model=ConsumerInfo,
     response_model_exclude_none=True,
     response_class=JSON,
@@ -92,6 +96,7 @@ async def put_consumer(
 
 @router.get(
     "/{consumer}",
+    access=Need("consume", CONSUMER),
     response_model=ConsumerInfo,
     response_model_exclude_none=True,
     response_class=JSON,
@@ -102,7 +107,11 @@ async def get_consumer(stream: StreamName, name: ConsumerName, consumers: Consum
     return await consumers.info(stream, name)
 
 
-@router.delete("/{consumer}", status_code=204, responses=problems(errors.NotFound))
+@router.delete(
+    "/{consumer}",
+    access=Need("admin", CONSUMER),
+    status_code=204, responses=problems(errors.NotFound),
+)
 async def delete_consumer(
     stream: StreamName, name: ConsumerName, consumers: ConsumersDep
 ) -> Response:
@@ -113,6 +122,7 @@ async def delete_consumer(
 
 @router.post(
     "/{consumer}/fetch",
+    access=Need("consume", CONSUMER),
     response_model=FetchResult,
     response_model_exclude_none=True,
     response_class=JSON,
@@ -139,6 +149,7 @@ async def fetch_messages(
 
 @router.post(
     "/{consumer}/next",
+    access=Need("consume", CONSUMER),
     response_model=DeliveredMessage,
     response_class=JSON,
     responses={
@@ -164,6 +175,7 @@ async def next_message(
 
 @router.get(
     "/{consumer}/consume",
+    access=Need("consume", CONSUMER, sse=True),
     response_class=EventSourceResponse,
     responses={
         200: {
@@ -200,6 +212,7 @@ async def consume_messages(
 
 @router.post(
     "/{consumer}/ack",
+    access=Need("consume", CONSUMER),
     response_model=AckBatchResult,
     response_model_exclude_none=True,
     response_class=JSON,
@@ -216,7 +229,11 @@ async def ack_messages(
     return {"results": await consumers.ack(stream, name, batch.acks)}
 
 
-@router.post("/{consumer}/unpin", status_code=204, responses=problems(errors.NotFound))
+@router.post(
+    "/{consumer}/unpin",
+    access=Need("consume", CONSUMER),
+    status_code=204, responses=problems(errors.NotFound),
+)
 async def unpin_group(
     stream: StreamName, name: ConsumerName, request: UnpinRequest, consumers: ConsumersDep
 ) -> Response:

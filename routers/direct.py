@@ -6,11 +6,12 @@ from collections.abc import AsyncIterator
 from typing import Annotated, Any, Literal
 
 import orjson
-from fastapi import APIRouter, Path, Query, Request
+from fastapi import Path, Query, Request
 from starlette.background import BackgroundTask
 from starlette.responses import Response, StreamingResponse
 
 from app import errors
+from app.auth.access import DIRECT, STREAM, STREAM_SUBJECT, Need
 from app.auth.policy import Resource
 from app.deps import DirectServiceDep, PrincipalDep, SettingsDep, StreamName
 from app.direct import arrow
@@ -18,8 +19,9 @@ from app.direct.schemas import MultiRequest, MultiResult
 from app.direct.service import SingleQuery
 from app.http import JSON, PlainDigits, problems, wants_json
 from app.nats.direct import EndOfBatch, StoredMessage
+from app.routing import Router
 
-router = APIRouter(prefix="/v1/streams", tags=["direct get"])
+router = Router(prefix="/v1/streams", tags=["direct get"])
 
 NDJSON = "application/x-ndjson"
 _RAW_DOC = {
@@ -66,6 +68,7 @@ def _http_safe(text: str) -> bool:
 
 @router.get(
     "/{stream}/direct",
+    access=Need("read", DIRECT),
     responses={200: _RAW_DOC, **_READ_ERRORS, **arrow.RESPONSES},
     response_class=Response,
 )
@@ -134,6 +137,7 @@ async def _ndjson(
 
 @router.get(
     "/{stream}/last/{subject:text}",
+    access=Need("read", STREAM_SUBJECT),
     responses={200: _RAW_DOC, **_READ_ERRORS},
     response_class=Response,
 )
@@ -149,6 +153,7 @@ async def last_by_subject(
 
 @router.post(
     "/{stream}/direct/multi",
+    access=Need("read", STREAM, narrowed=True),
     response_model=MultiResult,
     response_class=JSON,
     responses=_READ_ERRORS,

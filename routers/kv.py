@@ -5,11 +5,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Header, Path, Query, Request
+from fastapi import Header, Path, Query, Request
 from sse_starlette import EventSourceResponse
 from starlette.responses import Response
 
 from app import errors, validation
+from app.auth.access import AUTHENTICATED, BUCKET, KEY, Need
 from app.auth.policy import Principal, Resource
 from app.deps import (
     DirectServiceDep,
@@ -34,9 +35,10 @@ from app.kv.schemas import (
     KVWriteResult,
 )
 from app.kv.watch import WatchOptions
+from app.routing import Router
 from app.sse import QueueStream
 
-router = APIRouter(prefix="/v1/kv", tags=["kv"])
+router = Router(prefix="/v1/kv", tags=["kv"])
 
 Bucket = Annotated[str, Path(description="Bucket name (letters, digits, '-', '_')")]
 Key = Annotated[str, Path(description="Key: letters, digits and -/_=. ; no wildcards")]
@@ -109,7 +111,11 @@ def _keys_visible(principal: Principal, bucket: str) -> Callable[[str], bool] | 
 # -- buckets ------------------------------------------------------------------------------------
 
 
-@router.get("", response_model=KVBucketList, response_class=JSON, responses=problems())
+@router.get(
+    "",
+    access=AUTHENTICATED,
+    response_model=KVBucketList, response_class=JSON, responses=problems(),
+)
 async def list_buckets(kv: KVDep, principal: PrincipalDep) -> Any:
     """List buckets with their status."""
     buckets = await kv.buckets.list_all(
@@ -120,6 +126,7 @@ async def list_buckets(kv: KVDep, principal: PrincipalDep) -> Any:
 
 @router.put(
     "/{bucket}",
+    access=Need("admin", BUCKET),
     response_model=KVStatus,
     response_model_exclude_none=True,
     response_class=JSON,
@@ -138,6 +145,7 @@ async def put_bucket(bucket: Bucket, kv: KVDep, config: KVConfig | None = None) 
 
 @router.get(
     "/{bucket}",
+    access=Need("read", BUCKET, narrowed=True),
     response_model=KVStatus,
     response_model_exclude_none=True,
     response_class=JSON,
@@ -148,7 +156,11 @@ async def bucket_status(bucket: Bucket, kv: KVDep) -> Any:
     return await kv.buckets.status(bucket)
 
 
-@router.delete("/{bucket}", status_code=204, responses=problems(errors.NotFound))
+@router.delete(
+    "/{bucket}",
+    access=Need("admin", BUCKET),
+    status_code=204, responses=problems(errors.NotFound),
+)
 async def delete_bucket(bucket: Bucket, kv: KVDep) -> Response:
     """Delete a bucket and all its values; its watches end with an `error` event."""
     await kv.buckets.delete(bucket)
@@ -157,6 +169,7 @@ async def delete_bucket(bucket: Bucket, kv: KVDep) -> Response:
 
 @router.get(
     "/{bucket}/keys",
+    access=Need("read", BUCKET, narrowed=True),
     response_model=KVKeys,
     response_class=JSON,
     responses=problems(errors.NotFound),
@@ -186,6 +199,7 @@ async def list_keys(
 
 @router.get(
     "/{bucket}/keys/{key:text}",
+    access=Need("read", KEY), lean=True,
     response_class=Response,
     responses={200: _ENTRY_DOC, 304: {"description": "Not modified"}, **problems(errors.NotFound)},
 )
@@ -216,6 +230,7 @@ async def get_key(
 
 @router.head(
     "/{bucket}/keys/{key:text}",
+    access=Need("read", KEY),
     response_class=Response,
     responses={200: {"description": "As GET, without a body", "headers": _ENTRY_HEADERS},
                **problems(errors.NotFound)},
@@ -236,6 +251,7 @@ async def head_key(
 
 @router.put(
     "/{bucket}/keys/{key:text}",
+    access=Need("write", KEY), lean=True,
     response_model=KVWriteResult,
     response_class=JSON,
     status_code=200,
@@ -275,6 +291,7 @@ async def put_key(
 
 @router.delete(
     "/{bucket}/keys/{key:text}",
+    access=Need("write", KEY),
     status_code=204,
     responses=problems(errors.NotFound, errors.PreconditionFailed),
 )
@@ -299,6 +316,7 @@ async def delete_key(
 
 @router.get(
     "/{bucket}/history/{key:text}",
+    access=Need("read", KEY),
     response_model=KVHistory,
     response_model_exclude_none=True,
     response_class=JSON,
@@ -314,6 +332,7 @@ async def history(bucket: Bucket, key: Key, kv: KVDep) -> Any:
 
 @router.post(
     "/{bucket}/read",
+    access=Need("read", BUCKET, narrowed=True),
     response_model=KVReadResult,
     response_model_exclude_none=True,
     response_class=JSON,
@@ -355,6 +374,7 @@ async def read(
 
 @router.get(
     "/{bucket}/watch",
+    access=Need("read", BUCKET, narrowed=True, sse=True),
     response_class=EventSourceResponse,
     responses={200: _WATCH_DOC, **problems(errors.NotFound, errors.TooManyRequests)},
 )

@@ -4,18 +4,21 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Path, Request
+from fastapi import Path, Request
+from starlette.responses import Response
 
 from app import errors
 from app.auth import access
+from app.auth.access import Need
 from app.auth.policy import Principal, Resource
 from app.deps import PoolDep, PrincipalDep, PublisherDep, SettingsDep, StreamsDep
 from app.http import JSON, problems, read_body
 from app.publish import service as publish
 from app.publish.schemas import PubAck, PublishBatch, PublishBatchResult
+from app.routing import Router
 from app.streams.service import StreamService
 
-router = APIRouter(prefix="/v1/publish", tags=["publish"])
+router = Router(prefix="/v1/publish", tags=["publish"])
 
 _PUBLISH_ERRORS = problems(
     errors.NotFound, errors.PreconditionFailed, errors.PayloadTooLarge
@@ -24,6 +27,7 @@ _PUBLISH_ERRORS = problems(
 
 @router.post(
     "/{subject:text}",
+    access=Need("write", narrowed=True), lean=True,
     response_model=PubAck,
     response_model_exclude_none=True,
     response_class=JSON,
@@ -41,7 +45,7 @@ async def publish_one(
     publisher: PublisherDep,
     principal: PrincipalDep,
     streams: StreamsDep,
-) -> Any:
+) -> Response:
     """Publish the raw body; answers after the stream's PubAck.
 
     Headers passed to NATS: Nats-Msg-Id (or Idempotency-Key), Nats-Expected-Stream,
@@ -52,11 +56,14 @@ async def publish_one(
     limit = pool.max_payload
     message = publish.outgoing(subject, await read_body(request, limit), headers, limit)
     await _may_publish(principal, streams, [message.subject])
-    return await publisher.publish(message)
+    # The PubAck dict is what response_model=PubAck would serialize; built here, both the
+    # FastAPI route and the lean path (app.fastpath) send it as it is.
+    return JSON(await publisher.publish(message))
 
 
 @router.post(
     "",
+    access=Need("write", narrowed=True),
     response_model=PublishBatchResult,
     response_model_exclude_none=True,
     response_class=JSON,

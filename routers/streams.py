@@ -4,21 +4,27 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Path, Query
+from fastapi import Path, Query
 from starlette.responses import Response
 
 from app import errors, validation
+from app.auth.access import AUTHENTICATED, STREAM, Need
 from app.deps import PrincipalDep, StreamName, StreamsDep
 from app.http import JSON, PlainDigits, problems
+from app.routing import Router
 from app.schemas import MAX_GO_INT, Message
 from app.streams.schemas import PurgeRequest, PurgeResult, StreamConfig, StreamInfo, StreamList
 
-router = APIRouter(prefix="/v1/streams", tags=["streams"])
+router = Router(prefix="/v1/streams", tags=["streams"])
 
 Seq = Annotated[int, Path(ge=1, le=2**64 - 1, description="Stream sequence"), PlainDigits]
 
 
-@router.get("", response_model=StreamList, response_class=JSON, responses=problems())
+@router.get(
+    "",
+    access=AUTHENTICATED,
+    response_model=StreamList, response_class=JSON, responses=problems(),
+)
 async def list_streams(
     streams: StreamsDep,
     principal: PrincipalDep,
@@ -39,6 +45,7 @@ async def list_streams(
 
 @router.put(
     "/{stream}",
+    access=Need("admin", STREAM),
     response_model=StreamInfo,
     response_class=JSON,
     status_code=200,
@@ -51,14 +58,20 @@ async def put_stream(name: StreamName, config: StreamConfig, streams: StreamsDep
 
 
 @router.get(
-    "/{stream}", response_model=StreamInfo, response_class=JSON, responses=problems(errors.NotFound)
+    "/{stream}",
+    access=Need("read", STREAM, narrowed=True),
+    response_model=StreamInfo, response_class=JSON, responses=problems(errors.NotFound),
 )
 async def get_stream(name: StreamName, streams: StreamsDep) -> Any:
     """Stream info: config (durations in seconds) and state."""
     return await streams.info(name)
 
 
-@router.delete("/{stream}", status_code=204, responses=problems(errors.NotFound))
+@router.delete(
+    "/{stream}",
+    access=Need("admin", STREAM),
+    status_code=204, responses=problems(errors.NotFound),
+)
 async def delete_stream(name: StreamName, streams: StreamsDep) -> Response:
     """Delete a stream and all its messages."""
     await streams.delete(name)
@@ -67,6 +80,7 @@ async def delete_stream(name: StreamName, streams: StreamsDep) -> Response:
 
 @router.post(
     "/{stream}/purge",
+    access=Need("admin", STREAM),
     response_model=PurgeResult,
     response_class=JSON,
     responses=problems(errors.NotFound),
@@ -80,6 +94,7 @@ async def purge_stream(
 
 @router.get(
     "/{stream}/messages/{seq}",
+    access=Need("read", STREAM),
     response_model=Message,
     response_class=JSON,
     responses=problems(errors.NotFound),
@@ -89,7 +104,11 @@ async def get_message(name: StreamName, seq: Seq, streams: StreamsDep) -> Any:
     return await streams.get_message(name, seq)
 
 
-@router.delete("/{stream}/messages/{seq}", status_code=204, responses=problems(errors.NotFound))
+@router.delete(
+    "/{stream}/messages/{seq}",
+    access=Need("admin", STREAM),
+    status_code=204, responses=problems(errors.NotFound),
+)
 async def delete_message(
     name: StreamName,
     seq: Seq,

@@ -4,24 +4,25 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastapi import APIRouter
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.responses import Response
 
 from app import __version__, errors
+from app.auth.access import AUTHENTICATED, PUBLIC
 from app.deps import RuntimeDep
 from app.http import JSON, problems
+from app.routing import Router
 
-router = APIRouter(tags=["system"])
+router = Router(tags=["system"])
 
 
-@router.get("/healthz", response_class=JSON)
+@router.get("/healthz", access=PUBLIC, response_class=JSON)
 async def healthz() -> dict[str, str]:
     """Liveness: 200 while the process runs (does not depend on NATS)."""
     return {"status": "ok"}
 
 
-@router.get("/readyz", response_class=JSON, responses=problems())
+@router.get("/readyz", access=PUBLIC, response_class=JSON, responses=problems())
 async def readyz(runtime: RuntimeDep) -> dict[str, Any]:
     """Readiness: 200 when a pooled connection is up and JetStream answers."""
     pool = runtime.pool
@@ -35,13 +36,13 @@ async def readyz(runtime: RuntimeDep) -> dict[str, Any]:
     return {"status": "ready", "connections": pool.connected}
 
 
-@router.get("/metrics", response_class=Response)
+@router.get("/metrics", access=PUBLIC, response_class=Response)
 async def metrics(runtime: RuntimeDep) -> Response:
     """Prometheus text exposition."""
     return Response(generate_latest(runtime.metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
 
-@router.get("/v1/info", response_class=JSON, responses=problems())
+@router.get("/v1/info", access=AUTHENTICATED, response_class=JSON, responses=problems())
 async def info(runtime: RuntimeDep) -> dict[str, Any]:
     """Gateway version, nats-server version, JetStream account info and pool state."""
     server = runtime.pool.server_info()

@@ -54,8 +54,15 @@ def own_nats_server(tmp_path: Path) -> Iterator[EmbeddedServer]:
 
 
 @pytest.fixture
-async def gateway(nats_server: EmbeddedServer) -> AsyncIterator[httpx.AsyncClient]:
-    async with running_gateway(gateway_settings(nats_server.url)) as client:
+def lean_paths() -> bool:
+    """``JSGW_LEAN_PATHS`` of the ``gateway`` fixture; a module with ``BOTH_PATHS = True``
+    runs its tests both ways (tests/integration/conftest.py)."""
+    return True
+
+
+@pytest.fixture
+async def gateway(nats_server: EmbeddedServer, lean_paths: bool) -> AsyncIterator[httpx.AsyncClient]:
+    async with running_gateway(gateway_settings(nats_server.url, lean_paths=lean_paths)) as client:
         yield client
 
 

@@ -1,9 +1,13 @@
-"""Which action on which resource each route needs, checked before its handler runs.
+"""Which action on which resource a route needs, checked before its handler runs.
 
-One table for the whole API, keyed by route template, so a route cannot forget its check:
-a ``/v1`` route missing from the table is refused (default deny). Routes that read with
-wildcards (listings, watches, multi reads) need only some access to the bucket or stream here;
-their handlers narrow the results to what the principal may read.
+Each route declares its :class:`Need` where it is defined (``access=`` of
+:class:`app.routing.Router`'s decorators); the route object carries it, :func:`authorize`
+reads it from the matched route, and the OpenAPI document shows it (``x-jsgw-access``). A
+route without one fails start-up (:func:`app.routing.check_declared`), and with auth on it
+would be refused (default deny). The rule is read from the request head alone: the path
+parameters and, for Direct Get, the query. Routes that read with wildcards (listings,
+watches, multi reads) need only some access to the bucket or stream here; their handlers
+narrow the results to what the principal may read.
 """
 
 from __future__ import annotations
@@ -23,11 +27,30 @@ Params = dict[str, Any]
 
 
 @dataclass(frozen=True, slots=True)
+class Target:
+    """What a route acts on, read from the request head; ``pattern`` names it in the auth
+    file's terms for the OpenAPI document."""
+
+    pattern: str
+    of: Callable[[Params, Request], Resource]
+
+    def __call__(self, params: Params, request: Request) -> Resource:
+        return self.of(params, request)
+
+
+@dataclass(frozen=True, slots=True)
 class Need:
     action: str
-    resource: Callable[[Params, Request], Resource] | None = None
+    resource: Target | None = None
     narrowed: bool = False  # some access in the bucket/stream is enough; the handler narrows
     sse: bool = False  # may authenticate with a short-lived SSE token
+
+    def openapi(self) -> dict[str, Any]:
+        """The rule as the OpenAPI document shows it (``x-jsgw-access``)."""
+        rule: dict[str, Any] = {"action": self.action}
+        if self.resource is not None:
+            rule["resource"] = self.resource.pattern
+        return {**rule, "narrowed": self.narrowed, "sse": self.sse}
 
 
 def _stream(p: Params, _: Request) -> Resource:
@@ -56,68 +79,20 @@ def _consumer(p: Params, _: Request) -> Resource:
     return Resource("consumer", f"{p['stream']}/{p['consumer']}")
 
 
+STREAM = Target("stream:{stream}", _stream)
+STREAM_SUBJECT = Target("stream:{stream}/{subject}", _stream_subject)
+DIRECT = Target("stream:{stream}/{last_by_subj|next_by_subj}", _direct)
+BUCKET = Target("kv:{bucket}", _bucket)
+KEY = Target("kv:{bucket}/{key}", _key)
+CONSUMER = Target("consumer:{stream}/{consumer}", _consumer)
+
 AUTHENTICATED = Need("authenticated")
 PUBLIC = Need("public")
-
-TABLE: dict[tuple[str, str], Need] = {
-    ("GET", "/healthz"): PUBLIC,
-    ("GET", "/readyz"): PUBLIC,
-    ("GET", "/metrics"): PUBLIC,
-    ("GET", "/v1/info"): AUTHENTICATED,
-    ("POST", "/v1/auth/sse-token"): AUTHENTICATED,
-    # streams
-    ("GET", "/v1/streams"): AUTHENTICATED,
-    ("PUT", "/v1/streams/{stream}"): Need("admin", _stream),
-    ("GET", "/v1/streams/{stream}"): Need("read", _stream, narrowed=True),
-    ("DELETE", "/v1/streams/{stream}"): Need("admin", _stream),
-    ("POST", "/v1/streams/{stream}/purge"): Need("admin", _stream),
-    ("GET", "/v1/streams/{stream}/messages/{seq}"): Need("read", _stream),
-    ("DELETE", "/v1/streams/{stream}/messages/{seq}"): Need("admin", _stream),
-    # publish: the handler checks each subject against the stream that captures it
-    ("POST", "/v1/publish/{subject}"): Need("write", narrowed=True),
-    ("POST", "/v1/publish"): Need("write", narrowed=True),
-    # direct get
-    ("GET", "/v1/streams/{stream}/direct"): Need("read", _direct),
-    ("GET", "/v1/streams/{stream}/last/{subject}"): Need("read", _stream_subject),
-    ("POST", "/v1/streams/{stream}/direct/multi"): Need("read", _stream, narrowed=True),
-    # kv
-    ("GET", "/v1/kv"): AUTHENTICATED,
-    ("PUT", "/v1/kv/{bucket}"): Need("admin", _bucket),
-    ("GET", "/v1/kv/{bucket}"): Need("read", _bucket, narrowed=True),
-    ("DELETE", "/v1/kv/{bucket}"): Need("admin", _bucket),
-    ("GET", "/v1/kv/{bucket}/keys"): Need("read", _bucket, narrowed=True),
-    ("GET", "/v1/kv/{bucket}/keys/{key}"): Need("read", _key),
-    ("HEAD", "/v1/kv/{bucket}/keys/{key}"): Need("read", _key),
-    ("PUT", "/v1/kv/{bucket}/keys/{key}"): Need("write", _key),
-    ("DELETE", "/v1/kv/{bucket}/keys/{key}"): Need("write", _key),
-    ("GET", "/v1/kv/{bucket}/history/{key}"): Need("read", _key),
-    ("GET", "/v1/kv/{bucket}/watch"): Need("read", _bucket, narrowed=True, sse=True),
-    ("POST", "/v1/kv/{bucket}/read"): Need("read", _bucket, narrowed=True),
-    # consumers
-    ("GET", "/v1/streams/{stream}/consumers"): Need("read", _stream),
-    ("PUT", "/v1/streams/{stream}/consumers/{consumer}"): Need("admin", _consumer),
-    ("GET", "/v1/streams/{stream}/consumers/{consumer}"): Need("consume", _consumer),
-    ("DELETE", "/v1/streams/{stream}/consumers/{consumer}"): Need("admin", _consumer),
-    ("POST", "/v1/streams/{stream}/consumers/{consumer}/fetch"): Need("consume", _consumer),
-    ("POST", "/v1/streams/{stream}/consumers/{consumer}/next"): Need("consume", _consumer),
-    ("GET", "/v1/streams/{stream}/consumers/{consumer}/consume"): Need(
-        "consume", _consumer, sse=True
-    ),
-    ("POST", "/v1/streams/{stream}/consumers/{consumer}/ack"): Need("consume", _consumer),
-    ("POST", "/v1/streams/{stream}/consumers/{consumer}/unpin"): Need("consume", _consumer),
-}
 
 
 def _forbidden() -> errors.Forbidden:
     # The same answer whether or not the resource exists.
     return errors.Forbidden("auth.forbidden", "this token may not do that")
-
-
-def need_for(method: str, template: str) -> Need | None:
-    need = TABLE.get((method, template))
-    if need is None and method == "HEAD":
-        need = TABLE.get(("GET", template))
-    return need
 
 
 def check(principal: Principal, need: Need, resource: Resource | None) -> None:
@@ -145,9 +120,7 @@ def require(principal: Principal, action: str, resource: Resource) -> None:
 async def authorize(request: Request) -> Principal:
     """App-wide dependency: who is calling, and may they use this route on this resource."""
     authenticator: Authenticator = request.state.runtime.auth
-    route = request.scope.get("route")
-    template = getattr(route, "path_format", None) or getattr(route, "path", "")
-    need = need_for(request.method, template)
+    need: Need | None = getattr(request.scope.get("route"), "access", None)
     if not authenticator.enabled or need is PUBLIC:
         return ANONYMOUS
     if need is None:

@@ -1,4 +1,4 @@
-"""KV entries as HTTP responses (shared by the KV router and the lean read path)."""
+"""KV entries as HTTP responses."""
 
 from __future__ import annotations
 
@@ -23,6 +23,25 @@ def entry_headers(entry: Entry) -> list[tuple[bytes, bytes]]:
     return headers
 
 
+class _Value(Response):
+    """An entry's raw bytes: what ``Response(value, media_type="application/octet-stream")``
+    with ``entry_headers`` builds, without its generic header handling (the commonest answer
+    of the hottest route)."""
+
+    media_type = "application/octet-stream"
+
+    def __init__(self, entry: Entry) -> None:
+        body = entry.value or b""
+        self.status_code = 200
+        self.background = None
+        self.body = body
+        self.raw_headers = [
+            (b"content-length", b"%d" % len(body)),
+            (b"content-type", b"application/octet-stream"),
+            *entry_headers(entry),
+        ]
+
+
 def entry_response(entry: Entry, request_headers: Headers, if_none_match: str | None) -> Response:
     """304 when If-None-Match names the revision; Entry JSON when asked for; else raw bytes."""
     response: Response
@@ -31,6 +50,6 @@ def entry_response(entry: Entry, request_headers: Headers, if_none_match: str | 
     elif wants_json(request_headers):
         response = JSON(entry.to_json())
     else:
-        response = Response(entry.value or b"", media_type="application/octet-stream")
+        return _Value(entry)
     response.raw_headers.extend(entry_headers(entry))
     return response

@@ -10,6 +10,13 @@ from app.nats.embedded import EmbeddedServer
 from app.nats.replies import LeanClient
 
 
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    # The lean paths and FastAPI's routes serve the plain KV and publish requests alike: the
+    # modules that say BOTH_PATHS run their gateway tests with the lean paths on and off.
+    if getattr(metafunc.module, "BOTH_PATHS", False) and "lean_paths" in metafunc.fixturenames:
+        metafunc.parametrize("lean_paths", [True, False], ids=["lean", "fastapi"])
+
+
 @pytest.fixture
 async def lean(nats_server: EmbeddedServer) -> AsyncIterator[LeanClient]:
     """A connection of the gateway's own kind (reply mux, lean parser), no reconnects."""

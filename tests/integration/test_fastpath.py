@@ -205,3 +205,16 @@ async def _publish_then_leave(nats_server: EmbeddedServer, name: str) -> None:
         await asyncio.sleep(0.3)
         async with httpx.AsyncClient(base_url=url) as http:  # the gateway still serves
             assert (await http.post(f"/v1/publish/{name}.b", content=b"x")).status_code == 200
+
+
+async def test_the_setting_sends_everything_to_fastapi(nats_server: EmbeddedServer, name: str,
+                                                       lean_calls: list[str]) -> None:
+    async with running_gateway(gateway_settings(nats_server.url, lean_paths=False)) as gw:
+        assert (await gw.put(f"/v1/kv/{name}", json={})).status_code == 201
+        assert (await gw.put(f"/v1/kv/{name}/keys/a", content=b"v")).status_code == 200
+        got = await gw.get(f"/v1/kv/{name}/keys/a")
+        assert (got.status_code, got.content, got.headers["kv-revision"]) == (200, b"v", "1")
+        assert (await gw.post(f"/v1/publish/{name}.x", content=b"m")).status_code == 404
+        metrics = (await gw.get("/metrics")).text
+    assert lean_calls == []
+    assert 'route="/v1/kv/{bucket}/keys/{key}",status="200"' in metrics

@@ -13,6 +13,8 @@ import pytest
 from tests.helpers import problem
 from tests.integration.test_kv_buckets import make_bucket
 
+BOTH_PATHS = True  # every test with the gateway fixture runs with JSGW_LEAN_PATHS on and off
+
 JSON_ACCEPT = {"Accept": "application/json"}
 
 

@@ -12,6 +12,8 @@ import orjson
 from tests.helpers import problem
 from tests.integration.test_kv_buckets import make_bucket
 
+BOTH_PATHS = True  # every test with the gateway fixture runs with JSGW_LEAN_PATHS on and off
+
 
 async def all_keys(gw: httpx.AsyncClient, bucket: str, **params: object) -> tuple[list[str], int]:
     """Every page of a listing: (keys in order, number of requests)."""

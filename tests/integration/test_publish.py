@@ -12,6 +12,8 @@ from app.nats.embedded import EmbeddedServer
 from tests.helpers import gateway_settings, problem, running_gateway
 from tests.integration.test_streams import make_stream
 
+BOTH_PATHS = True  # every test with the gateway fixture runs with JSGW_LEAN_PATHS on and off
+
 
 async def stored(nc: nats.NATS, stream: str) -> int:
     return (await nc.jetstream().stream_info(stream)).state.messages

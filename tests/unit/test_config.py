@@ -53,3 +53,9 @@ def test_tls_pair(tmp_path: Path) -> None:
     key.write_text("x")
     s = Settings(nats_url="tls://x:4222", nats_tls_cert=cert, nats_tls_key=key)
     assert s.nats_tls_cert == cert
+
+
+def test_lean_paths_are_on_unless_turned_off(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert Settings().lean_paths
+    monkeypatch.setenv("JSGW_LEAN_PATHS", "false")
+    assert not Settings().lean_paths

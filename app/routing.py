@@ -1,0 +1,137 @@
+"""Routes that say what they are: the access rule they need and whether they have a lean path.
+
+A route is declared once, at its decorator::
+
+    @router.get("/{bucket}/keys/{key:text}", access=Need("read", KEY), lean=True, ...)
+
+:class:`Router`'s decorators take ``access`` (required) and ``lean`` and attach them to the
+endpoint; :class:`Route` reads them back when FastAPI builds the route (also the copies an
+``include_router`` makes), keeps them on the route object and adds the rule to the
+operation's OpenAPI (``x-jsgw-access``). Everything else is derived from the route:
+:func:`app.auth.access.authorize` reads ``route.access`` from the matched route, and
+:mod:`app.fastpath` builds the lean dispatch from the routes marked ``lean`` and their
+compiled path patterns. :func:`check_declared` fails start-up when an API route has no rule.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import fastapi.routing
+from fastapi import APIRouter, FastAPI
+from fastapi.routing import APIRoute
+
+from app.auth.access import Need
+
+_DECLARED = "__jsgw_route__"
+ACCESS_EXTENSION = "x-jsgw-access"
+
+Endpoint = TypeVar("Endpoint", bound=Callable[..., Any])
+
+
+@dataclass(frozen=True, slots=True)
+class Declared:
+    access: Need
+    lean: bool = False
+
+
+class Route(APIRoute):
+    """An API route carrying its declaration: ``access`` (None: undeclared, refused) and
+    ``lean``."""
+
+    access: Need | None
+    lean: bool
+
+    def __init__(self, path: str, endpoint: Callable[..., Any], **kwargs: Any) -> None:
+        declared: Declared | None = getattr(endpoint, _DECLARED, None)
+        self.access = declared.access if declared else None
+        self.lean = declared.lean if declared else False
+        if self.access is not None:
+            kwargs["openapi_extra"] = {
+                **(kwargs.get("openapi_extra") or {}),
+                ACCESS_EXTENSION: self.access.openapi(),
+            }
+        super().__init__(path, endpoint, **kwargs)
+
+
+def _declare(access: Need, lean: bool, register: Callable[[Endpoint], Endpoint]
+             ) -> Callable[[Endpoint], Endpoint]:  # fmt: skip
+    declared = Declared(access, lean)
+
+    def decorator(endpoint: Endpoint) -> Endpoint:
+        previous = getattr(endpoint, _DECLARED, None)
+        if previous is not None and previous != declared:
+            raise RuntimeError(f"{endpoint.__qualname__} is declared twice, differently")
+        setattr(endpoint, _DECLARED, declared)
+        return register(endpoint)
+
+    return decorator
+
+
+class Router(APIRouter):
+    """An ``APIRouter`` of :class:`Route` whose decorators take the route's declaration."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(route_class=Route, **kwargs)
+
+    def get(self, path: str, *, access: Need, lean: bool = False, **kwargs: Any) -> Any:
+        return _declare(access, lean, super().get(path, **kwargs))
+
+    def head(self, path: str, *, access: Need, lean: bool = False, **kwargs: Any) -> Any:
+        return _declare(access, lean, super().head(path, **kwargs))
+
+    def put(self, path: str, *, access: Need, lean: bool = False, **kwargs: Any) -> Any:
+        return _declare(access, lean, super().put(path, **kwargs))
+
+    def post(self, path: str, *, access: Need, lean: bool = False, **kwargs: Any) -> Any:
+        return _declare(access, lean, super().post(path, **kwargs))
+
+    def delete(self, path: str, *, access: Need, lean: bool = False, **kwargs: Any) -> Any:
+        return _declare(access, lean, super().delete(path, **kwargs))
+
+
+@dataclass(frozen=True, slots=True)
+class Mounted:
+    """An API route and where the app serves it (its pattern once included)."""
+
+    route: APIRoute
+    path_regex: re.Pattern[str]
+    path_format: str
+    param_convertors: dict[str, Any]
+    methods: frozenset[str]
+
+
+def api_routes(app: FastAPI) -> Iterator[Mounted]:
+    """The app's API routes, in the order it matches them."""
+    # FastAPI >= 0.16x keeps an included router as one entry and resolves its routes in
+    # context (iter_route_contexts); earlier versions copy them into app.routes.
+    contexts = getattr(fastapi.routing, "iter_route_contexts", None)
+    if contexts is None:
+        for route in app.routes:
+            if isinstance(route, APIRoute):
+                yield Mounted(route, route.path_regex, route.path_format,
+                              route.param_convertors, frozenset(route.methods))  # fmt: skip
+        return
+    for context in contexts(app.routes):
+        route = context.original_route
+        if isinstance(route, APIRoute):
+            yield Mounted(
+                route, context.path_regex, context.path_format, context.param_convertors,
+                frozenset(context.methods or ()),
+            )  # fmt: skip
+
+
+def check_declared(app: FastAPI) -> None:
+    """Start-up check: every API route declares its access rule (auth on or off)."""
+    missing = [
+        f"{' '.join(sorted(m.methods))} {m.path_format}"
+        for m in api_routes(app)
+        if getattr(m.route, "access", None) is None
+    ]
+    if missing:
+        raise RuntimeError(
+            "routes without an access rule (declare access= at the route): " + ", ".join(missing)
+        )

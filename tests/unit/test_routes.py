@@ -1,0 +1,83 @@
+"""Every route declares its access rule, the OpenAPI document shows it, and start-up refuses an
+app with an undeclared route (auth on or off)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from fastapi.routing import APIRoute
+
+from app.auth.access import Need
+from app.config import Settings
+from app.main import create_app
+from app.routing import ACCESS_EXTENSION, Route, Router, api_routes, check_declared
+
+URL = ["nats://127.0.0.1:4222"]
+
+
+def _auth_file(tmp_path: Path) -> Path:
+    path = tmp_path / "auth.yaml"
+    path.write_text("tokens:\n  - {name: a, token: a-token-0123456789abcdef, rules: []}\n")
+    return path
+
+
+@pytest.mark.parametrize("auth", [False, True], ids=["auth-off", "auth-on"])
+def test_every_route_declares_its_access(tmp_path: Path, auth: bool) -> None:
+    settings = Settings(nats_url=URL, auth_file=_auth_file(tmp_path) if auth else None)
+    app = create_app(settings)
+    mounted = list(api_routes(app))
+    assert len(mounted) >= 38
+    spec = app.openapi()["paths"]
+    for m in mounted:
+        assert isinstance(m.route, Route), m.path_format
+        need = m.route.access
+        assert isinstance(need, Need), f"{m.methods} {m.path_format} has no access rule"
+        for method in m.methods:
+            operation = spec[m.path_format.replace(":text", "")][method.lower()]
+            assert operation[ACCESS_EXTENSION] == need.openapi()
+
+
+def test_the_lean_routes_are_the_hot_three() -> None:
+    app = create_app(Settings(nats_url=URL))
+    lean = {(method, m.path_format) for m in api_routes(app) if m.route.lean for method in m.methods}
+    assert lean == {
+        ("GET", "/v1/kv/{bucket}/keys/{key}"),
+        ("PUT", "/v1/kv/{bucket}/keys/{key}"),
+        ("POST", "/v1/publish/{subject}"),
+    }
+
+
+def test_start_up_fails_on_a_route_without_access_rule() -> None:
+    app = create_app(Settings(nats_url=URL))
+
+    async def undeclared() -> None:
+        return None
+
+    app.add_api_route("/v1/undeclared", undeclared)  # a plain APIRoute: no rule
+    with pytest.raises(RuntimeError, match="/v1/undeclared"):
+        check_declared(app)
+    router = Router()
+    router.add_api_route("/v1/also", undeclared)  # through a Router, but not its decorators
+    assert isinstance(router.routes[-1], APIRoute) and router.routes[-1].access is None
+
+
+def test_a_declaration_reaches_the_route_and_its_openapi() -> None:
+    router = Router(prefix="/x")
+    need = Need("read")
+
+    @router.get("/{a}", access=need, openapi_extra={"x-other": 1})
+    async def endpoint(a: str) -> None:
+        return None
+
+    route = router.routes[-1]
+    assert isinstance(route, Route) and route.access is need and route.lean is False
+    assert route.openapi_extra == {"x-other": 1, ACCESS_EXTENSION: need.openapi()}
+    with pytest.raises(TypeError):
+        router.get("/{b}")  # type: ignore[call-arg]  # access= is required
+
+
+def test_the_setting_leaves_the_lean_paths_checked_but_off() -> None:
+    on = create_app(Settings(nats_url=URL))
+    off = create_app(Settings(nats_url=URL, lean_paths=False))
+    assert on.lean_paths is not None and off.lean_paths is None
