@@ -27,7 +27,7 @@ from starlette.types import Receive, Scope, Send
 
 from app.auth.access import authorize
 from app.auth.policy import ANONYMOUS, Principal
-from app.errors import GatewayError
+from app.errors import ErrorCode, GatewayError
 from app.http import JSON
 from app.kv.http import entry_headers, entry_response
 from app.kv.model import Entry
@@ -148,7 +148,7 @@ class LeanPaths:
         except Exception:
             # What Starlette's error middleware would do on the regular path, as a problem.
             log.exception("%s %s failed", scope["method"], scope["path"])
-            error = GatewayError("gateway.internal", "internal error", status=500)
+            error = GatewayError(ErrorCode.GATEWAY_INTERNAL, "internal error", status=500)
             response = problem_response(error, request_id_of(scope))
         await response(scope, receive, send)
 
