@@ -5,7 +5,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test openapi clean chromium
+.PHONY: run test openapi docs clean chromium
 
 run: $(STAMP)
 	$(BIN)/jsgw serve
@@ -25,6 +25,9 @@ chromium:
 
 openapi: $(STAMP)
 	$(BIN)/jsgw openapi -o openapi/openapi.json
+
+docs: $(STAMP)
+	$(BIN)/jsgw docs -o docs/problems
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
