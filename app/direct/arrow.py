@@ -65,7 +65,7 @@ def check_available(accept: str) -> bool:
     raise errors.NotAcceptable(
         ErrorCode.DIRECT_ARROW_UNAVAILABLE,
         "this gateway cannot answer in Arrow (pyarrow is not installed); "
-        "accept application/x-ndjson as well to get NDJSON"
+        "accept application/x-ndjson as well to get NDJSON",
     )
 
 
