@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 # constrained to them, so a release published tomorrow changes nothing until `make lock`.
 CONSTRAINTS := constraints.txt
 
-.PHONY: run test openapi clean chromium lock
+.PHONY: run test openapi docs clean chromium lock
 
 run: $(STAMP)
 	$(BIN)/jsgw serve
@@ -28,6 +28,9 @@ chromium:
 
 openapi: $(STAMP)
 	$(BIN)/jsgw openapi -o openapi/openapi.json
+
+docs: $(STAMP)
+	$(BIN)/jsgw docs -o docs/problems
 
 $(STAMP): pyproject.toml $(CONSTRAINTS)
 	$(PYTHON) -m venv $(VENV)

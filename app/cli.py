@@ -1,4 +1,5 @@
-"""The ``jsgw`` command: ``jsgw serve`` runs the gateway, ``jsgw openapi`` prints the spec."""
+"""The ``jsgw`` command: ``jsgw serve`` runs the gateway, ``jsgw openapi`` prints the spec,
+``jsgw docs`` writes the pages of the problem codes."""
 
 from __future__ import annotations
 
@@ -94,6 +95,16 @@ def openapi(args: argparse.Namespace) -> int:
     return 0
 
 
+def docs(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from app import problem_docs
+
+    written = problem_docs.write(Path(args.output))
+    print(f"{len(written)} pages in {args.output}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="jsgw", description="HTTP/REST + SSE gateway for NATS JetStream")
     sub = parser.add_subparsers(dest="command")
@@ -101,5 +112,8 @@ def main(argv: list[str] | None = None) -> int:
     spec = sub.add_parser("openapi", help="print the OpenAPI spec")
     spec.add_argument("-o", "--output", help="write to this file instead of stdout")
     spec.set_defaults(func=openapi)
+    pages = sub.add_parser("docs", help="write the pages of the problem codes (docs/problems/)")
+    pages.add_argument("-o", "--output", default="docs/problems", help="the directory to write")
+    pages.set_defaults(func=docs)
     args = parser.parse_args(argv)
     return int(getattr(args, "func", serve)(args))

@@ -2,29 +2,68 @@
 
 Services raise the classes below; nothing else in the gateway picks an HTTP status for an
 error. JetStream API errors are mapped by their numeric ``err_code``, never by text.
+
+Every ``code`` the gateway answers is a member of :class:`ErrorCode`, which says the class
+that carries it (and so its status) and what it means. The hierarchy::
+
+    GatewayError                   (500; http.error, gateway.internal)
+    ├── InvalidInput               400
+    │   └── TtlDisabled            publish.ttl_disabled
+    ├── Unauthorized               401
+    ├── Forbidden                  403
+    ├── NotFound                   404
+    │   ├── StreamNotFound         stream.not_found
+    │   ├── StreamDeleted          stream.deleted
+    │   ├── StreamNoMatch          stream.no_match
+    │   ├── ConsumerNotFound       consumer.not_found
+    │   └── MessageNotFound        message.not_found
+    ├── MethodNotAllowed           405
+    ├── NotAcceptable              406
+    ├── Conflict                   409
+    │   ├── StreamExists           stream.exists
+    │   ├── ConsumerExists         consumer.exists
+    │   └── DirectNotAllowed       direct.not_allowed
+    ├── PreconditionFailed         412
+    ├── PayloadTooLarge            413
+    ├── Locked                     423
+    ├── TooManyRequests            429
+    ├── Unsupported                501
+    ├── UpstreamError              502
+    ├── Unavailable                503
+    ├── NoResponders               503 (not an Unavailable: callers turn it into one)
+    └── Timeout                    504
+        └── OutcomeUnknown         nats.outcome_unknown
+
+A code that some code catches has a class of its own, and only that class carries it (the
+constructor refuses anything else), so ``except errors.StreamNotFound`` cannot miss one.
+Codes are compared nowhere: catch the class.
 """
 
 from __future__ import annotations
 
 import logging
+from enum import StrEnum
 from http import HTTPStatus
-from typing import Any
+from typing import Any, ClassVar
 
 log = logging.getLogger("jsgw.errors")
 
 PROBLEM_CONTENT_TYPE = "application/problem+json"
+PROBLEM_TYPE_BASE = "https://jsgw.dev/problems/"
 
 
 class GatewayError(Exception):
     """Base of every error the gateway answers with a problem+json document."""
 
     status: int = 500
-    code: str = "gateway.error"
     title: str | None = None
+    code: ErrorCode
+    own_code: ClassVar[ErrorCode | None] = None
+    """Set on a class that carries one code of its own (then the code may be left out)."""
 
     def __init__(
         self,
-        code: str | None = None,
+        code: ErrorCode | None = None,
         detail: str = "",
         *,
         status: int | None = None,
@@ -32,9 +71,9 @@ class GatewayError(Exception):
         headers: dict[str, str] | None = None,
         extra: dict[str, Any] | None = None,
     ) -> None:
-        super().__init__(detail or code or self.code)
-        if code:
-            self.code = code
+        code = _checked(type(self), code)
+        super().__init__(detail or code.value)
+        self.code = code
         if status is not None:
             self.status = status
         self.detail = detail
@@ -42,13 +81,23 @@ class GatewayError(Exception):
         self.headers = headers or {}
         self.extra = extra or {}
 
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        code = cls.__dict__.get("own_code")
+        if code is not None:
+            if not issubclass(cls, code.status_class):
+                raise TypeError(f"{cls.__name__} carries {code}, a {code.status_class.__name__}")
+            if code in _OWNERS:
+                raise TypeError(f"{code} is already carried by {_OWNERS[code].__name__}")
+            _OWNERS[code] = cls
+
     def problem(self, instance: str | None = None) -> dict[str, Any]:
         body: dict[str, Any] = {
-            "type": f"https://jsgw.dev/problems/{self.code}",
+            "type": f"{PROBLEM_TYPE_BASE}{self.code}",
             "title": self.title or HTTPStatus(self.status).phrase,
             "status": self.status,
             "detail": self.detail,
-            "code": self.code,
+            "code": self.code.value,
         }
         if instance:
             body["instance"] = instance
@@ -58,138 +107,713 @@ class GatewayError(Exception):
         return body
 
 
+def _checked(cls: type[GatewayError], code: ErrorCode | None) -> ErrorCode:
+    """``code``, when ``cls`` is the one class that carries it; a TypeError otherwise."""
+    if code is None:
+        code = cls.own_code
+        if code is None:
+            raise TypeError(f"{cls.__name__} needs an ErrorCode")
+    if not isinstance(code, ErrorCode):
+        raise TypeError(f"an error code is an ErrorCode member, not {code!r}")
+    if code.error_class is not cls:
+        raise TypeError(f"{code} is raised as {code.error_class.__name__}, not {cls.__name__}")
+    return code
+
+
+# -- the status classes -------------------------------------------------------------------
+
+
 class InvalidInput(GatewayError):
     status = 400
-    code = "request.invalid"
 
 
 class Unauthorized(GatewayError):
     status = 401
-    code = "auth.required"
 
 
 class Forbidden(GatewayError):
     status = 403
-    code = "auth.forbidden"
 
 
 class NotFound(GatewayError):
     status = 404
-    code = "not_found"
+
+
+class MethodNotAllowed(GatewayError):
+    status = 405
+
+
+class NotAcceptable(GatewayError):
+    status = 406
 
 
 class Conflict(GatewayError):
     status = 409
-    code = "conflict"
 
 
 class PreconditionFailed(GatewayError):
     status = 412
-    code = "precondition_failed"
 
 
 class PayloadTooLarge(GatewayError):
     status = 413
-    code = "request.too_large"
 
 
 class Locked(GatewayError):
     status = 423
-    code = "locked"
 
 
 class TooManyRequests(GatewayError):
     status = 429
-    code = "rate_limited"
+
+
+class Unsupported(GatewayError):
+    """The NATS server lacks a feature the request needs."""
+
+    status = 501
 
 
 class UpstreamError(GatewayError):
     """JetStream answered with an error the gateway has no better mapping for."""
 
     status = 502
-    code = "nats.error"
 
 
 class Unavailable(GatewayError):
     status = 503
-    code = "nats.unavailable"
+
+
+class NoResponders(GatewayError):
+    """Nobody listens on the subject: no stream captures it, or JetStream is not there.
+
+    Not an :class:`Unavailable`: the callers of the pool find out which, and answer that."""
+
+    status = 503
 
 
 class Timeout(GatewayError):
     status = 504
-    code = "nats.timeout"
+
+
+# -- the registry -------------------------------------------------------------------------
+
+
+class ErrorCode(StrEnum):
+    """Every ``code`` the gateway answers: the class that carries it, and what it means.
+
+    The values are stable (clients branch on them); each has a page at its ``type`` URL,
+    ``https://jsgw.dev/problems/<code>`` (docs/problems/, written by ``jsgw docs``).
+    """
+
+    status_class: type[GatewayError]
+    meaning: str
+
+    def __new__(cls, value: str, status_class: type[GatewayError], meaning: str) -> ErrorCode:
+        member = str.__new__(cls, value)
+        member._value_ = value
+        member.status_class = status_class
+        member.meaning = meaning
+        return member
+
+    @property
+    def error_class(self) -> type[GatewayError]:
+        """The class that carries this code: its own class if it has one, else its status's."""
+        return _OWNERS.get(self, self.status_class)
+
+    @property
+    def status(self) -> int:
+        return self.status_class.status
+
+    # -- 400 -------------------------------------------------------------------------------
+    REQUEST_INVALID = "request.invalid", InvalidInput, (
+        "A parameter, query or body field is malformed, out of range or conflicts with "
+        "another; `detail` (and `errors`, for body and query validation) says which: fix it."
+    )
+    HEADER_INVALID = "header.invalid", InvalidInput, (
+        "A header name or value is not allowed (control characters, too long, not a number "
+        "where one is expected): fix the header."
+    )
+    HEADER_DUPLICATE = "header.duplicate", InvalidInput, (
+        "A header the gateway reads is given more than once: send it once."
+    )
+    HEADER_RESERVED = "header.reserved", InvalidInput, (
+        "A Nats-* header that is not one of the documented publish headers: leave it out."
+    )
+    SUBJECT_INVALID = "subject.invalid", InvalidInput, (
+        "Not a valid subject (empty token, whitespace, wildcard, too long): fix the subject."
+    )
+    SUBJECT_FILTER_INVALID = "subject.filter_invalid", InvalidInput, (
+        "Not a valid subject filter ('*' and '>' only as whole tokens, '>' last): fix it."
+    )
+    SUBJECT_RESERVED = "subject.reserved", InvalidInput, (
+        "The subject is in a reserved namespace ($JS, $SYS, _INBOX...) and cannot be "
+        "published to through the gateway."
+    )
+    STREAM_NAME_INVALID = "stream.name_invalid", InvalidInput, (
+        "Not a valid stream name: use 1-255 letters, digits, '-' or '_'."
+    )
+    STREAM_NAME_MISMATCH = "stream.name_mismatch", InvalidInput, (
+        "The name in the body differs from the one in the path: make them equal, or leave "
+        "the body's out."
+    )
+    STREAM_CONFIG_INVALID = "stream.config_invalid", InvalidInput, (
+        "JetStream refused the stream configuration: `nats.description` says why."
+    )
+    STREAM_CREATE_FAILED = "stream.create_failed", InvalidInput, (
+        "JetStream could not create the stream from this configuration: `nats.description` "
+        "says why."
+    )
+    STREAM_LIMITS_INVALID = "stream.limits_invalid", InvalidInput, (
+        "The stream's limits (max_msgs, max_bytes, max_age...) are not valid: fix them."
+    )
+    STREAM_UPDATE_INVALID = "stream.update_invalid", InvalidInput, (
+        "This change to the stream's configuration is not allowed (e.g. its storage type): "
+        "create a new stream instead."
+    )
+    STREAM_REPLICAS_UNSUPPORTED = "stream.replicas_unsupported", InvalidInput, (
+        "More replicas than the NATS deployment can hold (a single server holds one)."
+    )
+    CONSUMER_NAME_INVALID = "consumer.name_invalid", InvalidInput, (
+        "Not a valid consumer name: use 1-255 letters, digits, '-' or '_'."
+    )
+    CONSUMER_NAME_MISMATCH = "consumer.name_mismatch", InvalidInput, (
+        "The name (or durable_name) in the body differs from the one in the path: make them "
+        "equal, or leave the body's out."
+    )
+    CONSUMER_CONFIG_INVALID = "consumer.config_invalid", InvalidInput, (
+        "JetStream refused the consumer configuration: `nats.description` says why."
+    )
+    CONSUMER_FILTER_INVALID = "consumer.filter_invalid", InvalidInput, (
+        "The consumer's filter subjects are not valid for its stream: fix them."
+    )
+    CONSUMER_EXPLICIT_ACK_REQUIRED = "consumer.explicit_ack_required", InvalidInput, (
+        "This kind of consumer (pull, priority groups, work queue) needs ack_policy "
+        "'explicit'."
+    )
+    CONSUMER_WORKQUEUE_DELIVER_ALL = "consumer.workqueue_deliver_all", InvalidInput, (
+        "A consumer of a work-queue stream must deliver all messages (deliver_policy 'all')."
+    )
+    CONSUMER_PRIORITY_POLICY_REQUIRED = "consumer.priority_policy_required", InvalidInput, (
+        "priority_groups or priority_timeout need a priority_policy: overflow, "
+        "pinned_client or prioritized."
+    )
+    CONSUMER_PRIORITY_GROUPS_REQUIRED = "consumer.priority_groups_required", InvalidInput, (
+        "A priority_policy needs at least one priority group: give priority_groups."
+    )
+    CONSUMER_PRIORITY_REQUIRES_PULL = "consumer.priority_requires_pull", InvalidInput, (
+        "Priority groups are for pull consumers: leave out deliver_subject."
+    )
+    CONSUMER_GROUP_NAME_INVALID = "consumer.group_name_invalid", InvalidInput, (
+        "A priority group name is not valid (1-16 letters, digits, '-', '_', '/' or '=') or "
+        "is given twice."
+    )
+    CONSUMER_GROUP_REQUIRED = "consumer.group_required", InvalidInput, (
+        "The consumer has priority groups, or the pull uses priority options: give a group."
+    )
+    CONSUMER_GROUP_INVALID = "consumer.group_invalid", InvalidInput, (
+        "The group is not one of the consumer's priority_groups: use one of them."
+    )
+    CONSUMER_NOT_OVERFLOW = "consumer.not_overflow", InvalidInput, (
+        "min_pending and min_ack_pending need a consumer with the overflow priority policy."
+    )
+    CONSUMER_NOT_PINNED_CLIENT = "consumer.not_pinned_client", InvalidInput, (
+        "A Nats-Pin-Id needs a consumer with the pinned_client priority policy."
+    )
+    CONSUMER_PRIORITY_INVALID = "consumer.priority_invalid", InvalidInput, (
+        "The pull's priority must be from 0 to 9."
+    )
+    CONSUMER_PIN_ID_INVALID = "consumer.pin_id_invalid", InvalidInput, (
+        "Not a pin id the gateway handed out: send back exactly the one it returned."
+    )
+    CONSUMER_FETCH_INVALID = "consumer.fetch_invalid", InvalidInput, (
+        "The fetch asks for too much, or for both max_messages and max_bytes: give one, "
+        "within the gateway's limits."
+    )
+    CONSUMER_CONSUME_INVALID = "consumer.consume_invalid", InvalidInput, (
+        "The consume's buffer or thresholds are not valid (both max_messages and max_bytes, "
+        "over the limits, a threshold above its maximum): fix them."
+    )
+    CONSUMER_EXPIRES_INVALID = "consumer.expires_invalid", InvalidInput, (
+        "expires is outside the range the gateway allows (JSGW_MAX_FETCH_EXPIRES)."
+    )
+    CONSUMER_HEARTBEAT_INVALID = "consumer.heartbeat_invalid", InvalidInput, (
+        "idle_heartbeat must be from 0.5s to 30s and at most half of expires; a consume "
+        "always uses one."
+    )
+    CONSUMER_MAX_BATCH_EXCEEDED = "consumer.max_batch_exceeded", InvalidInput, (
+        "More messages than the consumer's max_batch allows in one pull: ask for fewer."
+    )
+    CONSUMER_MAX_EXPIRES_EXCEEDED = "consumer.max_expires_exceeded", InvalidInput, (
+        "expires is above the consumer's max_expires: ask for a shorter wait."
+    )
+    CONSUMER_MAX_BYTES_EXCEEDED = "consumer.max_bytes_exceeded", InvalidInput, (
+        "max_bytes is above the consumer's max_bytes: ask for fewer bytes."
+    )
+    CONSUMER_MESSAGE_TOO_LARGE = "consumer.message_too_large", InvalidInput, (
+        "The next message is larger than the consume's max_bytes, so it can never be "
+        "delivered: consume with a larger max_bytes, or by max_messages."
+    )
+    CONSUMER_PULL_INVALID = "consumer.pull_invalid", InvalidInput, (
+        "The server refused the pull request as malformed: `nats.description` says why."
+    )
+    ACK_INVALID = "ack.invalid", InvalidInput, (
+        "An ack's options do not fit its kind (delay is for nak, reason for term) or contain "
+        "control characters."
+    )
+    ACK_TOKEN_INVALID = "ack.token_invalid", InvalidInput, (
+        "Not an ack token issued by this gateway (malformed or forged): send back the token "
+        "exactly as received."
+    )
+    PUBLISH_TTL_INVALID = "publish.ttl_invalid", InvalidInput, (
+        "The message's Nats-TTL is not valid: a duration of at least one second, or 'never'."
+    )
+    PUBLISH_TTL_DISABLED = "publish.ttl_disabled", InvalidInput, (
+        "The stream does not take per-message TTLs: set allow_msg_ttl on it first."
+    )
+    KV_BUCKET_INVALID = "kv.bucket_invalid", InvalidInput, (
+        "Not a valid bucket name: use 1-252 letters, digits, '-' or '_'."
+    )
+    KV_KEY_INVALID = "kv.key_invalid", InvalidInput, (
+        "Not a valid key: letters, digits and -/_=. only, no empty token, no leading or "
+        "trailing '.'."
+    )
+    KV_KEY_RESERVED = "kv.key_reserved", InvalidInput, (
+        "Keys starting with '_kv' are reserved: choose another key."
+    )
+    KV_KEY_FILTER_INVALID = "kv.key_filter_invalid", InvalidInput, (
+        "Not a valid key filter: key tokens, '*' or '>' as whole tokens, '>' last."
+    )
+    KV_PRECONDITION_INVALID = "kv.precondition_invalid", InvalidInput, (
+        "The If-Match / If-None-Match headers do not fit the request: give one of them, and "
+        "If-None-Match only as '*' on a write."
+    )
+    KV_REVISION_INVALID = "kv.revision_invalid", InvalidInput, (
+        "If-Match is not one revision as an entity tag (like \"12\") or '*'."
+    )
+    KV_TTL_INVALID = "kv.ttl_invalid", InvalidInput, (
+        "The ttl is not a valid duration: at least one second."
+    )
+    KV_TTL_NOT_ALLOWED = "kv.ttl_not_allowed", InvalidInput, (
+        "A per-key ttl is set when creating a key (If-None-Match: *) or purging it, not on a "
+        "plain put or delete (ADR-48)."
+    )
+    KV_TTL_DISABLED = "kv.ttl_disabled", InvalidInput, (
+        "The bucket takes no per-key ttl: set limit_marker_ttl on it first (ADR-48)."
+    )
+    KV_WATCH_INVALID = "kv.watch_invalid", InvalidInput, (
+        "The watch's options exclude each other or are out of range: fix them."
+    )
+    KV_LAST_EVENT_ID_INVALID = "kv.last_event_id_invalid", InvalidInput, (
+        "Last-Event-ID is not a revision (a whole number): send back an event id received."
+    )
+    KV_CURSOR_INVALID = "kv.cursor_invalid", InvalidInput, (
+        "The cursor is not a next_cursor returned by this listing: start again without one."
+    )
+    DIRECT_BAD_REQUEST = "direct.bad_request", InvalidInput, (
+        "The server refused the Direct Get request: `detail` says why."
+    )
+    JETSTREAM_BAD_REQUEST = "jetstream.bad_request", InvalidInput, (
+        "JetStream refused the request (with its own 4xx status, 400 by default): "
+        "`nats.description` says why."
+    )
+    JETSTREAM_INVALID_JSON = "jetstream.invalid_json", InvalidInput, (
+        "JetStream could not read the request the gateway built from yours: check the "
+        "configuration's fields."
+    )
+    # -- 401, 403 --------------------------------------------------------------------------
+    AUTH_REQUIRED = "auth.required", Unauthorized, (
+        "No valid bearer token: send `Authorization: Bearer <token>`."
+    )
+    AUTH_FORBIDDEN = "auth.forbidden", Forbidden, (
+        "The token is valid but may not do this (its grants do not cover the route, stream, "
+        "bucket or prefix)."
+    )
+    ACK_TOKEN_FOREIGN = "ack.token_foreign", Forbidden, (
+        "The ack token belongs to another stream or consumer: ack it through that one."
+    )
+    # -- 404 -------------------------------------------------------------------------------
+    ROUTE_NOT_FOUND = "route.not_found", NotFound, (
+        "No route has this path: check the URL against the API reference."
+    )
+    STREAM_NOT_FOUND = "stream.not_found", NotFound, (
+        "The stream does not exist: check its name, or create it."
+    )
+    STREAM_DELETED = "stream.deleted", NotFound, (
+        "The stream was deleted (or re-created) while it was being read: the reading ends."
+    )
+    STREAM_NO_MATCH = "stream.no_match", NotFound, (
+        "No stream captures the subject: the message was not stored; create a stream whose "
+        "subjects cover it."
+    )
+    CONSUMER_NOT_FOUND = "consumer.not_found", NotFound, (
+        "The consumer does not exist: check its name, or create it."
+    )
+    CONSUMER_DELETED = "consumer.deleted", NotFound, (
+        "The consumer was deleted while it was being pulled from: the pull ends."
+    )
+    MESSAGE_NOT_FOUND = "message.not_found", NotFound, (
+        "No message matches the request (that sequence or subject has none, or it was "
+        "deleted)."
+    )
+    KV_BUCKET_NOT_FOUND = "kv.bucket_not_found", NotFound, (
+        "The bucket does not exist: check its name, or create it."
+    )
+    KV_BUCKET_DELETED = "kv.bucket_deleted", NotFound, (
+        "The bucket was deleted while it was being watched: the watch ends."
+    )
+    KV_KEY_NOT_FOUND = "kv.key_not_found", NotFound, (
+        "The key has no value (never written, deleted or purged; `operation` says which)."
+    )
+    JETSTREAM_NOT_FOUND = "jetstream.not_found", NotFound, (
+        "JetStream answered 404 with an error the gateway has no better code for: "
+        "`nats.description` says what is missing."
+    )
+    # -- 405, 406 --------------------------------------------------------------------------
+    ROUTE_METHOD_NOT_ALLOWED = "route.method_not_allowed", MethodNotAllowed, (
+        "The route exists but not with this method: the Allow header lists those it takes."
+    )
+    DIRECT_ARROW_UNAVAILABLE = "direct.arrow_unavailable", NotAcceptable, (
+        "Arrow was asked for alone and this gateway has no pyarrow: accept "
+        "application/x-ndjson as well."
+    )
+    # -- 409 -------------------------------------------------------------------------------
+    STREAM_EXISTS = "stream.exists", Conflict, (
+        "A stream with this name exists with a different configuration."
+    )
+    STREAM_SUBJECT_OVERLAP = "stream.subject_overlap", Conflict, (
+        "The stream's subjects overlap another stream's: make them disjoint."
+    )
+    STREAM_LIMIT_REACHED = "stream.limit_reached", Conflict, (
+        "The account has as many streams as it may: delete one, or raise the limit."
+    )
+    STREAM_SEALED = "stream.sealed", Conflict, (
+        "The stream is sealed: its messages cannot be deleted or purged."
+    )
+    CONSUMER_EXISTS = "consumer.exists", Conflict, (
+        "A consumer with this name exists with a different configuration."
+    )
+    CONSUMER_NOT_UPDATABLE = "consumer.not_updatable", Conflict, (
+        "This change to the consumer's configuration is not allowed (e.g. its deliver "
+        "policy): delete and re-create it."
+    )
+    CONSUMER_LIMIT_REACHED = "consumer.limit_reached", Conflict, (
+        "The stream has as many consumers as it may: delete one, or raise max_consumers."
+    )
+    CONSUMER_WORKQUEUE_OVERLAP = "consumer.workqueue_overlap", Conflict, (
+        "On a work-queue stream, consumers' filters may not overlap: make them disjoint."
+    )
+    CONSUMER_PUSH_BASED = "consumer.push_based", Conflict, (
+        "A push consumer cannot be pulled from: use a pull consumer."
+    )
+    DIRECT_NOT_ALLOWED = "direct.not_allowed", Conflict, (
+        "The stream does not allow Direct Get (allow_direct is false): enable it, or read "
+        "with consistency=leader."
+    )
+    KV_NOT_A_BUCKET = "kv.not_a_bucket", Conflict, (
+        "A stream of the bucket's name exists but is not a KV bucket."
+    )
+    KV_LIMIT_MARKERS_LOCKED = "kv.limit_markers_locked", Conflict, (
+        "Limit markers cannot be turned off once on (ADR-48): give limit_marker_ttl again."
+    )
+    KV_UNSUPPORTED = "kv.unsupported", Conflict, (
+        "The bucket's stream has a setting the gateway does not support for KV: `detail` "
+        "says which."
+    )
+    # -- 412 -------------------------------------------------------------------------------
+    PUBLISH_WRONG_STREAM = "publish.wrong_stream", PreconditionFailed, (
+        "The subject is not in the stream named by Nats-Expected-Stream: not stored."
+    )
+    PUBLISH_WRONG_LAST_MSG_ID = "publish.wrong_last_msg_id", PreconditionFailed, (
+        "The stream's last Nats-Msg-Id is not the expected one: not stored; read and retry."
+    )
+    PUBLISH_WRONG_LAST_SEQUENCE = "publish.wrong_last_sequence", PreconditionFailed, (
+        "The stream's (or subject's) last sequence is not the expected one: not stored; "
+        "read and retry."
+    )
+    KV_KEY_EXISTS = "kv.key_exists", PreconditionFailed, (
+        "If-None-Match: * but the key has a value (`revision` says which): not written."
+    )
+    KV_REVISION_MISMATCH = "kv.revision_mismatch", PreconditionFailed, (
+        "The key is not at the revision If-Match expected (`revision` says where it is): "
+        "not written; read and retry."
+    )
+    # -- 413 -------------------------------------------------------------------------------
+    REQUEST_TOO_LARGE = "request.too_large", PayloadTooLarge, (
+        "The request body is over the gateway's limit (JSGW_MAX_BODY or the server's "
+        "max_payload): send less."
+    )
+    MESSAGE_TOO_LARGE = "message.too_large", PayloadTooLarge, (
+        "The message is over the server's max_payload or the stream's max_msg_size: not "
+        "stored."
+    )
+    PUBLISH_BATCH_TOO_LARGE = "publish.batch_too_large", PayloadTooLarge, (
+        "More messages in one batch than JSGW_MAX_PUBLISH_BATCH: split it."
+    )
+    ACK_BATCH_TOO_LARGE = "ack.batch_too_large", PayloadTooLarge, (
+        "More acks in one request than JSGW_MAX_FETCH_MESSAGES: split it."
+    )
+    KV_VALUE_TOO_LARGE = "kv.value_too_large", PayloadTooLarge, (
+        "The value is over the bucket's max_value_size or the server's max_payload: not "
+        "written."
+    )
+    STREAM_TOO_MANY_SUBJECTS = "stream.too_many_subjects", PayloadTooLarge, (
+        "The request matches more subjects than the server answers for at once: narrow it."
+    )
+    DIRECT_TOO_MANY_SUBJECTS = "direct.too_many_subjects", PayloadTooLarge, (
+        "More subjects (keys) than one multi-read takes, or filters matching more than 1024: "
+        "narrow them or split the request."
+    )
+    # -- 423, 429 --------------------------------------------------------------------------
+    CONSUMER_PIN_MISMATCH = "consumer.pin_mismatch", Locked, (
+        "The pin id is no longer the group's pinned client: drop it and pull without a "
+        "Nats-Pin-Id."
+    )
+    RATE_LIMITED = "rate_limited", TooManyRequests, (
+        "Too many requests for this token: wait for Retry-After."
+    )
+    SSE_TOO_MANY_STREAMS = "sse.too_many_streams", TooManyRequests, (
+        "Too many open event streams (for this token or in all): close one or retry after "
+        "Retry-After."
+    )
+    KV_TOO_MANY_WATCHES = "kv.too_many_watches", TooManyRequests, (
+        "The gateway serves as many watches as it may: retry after Retry-After."
+    )
+    KV_WATCH_TOO_SLOW = "kv.watch_too_slow", TooManyRequests, (
+        "The client fell too far behind the watch: it ends; reconnect with Last-Event-ID to "
+        "resume."
+    )
+    CONSUMER_MAX_WAITING_EXCEEDED = "consumer.max_waiting_exceeded", TooManyRequests, (
+        "Too many pull requests are waiting on this consumer (max_waiting): retry shortly."
+    )
+    # -- 500, 501, 502 ---------------------------------------------------------------------
+    GATEWAY_INTERNAL = "gateway.internal", GatewayError, (
+        "A bug in the gateway: the request's X-Request-ID finds it in the logs; report it."
+    )
+    HTTP_ERROR = "http.error", GatewayError, (
+        "An HTTP-level refusal without a more specific code, with its own status: `detail` "
+        "says why."
+    )
+    DIRECT_BATCH_UNSUPPORTED = "direct.batch_unsupported", Unsupported, (
+        "The NATS server does not support batched Direct Get: nats-server 2.11 or later is "
+        "needed."
+    )
+    JETSTREAM_ERROR = "jetstream.error", UpstreamError, (
+        "JetStream failed with an error the gateway has no better code for: "
+        "`nats.description` says what; retry, or ask the NATS operator."
+    )
+    JETSTREAM_BAD_RESPONSE = "jetstream.bad_response", UpstreamError, (
+        "JetStream sent a reply the gateway cannot read: retry; if it persists, check the "
+        "server's version."
+    )
+    DIRECT_GAP = "direct.gap", UpstreamError, (
+        "A Direct Get reply was lost in the middle of a batch: retry the request."
+    )
+    DIRECT_ERROR = "direct.error", UpstreamError, (
+        "The server answered a Direct Get with an unexpected status: `detail` says which."
+    )
+    CONSUMER_BAD_DELIVERY = "consumer.bad_delivery", UpstreamError, (
+        "The server delivered a message without a valid ack subject."
+    )
+    CONSUMER_PULL_FAILED = "consumer.pull_failed", UpstreamError, (
+        "The server ended the pull with an unexpected status: `nats.description` says which."
+    )
+    # -- 503 -------------------------------------------------------------------------------
+    NATS_UNAVAILABLE = "nats.unavailable", Unavailable, (
+        "The gateway has no NATS connection up: nothing was sent; retry after Retry-After."
+    )
+    NATS_NO_RESPONDERS = "nats.no_responders", NoResponders, (
+        "Nobody listens on the subject the gateway sent to: retry shortly."
+    )
+    JETSTREAM_UNAVAILABLE = "jetstream.unavailable", Unavailable, (
+        "JetStream did not take the request (not enabled for the account, wrong domain, no "
+        "meta leader): retry shortly."
+    )
+    JETSTREAM_NOT_ENABLED = "jetstream.not_enabled", Unavailable, (
+        "JetStream is not enabled on the server or for the account."
+    )
+    JETSTREAM_INSUFFICIENT_RESOURCES = "jetstream.insufficient_resources", Unavailable, (
+        "The NATS servers lack the resources (storage, memory, peers) for the request."
+    )
+    JETSTREAM_MEMORY_EXCEEDED = "jetstream.memory_exceeded", Unavailable, (
+        "JetStream's memory limit is reached: free some, or raise the limit."
+    )
+    JETSTREAM_STORAGE_EXCEEDED = "jetstream.storage_exceeded", Unavailable, (
+        "JetStream's storage limit is reached: free some, or raise the limit."
+    )
+    STREAM_OFFLINE = "stream.offline", Unavailable, (
+        "The stream is offline (its servers are down or it is being recovered): retry later."
+    )
+    STREAM_UNAVAILABLE = "stream.unavailable", Unavailable, (
+        "No stream answered the publish (its stream has no leader right now, e.g. during an "
+        "election): not stored; retry shortly."
+    )
+    CONSUMER_OFFLINE = "consumer.offline", Unavailable, (
+        "The consumer is offline (its servers are down or it is being recovered): retry "
+        "later."
+    )
+    DIRECT_UNAVAILABLE = "direct.unavailable", Unavailable, (
+        "No server answered the Direct Get: retry shortly."
+    )
+    GATEWAY_SHUTDOWN = "gateway.shutdown", Unavailable, (
+        "The gateway is shutting down: reconnect (to another instance)."
+    )
+    # -- 504 -------------------------------------------------------------------------------
+    NATS_TIMEOUT = "nats.timeout", Timeout, (
+        "NATS did not answer in time: a read can be retried."
+    )
+    NATS_OUTCOME_UNKNOWN = "nats.outcome_unknown", Timeout, (
+        "A write was not confirmed in time: it may or may not be stored. Retry with the same "
+        "Nats-Msg-Id (or read the key) to find out."
+    )
+
+
+_OWNERS: dict[ErrorCode, type[GatewayError]] = {}
+"""The codes that have a class of their own (filled by ``GatewayError.__init_subclass__``)."""
+
+
+class WarningCode(StrEnum):
+    """The ``code`` of a ``warning`` event on a consume stream: the stream goes on.
+
+    A warning may also carry the :class:`ErrorCode` of a pull that was refused."""
+
+    meaning: str
+
+    def __new__(cls, value: str, meaning: str) -> WarningCode:
+        member = str.__new__(cls, value)
+        member._value_ = value
+        member.meaning = meaning
+        return member
+
+    NATS_DISCONNECTED = "nats.disconnected", (
+        "The gateway lost its NATS connection: pulling resumes when it is back."
+    )
+    CONSUMER_RECOVERING = "consumer.recovering", (
+        "After a reconnect the gateway could not yet check the consumer: it keeps trying."
+    )
+    CONSUMER_HEARTBEAT_MISSED = "consumer.heartbeat_missed", (
+        "The server sent neither a message nor a heartbeat in time: the gateway pulls again."
+    )
+
+
+# -- the classes of the codes that are caught ---------------------------------------------
+
+
+class TtlDisabled(InvalidInput):
+    own_code = ErrorCode.PUBLISH_TTL_DISABLED
+
+
+class StreamNotFound(NotFound):
+    own_code = ErrorCode.STREAM_NOT_FOUND
+
+
+class StreamDeleted(NotFound):
+    own_code = ErrorCode.STREAM_DELETED
+
+
+class StreamNoMatch(NotFound):
+    own_code = ErrorCode.STREAM_NO_MATCH
+
+
+class ConsumerNotFound(NotFound):
+    own_code = ErrorCode.CONSUMER_NOT_FOUND
+
+
+class MessageNotFound(NotFound):
+    own_code = ErrorCode.MESSAGE_NOT_FOUND
+
+
+class StreamExists(Conflict):
+    own_code = ErrorCode.STREAM_EXISTS
+
+
+class ConsumerExists(Conflict):
+    own_code = ErrorCode.CONSUMER_EXISTS
+
+
+class DirectNotAllowed(Conflict):
+    own_code = ErrorCode.DIRECT_NOT_ALLOWED
 
 
 class OutcomeUnknown(Timeout):
     """A write timed out: it may or may not be stored. Retry with the same Nats-Msg-Id."""
 
-    code = "nats.outcome_unknown"
+    own_code = ErrorCode.NATS_OUTCOME_UNKNOWN
 
 
-# JetStream err_code -> (error class, stable code). The list covers the errors that a
-# client can cause or act on; others fall back on the HTTP-like ``code`` the server sent.
-_JS_ERRORS: dict[int, tuple[type[GatewayError], str]] = {
-    10003: (InvalidInput, "jetstream.bad_request"),
+def for_code(code: ErrorCode, detail: str = "", **kwargs: Any) -> GatewayError:
+    """The error for ``code``, of the class that carries it (for codes chosen from a table)."""
+    return code.error_class(code, detail, **kwargs)
+
+
+# JetStream err_code -> stable code (which says the class). The list covers the errors that
+# a client can cause or act on; others fall back on the HTTP-like ``code`` the server sent.
+_JS_ERRORS: dict[int, ErrorCode] = {
+    10003: ErrorCode.JETSTREAM_BAD_REQUEST,
     # The server reports these with code 500, but they describe the request's config.
-    10049: (InvalidInput, "stream.create_failed"),
-    10053: (InvalidInput, "stream.limits_invalid"),
-    10057: (NotFound, "message.not_found"),  # delete of a sequence the store does not have
-    10069: (InvalidInput, "stream.update_invalid"),
-    10074: (InvalidInput, "stream.replicas_unsupported"),
-    10117: (PayloadTooLarge, "stream.too_many_subjects"),
-    10118: (Unavailable, "stream.offline"),
-    10119: (Unavailable, "consumer.offline"),
-    10194: (Unavailable, "stream.offline"),
-    10195: (Unavailable, "consumer.offline"),
-    10008: (Unavailable, "jetstream.unavailable"),
-    10012: (Conflict, "consumer.not_updatable"),  # e.g. "deliver policy can not be updated"
-    10013: (Conflict, "consumer.exists"),
-    10014: (NotFound, "consumer.not_found"),
-    10023: (Unavailable, "jetstream.insufficient_resources"),
-    10025: (InvalidInput, "jetstream.invalid_json"),
-    10026: (Conflict, "consumer.limit_reached"),
-    10027: (Conflict, "stream.limit_reached"),
-    10028: (Unavailable, "jetstream.memory_exceeded"),
-    10037: (NotFound, "message.not_found"),
-    10039: (Unavailable, "jetstream.not_enabled"),
-    10043: (NotFound, "message.not_found"),
-    10047: (Unavailable, "jetstream.storage_exceeded"),
-    10052: (InvalidInput, "stream.config_invalid"),
-    10054: (PayloadTooLarge, "message.too_large"),
-    10056: (InvalidInput, "stream.name_mismatch"),
-    10058: (Conflict, "stream.exists"),
-    10059: (NotFound, "stream.not_found"),
-    10060: (PreconditionFailed, "publish.wrong_stream"),
-    10065: (Conflict, "stream.subject_overlap"),
-    10070: (PreconditionFailed, "publish.wrong_last_msg_id"),
-    10071: (PreconditionFailed, "publish.wrong_last_sequence"),
-    10076: (Unavailable, "jetstream.not_enabled"),
-    10084: (InvalidInput, "consumer.explicit_ack_required"),
-    10093: (InvalidInput, "consumer.filter_invalid"),
-    10098: (InvalidInput, "consumer.explicit_ack_required"),
-    10099: (Conflict, "consumer.workqueue_overlap"),
-    10100: (Conflict, "consumer.workqueue_overlap"),
-    10101: (InvalidInput, "consumer.workqueue_deliver_all"),
-    10105: (Conflict, "consumer.exists"),
-    10109: (Conflict, "stream.sealed"),
-    10116: (InvalidInput, "consumer.config_invalid"),
-    10148: (Conflict, "consumer.exists"),
-    10149: (NotFound, "consumer.not_found"),
-    10159: (InvalidInput, "consumer.priority_groups_required"),
-    10160: (InvalidInput, "consumer.group_invalid"),
-    10161: (InvalidInput, "consumer.group_name_invalid"),
-    10162: (InvalidInput, "consumer.group_name_invalid"),
-    10163: (Unavailable, "jetstream.unavailable"),
-    10164: (PreconditionFailed, "publish.wrong_last_sequence"),
+    10049: ErrorCode.STREAM_CREATE_FAILED,
+    10053: ErrorCode.STREAM_LIMITS_INVALID,
+    10057: ErrorCode.MESSAGE_NOT_FOUND,  # delete of a sequence the store does not have
+    10069: ErrorCode.STREAM_UPDATE_INVALID,
+    10074: ErrorCode.STREAM_REPLICAS_UNSUPPORTED,
+    10117: ErrorCode.STREAM_TOO_MANY_SUBJECTS,
+    10118: ErrorCode.STREAM_OFFLINE,
+    10119: ErrorCode.CONSUMER_OFFLINE,
+    10194: ErrorCode.STREAM_OFFLINE,
+    10195: ErrorCode.CONSUMER_OFFLINE,
+    10008: ErrorCode.JETSTREAM_UNAVAILABLE,
+    10012: ErrorCode.CONSUMER_NOT_UPDATABLE,  # e.g. "deliver policy can not be updated"
+    10013: ErrorCode.CONSUMER_EXISTS,
+    10014: ErrorCode.CONSUMER_NOT_FOUND,
+    10023: ErrorCode.JETSTREAM_INSUFFICIENT_RESOURCES,
+    10025: ErrorCode.JETSTREAM_INVALID_JSON,
+    10026: ErrorCode.CONSUMER_LIMIT_REACHED,
+    10027: ErrorCode.STREAM_LIMIT_REACHED,
+    10028: ErrorCode.JETSTREAM_MEMORY_EXCEEDED,
+    10037: ErrorCode.MESSAGE_NOT_FOUND,
+    10039: ErrorCode.JETSTREAM_NOT_ENABLED,
+    10043: ErrorCode.MESSAGE_NOT_FOUND,
+    10047: ErrorCode.JETSTREAM_STORAGE_EXCEEDED,
+    10052: ErrorCode.STREAM_CONFIG_INVALID,
+    10054: ErrorCode.MESSAGE_TOO_LARGE,
+    10056: ErrorCode.STREAM_NAME_MISMATCH,
+    10058: ErrorCode.STREAM_EXISTS,
+    10059: ErrorCode.STREAM_NOT_FOUND,
+    10060: ErrorCode.PUBLISH_WRONG_STREAM,
+    10065: ErrorCode.STREAM_SUBJECT_OVERLAP,
+    10070: ErrorCode.PUBLISH_WRONG_LAST_MSG_ID,
+    10071: ErrorCode.PUBLISH_WRONG_LAST_SEQUENCE,
+    10076: ErrorCode.JETSTREAM_NOT_ENABLED,
+    10084: ErrorCode.CONSUMER_EXPLICIT_ACK_REQUIRED,
+    10093: ErrorCode.CONSUMER_FILTER_INVALID,
+    10098: ErrorCode.CONSUMER_EXPLICIT_ACK_REQUIRED,
+    10099: ErrorCode.CONSUMER_WORKQUEUE_OVERLAP,
+    10100: ErrorCode.CONSUMER_WORKQUEUE_OVERLAP,
+    10101: ErrorCode.CONSUMER_WORKQUEUE_DELIVER_ALL,
+    10105: ErrorCode.CONSUMER_EXISTS,
+    10109: ErrorCode.STREAM_SEALED,
+    10116: ErrorCode.CONSUMER_CONFIG_INVALID,
+    10148: ErrorCode.CONSUMER_EXISTS,
+    10149: ErrorCode.CONSUMER_NOT_FOUND,
+    10159: ErrorCode.CONSUMER_PRIORITY_GROUPS_REQUIRED,
+    10160: ErrorCode.CONSUMER_GROUP_INVALID,
+    10161: ErrorCode.CONSUMER_GROUP_NAME_INVALID,
+    10162: ErrorCode.CONSUMER_GROUP_NAME_INVALID,
+    10163: ErrorCode.JETSTREAM_UNAVAILABLE,
+    10164: ErrorCode.PUBLISH_WRONG_LAST_SEQUENCE,
     # "duplicate message id is in process" (2.11+): a message with this Nats-Msg-Id is being
     # stored right now, so whether it will be is not known yet; retry with the same id.
-    10158: (OutcomeUnknown, "nats.outcome_unknown"),
-    10165: (InvalidInput, "publish.ttl_invalid"),
-    10166: (InvalidInput, "publish.ttl_disabled"),
-    10178: (InvalidInput, "consumer.priority_requires_pull"),
-    10196: (InvalidInput, "consumer.priority_policy_required"),
-    10197: (InvalidInput, "consumer.priority_policy_required"),
+    10158: ErrorCode.NATS_OUTCOME_UNKNOWN,
+    10165: ErrorCode.PUBLISH_TTL_INVALID,
+    10166: ErrorCode.PUBLISH_TTL_DISABLED,
+    10178: ErrorCode.CONSUMER_PRIORITY_REQUIRES_PULL,
+    10196: ErrorCode.CONSUMER_PRIORITY_POLICY_REQUIRED,
+    10197: ErrorCode.CONSUMER_PRIORITY_POLICY_REQUIRED,
 }
+
+
+def jetstream_err_codes(code: ErrorCode) -> list[int]:
+    """The JetStream ``err_code`` values that map to ``code`` (for its documentation)."""
+    return sorted(err_code for err_code, mapped in _JS_ERRORS.items() if mapped is code)
 
 
 def from_jetstream(error: dict[str, Any]) -> GatewayError:
@@ -200,12 +824,13 @@ def from_jetstream(error: dict[str, Any]) -> GatewayError:
     nats = {"code": http_code, "err_code": err_code, "description": description}
     mapped = _JS_ERRORS.get(err_code)
     if mapped is not None:
-        cls, code = mapped
-        return cls(code, description, nats=nats)
+        return for_code(mapped, description, nats=nats)
     if http_code == 404:
-        return NotFound("jetstream.not_found", description, nats=nats)
+        return NotFound(ErrorCode.JETSTREAM_NOT_FOUND, description, nats=nats)
     if http_code == 503:
-        return Unavailable("jetstream.unavailable", description, nats=nats)
+        return Unavailable(ErrorCode.JETSTREAM_UNAVAILABLE, description, nats=nats)
     if 400 <= http_code < 500:
-        return InvalidInput("jetstream.bad_request", description, status=http_code, nats=nats)
-    return UpstreamError("jetstream.error", description, nats=nats)
+        return InvalidInput(
+            ErrorCode.JETSTREAM_BAD_REQUEST, description, status=http_code, nats=nats
+        )
+    return UpstreamError(ErrorCode.JETSTREAM_ERROR, description, nats=nats)

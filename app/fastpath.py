@@ -41,7 +41,7 @@ from starlette.types import Receive, Scope, Send
 from app.auth.access import authorize
 from app.auth.policy import ANONYMOUS, Principal
 from app.deps import FROM_RUNTIME
-from app.errors import GatewayError
+from app.errors import ErrorCode, GatewayError
 from app.middleware import request_id_of
 from app.problems import (
     client_gone_response,
@@ -228,7 +228,7 @@ class LeanPaths:
         except Exception:
             # What Starlette's error middleware would do on the regular path, as a problem.
             log.exception("%s %s failed", scope["method"], scope["path"])
-            error = GatewayError("gateway.internal", "internal error", status=500)
+            error = GatewayError(ErrorCode.GATEWAY_INTERNAL, "internal error", status=500)
             response = problem_response(error, request_id_of(scope))
         await response(scope, receive, send)
 

@@ -12,7 +12,7 @@ from starlette.datastructures import Headers
 from starlette.responses import JSONResponse
 
 from app import errors
-from app.errors import PROBLEM_CONTENT_TYPE
+from app.errors import PROBLEM_CONTENT_TYPE, ErrorCode
 
 
 class JSON(JSONResponse):
@@ -45,7 +45,7 @@ async def read_body(request: Request, limit: int) -> bytes:
     declared = request.headers.get("content-length")
     if declared is not None:
         if not declared.isdigit():
-            raise errors.InvalidInput("request.invalid", "Content-Length is not a number")
+            raise errors.InvalidInput(ErrorCode.REQUEST_INVALID, "Content-Length is not a number")
         if int(declared) > limit:
             raise _too_large(limit)
     chunks: list[bytes] = []
@@ -60,7 +60,8 @@ async def read_body(request: Request, limit: int) -> bytes:
 
 def _too_large(limit: int) -> errors.PayloadTooLarge:
     return errors.PayloadTooLarge(
-        "request.too_large", f"the body is over the limit of {limit} bytes (server max_payload)"
+        ErrorCode.REQUEST_TOO_LARGE,
+        f"the body is over the limit of {limit} bytes (server max_payload)",
     )
 
 

@@ -15,7 +15,7 @@ import orjson
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from app.errors import PROBLEM_CONTENT_TYPE, GatewayError, InvalidInput, PayloadTooLarge
+from app.errors import PROBLEM_CONTENT_TYPE, ErrorCode, GatewayError, InvalidInput, PayloadTooLarge
 from app.metrics import Metrics
 
 access_log = logging.getLogger("jsgw.access")
@@ -138,7 +138,7 @@ def _read_headers(scope: Scope) -> tuple[str | None, InvalidInput | None]:
         # costing several times as much, for every header of every request.)
         if 13 in value or 10 in value or 0 in value:
             refusal = refusal or InvalidInput(
-                "header.invalid",
+                ErrorCode.HEADER_INVALID,
                 f"header {name.decode('latin-1')!r}: CR, LF and NUL are not allowed in a value",
             )
         if name == REQUEST_ID_HEADER:
@@ -151,7 +151,7 @@ def _read_headers(scope: Scope) -> tuple[str | None, InvalidInput | None]:
         ):
             if name in seen:
                 refusal = refusal or InvalidInput(
-                    "header.duplicate",
+                    ErrorCode.HEADER_DUPLICATE,
                     f"header {name.decode('latin-1')!r} is given more than once",
                 )
             seen.add(name)
@@ -241,7 +241,7 @@ class BodyLimitMiddleware:
         return f"the request body is over the limit of {self.limit} bytes (JSGW_MAX_BODY)"
 
     async def _refuse(self, scope: Scope, send: Send) -> None:
-        error = PayloadTooLarge("request.too_large", self._detail())
+        error = PayloadTooLarge(ErrorCode.REQUEST_TOO_LARGE, self._detail())
         body = orjson.dumps(error.problem(request_id_of(scope)))
         await send(
             {

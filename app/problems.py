@@ -12,7 +12,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
 from starlette.responses import Response
 
-from app.errors import PROBLEM_CONTENT_TYPE, GatewayError, InvalidInput
+from app.errors import PROBLEM_CONTENT_TYPE, ErrorCode, GatewayError, InvalidInput, for_code
 from app.middleware import request_id_of
 
 log = logging.getLogger("jsgw.errors")
@@ -57,7 +57,7 @@ async def _request_validation(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, RequestValidationError)
     errors = list(exc.errors())
     error = InvalidInput(
-        "request.invalid",
+        ErrorCode.REQUEST_INVALID,
         _validation_detail(errors),
         extra={
             "errors": [
@@ -74,14 +74,21 @@ async def _http_exception(request: Request, exc: Exception) -> Response:
     return http_exception_response(exc, request.scope)
 
 
+_HTTP_CODES = {
+    404: ErrorCode.ROUTE_NOT_FOUND,
+    405: ErrorCode.ROUTE_METHOD_NOT_ALLOWED,
+    413: ErrorCode.REQUEST_TOO_LARGE,
+}
+
+
 def http_exception_response(exc: StarletteHTTPException, scope: Any) -> Response:
     """Starlette's HTTPException (raised by the body limit, among others) as a problem."""
     if isinstance(exc.__cause__, ClientDisconnect):
         # FastAPI turns a body that ends with the connection into a 400 "error parsing the body".
         return client_gone_response(scope)
-    codes = {404: "route.not_found", 405: "route.method_not_allowed", 413: "request.too_large"}
-    error = GatewayError(
-        codes.get(exc.status_code, "http.error"),
+    code = _HTTP_CODES.get(exc.status_code, ErrorCode.HTTP_ERROR)
+    error = for_code(
+        code,
         str(exc.detail),
         status=exc.status_code,
         headers=dict(exc.headers or {}),

@@ -16,6 +16,7 @@ from pydantic import (
 
 from app import validation
 from app.durations import parse_duration_ns
+from app.errors import ErrorCode
 
 _DURATION_SCHEMA = {
     "oneOf": [
@@ -71,6 +72,8 @@ class Problem(BaseModel):
     title: str
     status: int
     detail: str
-    code: str
+    # Every code the gateway answers, listed in the spec. Inline: typed as the enum, the
+    # schema would refer to a $defs entry that the spec's components do not have.
+    code: str = Field(json_schema_extra={"enum": sorted(code.value for code in ErrorCode)})
     instance: str | None = None
     nats: dict[str, Any] | None = None

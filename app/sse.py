@@ -11,6 +11,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, Protocol
 
 import anyio
+import orjson
 from sse_starlette import EventSourceResponse, ServerSentEvent
 from starlette.background import BackgroundTask
 from starlette.responses import Response
@@ -18,6 +19,7 @@ from starlette.types import Receive, Scope, Send
 
 from app import errors
 from app.compat import SseAppStatus
+from app.errors import ErrorCode
 
 SHUTDOWN_GRACE = 2.0
 
@@ -55,16 +57,21 @@ class SseSlots:
 
     def _full(self, detail: str) -> errors.TooManyRequests:
         return errors.TooManyRequests(
-            "sse.too_many_streams",
+            ErrorCode.SSE_TOO_MANY_STREAMS,
             f"{detail}; close one or retry later",
             headers={"Retry-After": str(self.retry_after)},
         )
 
 
+_FAREWELL = orjson.dumps(
+    {"code": ErrorCode.GATEWAY_SHUTDOWN, "detail": "the gateway is shutting down; reconnect"}
+).decode()
+
+
 def farewell() -> ServerSentEvent:
     return ServerSentEvent(
         event="error",
-        data='{"code":"gateway.shutdown","detail":"the gateway is shutting down; reconnect"}',
+        data=_FAREWELL,
     )
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 
-from app.errors import InvalidInput
+from app.errors import ErrorCode, InvalidInput
 
 _NAME_TOKEN = re.compile(r"[a-zA-Z0-9_-]+")
 # A bucket is the stream KV_<bucket>, and stream names have at most 255 characters: no longer
@@ -49,14 +49,14 @@ def _matching(pattern: re.Pattern[str], value: str, code: str, detail: str) -> s
 
 def stream_name(value: str) -> str:
     return _matching(
-        _STREAM, value, "stream.name_invalid",
+        _STREAM, value, ErrorCode.STREAM_NAME_INVALID,
         f"invalid stream name {value!r}: use 1-255 letters, digits, '-' or '_'",
     )  # fmt: skip
 
 
 def consumer_name(value: str) -> str:
     return _matching(
-        _STREAM, value, "consumer.name_invalid",
+        _STREAM, value, ErrorCode.CONSUMER_NAME_INVALID,
         f"invalid consumer name {value!r}: use 1-255 letters, digits, '-' or '_'",
     )  # fmt: skip
 
@@ -69,14 +69,14 @@ _PIN_ID = re.compile(r"[a-zA-Z0-9_-]{1,64}")
 
 def group_name(value: str) -> str:
     return _matching(
-        _GROUP, value, "consumer.group_name_invalid",
+        _GROUP, value, ErrorCode.CONSUMER_GROUP_NAME_INVALID,
         f"invalid priority group {value!r}: 1-16 letters, digits, '-', '_', '/' or '='",
     )  # fmt: skip
 
 
 def pin_id(value: str) -> str:
     return _matching(
-        _PIN_ID, value, "consumer.pin_id_invalid",
+        _PIN_ID, value, ErrorCode.CONSUMER_PIN_ID_INVALID,
         "invalid Nats-Pin-Id: send back exactly the pin id the gateway returned "
         "(1-64 letters, digits, '-' or '_')",
     )  # fmt: skip
@@ -84,7 +84,7 @@ def pin_id(value: str) -> str:
 
 def bucket_name(value: str) -> str:
     return _matching(
-        _BUCKET, value, "kv.bucket_invalid",
+        _BUCKET, value, ErrorCode.KV_BUCKET_INVALID,
         f"invalid bucket name {value!r}: use 1-252 letters, digits, '-' or '_'",
     )  # fmt: skip
 
@@ -99,12 +99,14 @@ def kv_key(value: str, *, writing: bool = False) -> str:
     """A literal KV key (ADR-8). ``writing`` also refuses the reserved ``_kv`` prefix."""
     if _KEY.fullmatch(value) is None or not _tokens_ok(value, _KEY):
         raise InvalidInput(
-            "kv.key_invalid",
+            ErrorCode.KV_KEY_INVALID,
             f"invalid key {value!r}: letters, digits and -/_=. only, "
             "no empty token, no leading or trailing '.'",
         )
     if writing and value.startswith("_kv"):
-        raise InvalidInput("kv.key_reserved", f"keys starting with '_kv' are reserved: {value!r}")
+        raise InvalidInput(
+            ErrorCode.KV_KEY_RESERVED, f"keys starting with '_kv' are reserved: {value!r}"
+        )
     return value
 
 
@@ -112,7 +114,7 @@ def kv_key_filter(value: str) -> str:
     """A key filter: key tokens, or ``*`` / ``>`` as whole tokens, ``>`` last."""
     if not _tokens_ok(value, _KEY_FILTER_TOKEN) or ">" in value[:-1]:
         raise InvalidInput(
-            "kv.key_filter_invalid",
+            ErrorCode.KV_KEY_FILTER_INVALID,
             f"invalid key filter {value!r}: key tokens, '*' or '>' as whole tokens, '>' last",
         )
     return value
@@ -122,7 +124,7 @@ def subject(value: str) -> str:
     """A literal subject: no wildcards, no whitespace, no empty token."""
     if not _tokens_ok(value, _SUBJECT_TOKEN):
         raise InvalidInput(
-            "subject.invalid",
+            ErrorCode.SUBJECT_INVALID,
             f"invalid subject {value!r}: printable tokens separated by '.', "
             "no whitespace, no wildcards, no empty token",
         )
@@ -141,7 +143,7 @@ def subject_filter(value: str) -> str:
             break
     if not ok:
         raise InvalidInput(
-            "subject.filter_invalid",
+            ErrorCode.SUBJECT_FILTER_INVALID,
             f"invalid subject filter {value!r}: tokens separated by '.', "
             "'*' or '>' only as whole tokens, '>' last",
         )
@@ -155,7 +157,7 @@ def publish_subject(value: str) -> str:
         value.startswith("$") and not value.startswith(_DOLLAR_ALLOWED)
     ):
         raise InvalidInput(
-            "subject.reserved",
+            ErrorCode.SUBJECT_RESERVED,
             f"subject {value!r} is in a reserved namespace and cannot be published to",
         )
     return value
@@ -163,14 +165,14 @@ def publish_subject(value: str) -> str:
 
 def header_name(value: str) -> str:
     if _HEADER_NAME.fullmatch(value) is None:
-        raise InvalidInput("header.invalid", f"invalid header name {value!r}")
+        raise InvalidInput(ErrorCode.HEADER_INVALID, f"invalid header name {value!r}")
     return value
 
 
 def header_value(name: str, value: str) -> str:
     if len(value) > MAX_HEADER_VALUE_LENGTH or _HEADER_VALUE.fullmatch(value) is None:
         raise InvalidInput(
-            "header.invalid",
+            ErrorCode.HEADER_INVALID,
             f"invalid value for header {name!r}: control characters (CR, LF, NUL) "
             f"are not allowed and values are limited to {MAX_HEADER_VALUE_LENGTH} characters",
         )
@@ -186,5 +188,7 @@ def sequence(value: int | str, *, field: str = "seq") -> int:
     if isinstance(value, str) and not value.isdigit():
         number = 0
     if not 1 <= number <= 2**64 - 1:
-        raise InvalidInput("request.invalid", f"{field} must be a whole number from 1 to 2^64-1")
+        raise InvalidInput(
+            ErrorCode.REQUEST_INVALID, f"{field} must be a whole number from 1 to 2^64-1"
+        )
     return number

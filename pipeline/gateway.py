@@ -31,6 +31,8 @@ NDJSON = "application/x-ndjson"
 # Arrow first; NDJSON when the gateway has no pyarrow (it answers NDJSON instead of a 406).
 BATCH_ACCEPT = f"{ARROW_STREAM}, {NDJSON};q=0.5"
 DEFAULT_MAX_BATCH = 100_000
+# The problem codes this client acts on (the gateway's ErrorCode values; a test checks them).
+MESSAGE_NOT_FOUND = "message.not_found"
 
 
 class GatewayError(RuntimeError):
@@ -122,7 +124,7 @@ class Gateway:
                 params={"start_time": when}, headers={"Accept": "application/json"},
             )  # fmt: skip
         except GatewayError as exc:
-            if exc.status == 404 and exc.code == "message.not_found":
+            if exc.status == 404 and exc.code == MESSAGE_NOT_FOUND:
                 return None
             raise
         return int(response.json()["seq"])

@@ -17,6 +17,7 @@ from app.deps import DirectServiceDep, PrincipalDep, SettingsDep, StreamName
 from app.direct import arrow
 from app.direct.schemas import MultiRequest, MultiResult
 from app.direct.service import SingleQuery
+from app.errors import ErrorCode
 from app.http import JSON, PlainDigits, problems, wants_json
 from app.nats.direct import EndOfBatch, StoredMessage
 from app.routing import Router
@@ -95,11 +96,11 @@ async def direct_get(
     if batch is None and max_bytes is None:
         return message_response(await service.get(name, query, leader=consistency == "leader"), request)
     if consistency == "leader":
-        raise errors.InvalidInput("request.invalid", "batch reads are Direct Get only")
+        raise errors.InvalidInput(ErrorCode.REQUEST_INVALID, "batch reads are Direct Get only")
     limit = batch or settings.max_direct_batch
     if limit > settings.max_direct_batch:
         raise errors.InvalidInput(
-            "request.invalid", f"batch is limited to {settings.max_direct_batch} messages"
+            ErrorCode.REQUEST_INVALID, f"batch is limited to {settings.max_direct_batch} messages"
         )
     use_arrow = arrow.check_available(request.headers.get("accept", ""))
     items = service.batch(name, query, limit=limit, max_bytes=max_bytes)
@@ -173,7 +174,7 @@ async def multi(
     """
     if len(body.subjects) > settings.max_multi_subjects:
         raise errors.PayloadTooLarge(
-            "direct.too_many_subjects",
+            ErrorCode.DIRECT_TOO_MANY_SUBJECTS,
             f"at most {settings.max_multi_subjects} subjects per request",
         )
     up_to, messages = await service.multi(

@@ -20,6 +20,7 @@ from app.deps import (
     SettingsDep,
     SseSlotsDep,
 )
+from app.errors import ErrorCode
 from app.http import JSON, PlainDigits, problems, read_body
 from app.kv.http import entry_response
 from app.kv.model import Precondition, etag
@@ -355,10 +356,13 @@ async def read(
     validation.bucket_name(bucket)
     if len(body.keys) > settings.max_multi_subjects:
         raise errors.PayloadTooLarge(
-            "direct.too_many_subjects", f"at most {settings.max_multi_subjects} keys per request"
+            ErrorCode.DIRECT_TOO_MANY_SUBJECTS,
+            f"at most {settings.max_multi_subjects} keys per request",
         )
     if body.at_revision is not None and body.at_time is not None:
-        raise errors.InvalidInput("request.invalid", "at_revision and at_time exclude each other")
+        raise errors.InvalidInput(
+            ErrorCode.REQUEST_INVALID, "at_revision and at_time exclude each other"
+        )
     revision, entries = await read_at(
         direct, bucket, body.keys, at_revision=body.at_revision, at_time=body.at_time,
         include_deleted=body.include_deleted,

@@ -12,6 +12,7 @@ from app.auth import access
 from app.auth.access import Need
 from app.auth.policy import Principal, Resource
 from app.deps import PoolDep, PrincipalDep, PublisherDep, SettingsDep, StreamsDep
+from app.errors import ErrorCode
 from app.http import JSON, problems, read_body
 from app.publish import service as publish
 from app.publish.schemas import PubAck, PublishBatch, PublishBatchResult
@@ -84,7 +85,7 @@ async def publish_batch(
     """
     if len(batch.messages) > settings.max_publish_batch:
         raise errors.PayloadTooLarge(
-            "publish.batch_too_large",
+            ErrorCode.PUBLISH_BATCH_TOO_LARGE,
             f"at most {settings.max_publish_batch} messages per batch",
         )
     limit = pool.max_payload

@@ -10,6 +10,7 @@ from starlette.responses import Response
 from app import __version__, errors
 from app.auth.access import AUTHENTICATED, PUBLIC
 from app.deps import RuntimeDep
+from app.errors import ErrorCode
 from app.http import JSON, problems
 from app.routing import Router
 
@@ -28,7 +29,7 @@ async def readyz(runtime: RuntimeDep) -> dict[str, Any]:
     pool = runtime.pool
     if not pool.connected:
         raise errors.Unavailable(
-            "nats.unavailable",
+            ErrorCode.NATS_UNAVAILABLE,
             "no pooled NATS connection is up",
             headers={"Retry-After": str(runtime.settings.retry_after)},
         )

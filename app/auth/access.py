@@ -21,6 +21,7 @@ from fastapi import Request
 from app import errors
 from app.auth.guard import SSE_COOKIE, SSE_QUERY, Authenticator
 from app.auth.policy import ANONYMOUS, Principal, Resource
+from app.errors import ErrorCode
 from app.tls import client_cert_name
 
 Params = dict[str, Any]
@@ -92,7 +93,7 @@ PUBLIC = Need("public")
 
 def _forbidden() -> errors.Forbidden:
     # The same answer whether or not the resource exists.
-    return errors.Forbidden("auth.forbidden", "this token may not do that")
+    return errors.Forbidden(ErrorCode.AUTH_FORBIDDEN, "this token may not do that")
 
 
 def check(principal: Principal, need: Need, resource: Resource | None) -> None:

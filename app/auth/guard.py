@@ -14,6 +14,7 @@ import orjson
 
 from app import errors
 from app.auth.policy import ANONYMOUS, Policy, PolicyError, Principal, load
+from app.errors import ErrorCode
 
 log = logging.getLogger("jsgw.auth")
 
@@ -24,7 +25,7 @@ _RELOAD_CHECK_EVERY = 1.0
 
 def _unauthorized(detail: str) -> errors.Unauthorized:
     return errors.Unauthorized(
-        "auth.required", detail, headers={"WWW-Authenticate": 'Bearer realm="jsgw"'}
+        ErrorCode.AUTH_REQUIRED, detail, headers={"WWW-Authenticate": 'Bearer realm="jsgw"'}
     )
 
 
@@ -133,7 +134,7 @@ class Authenticator:
         wait = bucket.take()
         if wait > 0:
             raise errors.TooManyRequests(
-                "rate_limited",
+                ErrorCode.RATE_LIMITED,
                 "too many requests for this token",
                 headers={"Retry-After": str(max(1, round(wait + 0.5)))},
             )

@@ -7,6 +7,7 @@ from typing import Any
 from app import errors
 from app.consumers.schemas import ConsumerConfig
 from app.durations import nats_time, ns_to_seconds
+from app.errors import ErrorCode
 from app.streams.service import durations_out
 
 _CONFIG_DURATIONS = (
@@ -24,7 +25,8 @@ def to_nats(name: str, config: ConsumerConfig) -> dict[str, Any]:
         value = getattr(config, field)
         if value is not None and value != name:
             raise errors.InvalidInput(
-                "consumer.name_mismatch", f"body {field} {value!r} differs from path {name!r}"
+                ErrorCode.CONSUMER_NAME_MISMATCH,
+                f"body {field} {value!r} differs from path {name!r}",
             )
     check_priority(config)
     body = config.model_dump(exclude_none=True)
@@ -44,24 +46,27 @@ def check_priority(config: ConsumerConfig) -> None:
     if policy == "none":
         if groups:
             raise errors.InvalidInput(
-                "consumer.priority_policy_required",
+                ErrorCode.CONSUMER_PRIORITY_POLICY_REQUIRED,
                 "priority_groups need a priority_policy: overflow, pinned_client or prioritized",
             )
         if config.priority_timeout:
             raise errors.InvalidInput(
-                "consumer.priority_policy_required", "priority_timeout needs a priority_policy"
+                ErrorCode.CONSUMER_PRIORITY_POLICY_REQUIRED,
+                "priority_timeout needs a priority_policy",
             )
         return
     if not groups:
         raise errors.InvalidInput(
-            "consumer.priority_groups_required",
+            ErrorCode.CONSUMER_PRIORITY_GROUPS_REQUIRED,
             f"priority_policy {policy!r} needs at least one of priority_groups",
         )
     if len(set(groups)) != len(groups):
-        raise errors.InvalidInput("consumer.group_name_invalid", "priority_groups has duplicates")
+        raise errors.InvalidInput(
+            ErrorCode.CONSUMER_GROUP_NAME_INVALID, "priority_groups has duplicates"
+        )
     if config.ack_policy != "explicit":
         raise errors.InvalidInput(
-            "consumer.explicit_ack_required",
+            ErrorCode.CONSUMER_EXPLICIT_ACK_REQUIRED,
             "a consumer with priority groups needs ack_policy 'explicit' (ADR-42)",
         )
 

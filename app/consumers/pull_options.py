@@ -15,6 +15,7 @@ from app import errors, validation
 from app.config import Settings
 from app.consumers.schemas import ConsumeQuery, FetchRequest, PullOptions
 from app.durations import NS_PER_SECOND
+from app.errors import ErrorCode
 from app.nats.consume import ConsumeOptions
 from app.nats.pull import BIG_BATCH, PullRequest
 
@@ -50,19 +51,19 @@ def fetch_request(options: PullOptions, settings: Settings, pin_id: str | None) 
 def _fetch_size(options: FetchRequest, settings: Settings) -> tuple[int, int]:
     if options.max_messages is not None and options.max_bytes is not None:
         raise errors.InvalidInput(
-            "consumer.fetch_invalid", "give max_messages or max_bytes, not both (ADR-37)"
+            ErrorCode.CONSUMER_FETCH_INVALID, "give max_messages or max_bytes, not both (ADR-37)"
         )
     if options.max_bytes is not None:
         if options.max_bytes > settings.max_fetch_bytes:
             raise errors.InvalidInput(
-                "consumer.fetch_invalid",
+                ErrorCode.CONSUMER_FETCH_INVALID,
                 f"max_bytes is limited to {settings.max_fetch_bytes} (JSGW_MAX_FETCH_BYTES)",
             )
         return settings.max_fetch_messages, options.max_bytes
     batch = options.max_messages or 1
     if batch > settings.max_fetch_messages:
         raise errors.InvalidInput(
-            "consumer.fetch_invalid",
+            ErrorCode.CONSUMER_FETCH_INVALID,
             f"max_messages is limited to {settings.max_fetch_messages} (JSGW_MAX_FETCH_MESSAGES)",
         )
     return batch, 0
@@ -75,14 +76,14 @@ def consume_options(
     cannot change its requests later, so a refusal would otherwise repeat forever)."""
     if query.max_messages is not None and query.max_bytes is not None:
         raise errors.InvalidInput(
-            "consumer.consume_invalid", "give max_messages or max_bytes, not both (ADR-37)"
+            ErrorCode.CONSUMER_CONSUME_INVALID, "give max_messages or max_bytes, not both (ADR-37)"
         )
     expires = _expires(query.expires, settings, no_wait=False, default=DEFAULT_EXPIRES_NS)
     default_hb = min(max(expires // 2, MIN_HEARTBEAT_NS), MAX_HEARTBEAT_NS)
     heartbeat = _heartbeat(query.idle_heartbeat, expires, default_hb)
     if not heartbeat:
         raise errors.InvalidInput(
-            "consumer.heartbeat_invalid", "a consume always uses idle heartbeats (ADR-37)"
+            ErrorCode.CONSUMER_HEARTBEAT_INVALID, "a consume always uses idle heartbeats (ADR-37)"
         )
     template = PullRequest(
         expires_ns=expires,
@@ -93,7 +94,7 @@ def consume_options(
     max_messages = 0 if max_bytes else (query.max_messages or CONSUME_MAX_MESSAGES)
     if max_messages > settings.max_fetch_messages or max_bytes > settings.max_fetch_bytes:
         raise errors.InvalidInput(
-            "consumer.consume_invalid",
+            ErrorCode.CONSUMER_CONSUME_INVALID,
             f"the buffer is limited to {settings.max_fetch_messages} messages or "
             f"{settings.max_fetch_bytes} bytes (JSGW_MAX_FETCH_MESSAGES / _BYTES)",
         )
@@ -126,7 +127,7 @@ def _threshold(value: int | None, maximum: int, unit: str) -> int:
         return maximum // 2
     if maximum and value > maximum:
         raise errors.InvalidInput(
-            "consumer.consume_invalid", f"threshold_{unit} cannot be above max_{unit}"
+            ErrorCode.CONSUMER_CONSUME_INVALID, f"threshold_{unit} cannot be above max_{unit}"
         )
     return value
 
@@ -134,23 +135,25 @@ def _threshold(value: int | None, maximum: int, unit: str) -> int:
 def check_against(config: dict[str, Any], request: PullRequest, *, bytes_mode: bool) -> None:
     """Refuse a pull the consumer would refuse, with a clear 4xx, before sending it."""
     if config.get("deliver_subject"):
-        raise errors.Conflict("consumer.push_based", "a push consumer cannot be pulled from")
+        raise errors.Conflict(
+            ErrorCode.CONSUMER_PUSH_BASED, "a push consumer cannot be pulled from"
+        )
     max_batch = config.get("max_batch") or 0
     if max_batch and request.batch > max_batch and not bytes_mode:
         raise errors.InvalidInput(
-            "consumer.max_batch_exceeded",
+            ErrorCode.CONSUMER_MAX_BATCH_EXCEEDED,
             f"{request.batch} messages is more than the consumer's max_batch of {max_batch}",
         )
     max_expires = config.get("max_expires") or 0
     if max_expires and request.expires_ns > max_expires:
         raise errors.InvalidInput(
-            "consumer.max_expires_exceeded",
+            ErrorCode.CONSUMER_MAX_EXPIRES_EXCEEDED,
             f"expires is above the consumer's max_expires of {max_expires / NS_PER_SECOND:g}s",
         )
     max_bytes = config.get("max_bytes") or 0
     if max_bytes and request.max_bytes > max_bytes:
         raise errors.InvalidInput(
-            "consumer.max_bytes_exceeded",
+            ErrorCode.CONSUMER_MAX_BYTES_EXCEEDED,
             f"max_bytes is above the consumer's max_bytes of {max_bytes}",
         )
     _check_group(config, request)
@@ -162,22 +165,23 @@ def _check_group(config: dict[str, Any], request: PullRequest) -> None:
     if request.group is None:
         if policy != "none":
             raise errors.InvalidInput(
-                "consumer.group_required",
+                ErrorCode.CONSUMER_GROUP_REQUIRED,
                 f"this consumer has priority groups {groups}: give a group",
             )
         return
     if request.group not in groups:
         raise errors.InvalidInput(
-            "consumer.group_invalid",
+            ErrorCode.CONSUMER_GROUP_INVALID,
             f"group {request.group!r} is not one of the consumer's priority_groups {groups}",
         )
     if (request.min_pending or request.min_ack_pending) and policy != "overflow":
         raise errors.InvalidInput(
-            "consumer.not_overflow", "min_pending and min_ack_pending need the overflow policy"
+            ErrorCode.CONSUMER_NOT_OVERFLOW,
+            "min_pending and min_ack_pending need the overflow policy",
         )
     if request.pin_id and policy != "pinned_client":
         raise errors.InvalidInput(
-            "consumer.not_pinned_client", "a Nats-Pin-Id needs the pinned_client policy"
+            ErrorCode.CONSUMER_NOT_PINNED_CLIENT, "a Nats-Pin-Id needs the pinned_client policy"
         )
 
 
@@ -188,7 +192,7 @@ def _expires(value: int | None, settings: Settings, *, no_wait: bool, default: i
     maximum = round(settings.max_fetch_expires * NS_PER_SECOND)
     if not MIN_EXPIRES_NS <= value <= maximum:
         raise errors.InvalidInput(
-            "consumer.expires_invalid",
+            ErrorCode.CONSUMER_EXPIRES_INVALID,
             f"expires must be from 1s to {settings.max_fetch_expires:g}s (JSGW_MAX_FETCH_EXPIRES)",
         )
     return value
@@ -199,7 +203,7 @@ def _heartbeat(value: int | None, expires: int, default: int) -> int:
         return default if value is None else 0
     if not MIN_HEARTBEAT_NS <= value <= MAX_HEARTBEAT_NS or 2 * value > expires:
         raise errors.InvalidInput(
-            "consumer.heartbeat_invalid",
+            ErrorCode.CONSUMER_HEARTBEAT_INVALID,
             "idle_heartbeat must be from 0.5s to 30s and at most half of expires",
         )
     return value
@@ -216,7 +220,7 @@ def _priority(
         validation.pin_id(pin_id)
     if group is None and (min_pending or min_ack_pending or priority is not None or pin_id):
         raise errors.InvalidInput(
-            "consumer.group_required",
+            ErrorCode.CONSUMER_GROUP_REQUIRED,
             "min_pending, min_ack_pending, priority and Nats-Pin-Id belong to a priority group: "
             "give the group",
         )

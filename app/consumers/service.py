@@ -21,6 +21,7 @@ from app.config import Settings
 from app.consumers import config as consumer_config
 from app.consumers import pull_options
 from app.consumers.schemas import AckItem, ConsumeQuery, ConsumerConfig, PullOptions
+from app.errors import ErrorCode
 from app.nats import acks, pull
 from app.nats import headers as nats_headers
 from app.nats.consume import Consume, Delivered, Failed, Pinned, Unpinned, Warn
@@ -80,17 +81,13 @@ class ConsumerService:
         body = consumer_config.to_nats(name, config)
         try:
             await self._info(stream, name)
-        except errors.NotFound as exc:
-            if exc.code != "consumer.not_found":
-                raise
+        except errors.ConsumerNotFound:
             try:
                 return consumer_config.consumer_info_out(
                     await self._create(stream, body, "create")
                 ), True
-            except errors.Conflict as conflict:
-                if conflict.code != "consumer.exists":
-                    raise
-                # Created by someone else between our INFO and CREATE: fall through to update.
+            except errors.ConsumerExists:
+                pass  # created by someone else between our INFO and CREATE: update it
         return consumer_config.consumer_info_out(await self._create(stream, body, "update")), False
 
     async def _create(self, stream: str, config: dict[str, Any], action: str) -> dict[str, Any]:
@@ -134,12 +131,13 @@ class ConsumerService:
         if status is None:
             if outcome.stalled and not messages:
                 raise errors.Timeout(
-                    "nats.timeout", "the server neither ended the pull nor sent heartbeats in time"
+                    ErrorCode.NATS_TIMEOUT,
+                    "the server neither ended the pull nor sent heartbeats in time",
                 )
         elif status.no_responders:
             await self._info(stream, name)  # raises 404 when the consumer or stream is gone
             raise errors.Unavailable(
-                "jetstream.unavailable",
+                ErrorCode.JETSTREAM_UNAVAILABLE,
                 "the consumer did not take the pull request; retry shortly",
                 headers={"Retry-After": str(self.settings.retry_after)},
             )
@@ -156,7 +154,7 @@ class ConsumerService:
         meta = acks.parse_ack_subject(msg.reply)
         if meta is None or (meta.stream, meta.consumer) != (stream, name):
             raise errors.UpstreamError(
-                "consumer.bad_delivery",
+                ErrorCode.CONSUMER_BAD_DELIVERY,
                 "the server delivered a message without a valid ack subject",
             )
         return {
@@ -220,7 +218,7 @@ class ConsumerService:
         it (what nats-py's ``ack_sync`` does); one result per ack."""
         if len(items) > self.settings.max_fetch_messages:
             raise errors.PayloadTooLarge(
-                "ack.batch_too_large",
+                ErrorCode.ACK_BATCH_TOO_LARGE,
                 f"at most {self.settings.max_fetch_messages} acks per request",
             )
         prepared = [self._prepare(stream, name, i, item) for i, item in enumerate(items)]
@@ -247,8 +245,8 @@ def _ack_result(index: int, subject: acks.AckSubject, reply: Reply | Exception) 
     """What became of one ack: confirmed by the server (any reply), or why not."""
     result: dict[str, Any] = {"index": index, "ok": True, "seq": subject.stream_seq}
     if isinstance(reply, nats.errors.NoRespondersError):
-        error: errors.GatewayError = errors.NotFound(
-            "consumer.not_found", "nobody takes acks for this consumer: it was deleted"
+        error: errors.GatewayError = errors.ConsumerNotFound(
+            detail="nobody takes acks for this consumer: it was deleted"
         )
     elif isinstance(reply, nats.errors.TimeoutError):
         error = errors.OutcomeUnknown(
@@ -257,7 +255,7 @@ def _ack_result(index: int, subject: acks.AckSubject, reply: Reply | Exception) 
         )
     elif isinstance(reply, Exception):
         error = errors.Unavailable(
-            "nats.unavailable", "the NATS connection is down; the ack was not sent"
+            ErrorCode.NATS_UNAVAILABLE, "the NATS connection is down; the ack was not sent"
         )
     else:
         return result
@@ -268,9 +266,9 @@ def _ack_result(index: int, subject: acks.AckSubject, reply: Reply | Exception) 
 def _ack_payload(item: AckItem) -> bytes:
     """The ack body the server expects for each kind (see consumer.go processAck)."""
     if item.delay is not None and item.kind != "nak":
-        raise errors.InvalidInput("ack.invalid", "delay is for kind 'nak' only")
+        raise errors.InvalidInput(ErrorCode.ACK_INVALID, "delay is for kind 'nak' only")
     if item.reason is not None and item.kind != "term":
-        raise errors.InvalidInput("ack.invalid", "reason is for kind 'term' only")
+        raise errors.InvalidInput(ErrorCode.ACK_INVALID, "reason is for kind 'term' only")
     if item.kind == "ack":
         return b"+ACK"
     if item.kind == "wpi":
@@ -279,7 +277,7 @@ def _ack_payload(item: AckItem) -> bytes:
         return b"-NAK " + orjson.dumps({"delay": item.delay}) if item.delay else b"-NAK"
     reason = item.reason or ""
     if any(ord(ch) < 0x20 or ord(ch) == 0x7F for ch in reason):
-        raise errors.InvalidInput("ack.invalid", "reason cannot contain control characters")
+        raise errors.InvalidInput(ErrorCode.ACK_INVALID, "reason cannot contain control characters")
     return b"+TERM " + reason.encode() if reason else b"+TERM"
 
 

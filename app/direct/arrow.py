@@ -19,6 +19,7 @@ from typing import Any
 import orjson
 
 from app import errors
+from app.errors import ErrorCode
 from app.nats.direct import EndOfBatch, StoredMessage
 
 try:
@@ -30,12 +31,6 @@ ARROW_STREAM = "application/vnd.apache.arrow.stream"
 FORMAT_VERSION = "direct-batch/1"
 ROWS_PER_BATCH = 1000
 BYTES_PER_BATCH = 4 * 1024 * 1024
-
-
-class NotAcceptable(errors.GatewayError):
-    status = 406
-    code = "direct.arrow_unavailable"
-    title = "Not Acceptable"
 
 
 # OpenAPI ``responses`` entry of the 406, for the routes that answer Arrow.
@@ -67,9 +62,10 @@ def check_available(accept: str) -> bool:
         return True
     if accepts_ndjson(accept):
         return False
-    raise NotAcceptable(
-        detail="this gateway cannot answer in Arrow (pyarrow is not installed); "
-        "accept application/x-ndjson as well to get NDJSON"
+    raise errors.NotAcceptable(
+        ErrorCode.DIRECT_ARROW_UNAVAILABLE,
+        "this gateway cannot answer in Arrow (pyarrow is not installed); "
+        "accept application/x-ndjson as well to get NDJSON",
     )
 
 

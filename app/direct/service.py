@@ -12,6 +12,7 @@ from typing import Any
 
 from app import errors, validation
 from app.durations import parse_time, time_for_nats
+from app.errors import ErrorCode
 from app.nats.direct import DirectGet, EndOfBatch, StoredMessage
 from app.nats.jsapi import JetStreamApi
 
@@ -28,12 +29,15 @@ class SingleQuery:
         given = {k: v for k, v in self._fields().items() if v is not None}
         if not given:
             raise errors.InvalidInput(
-                "request.invalid", "give one of seq, last_by_subj, next_by_subj or start_time"
+                ErrorCode.REQUEST_INVALID,
+                "give one of seq, last_by_subj, next_by_subj or start_time",
             )
         if self.last_by_subj is not None and len(given) > 1:
-            raise errors.InvalidInput("request.invalid", "last_by_subj cannot be combined")
+            raise errors.InvalidInput(ErrorCode.REQUEST_INVALID, "last_by_subj cannot be combined")
         if self.start_time is not None and self.seq is not None:
-            raise errors.InvalidInput("request.invalid", "seq and start_time cannot be combined")
+            raise errors.InvalidInput(
+                ErrorCode.REQUEST_INVALID, "seq and start_time cannot be combined"
+            )
         for name in ("last_by_subj", "next_by_subj"):
             value = given.get(name)
             if value is not None:
@@ -63,7 +67,7 @@ def nats_time_param(name: str, value: str) -> str:
     try:
         return time_for_nats(parse_time(value))
     except ValueError as exc:
-        raise errors.InvalidInput("request.invalid", f"{name}: {exc}") from None
+        raise errors.InvalidInput(ErrorCode.REQUEST_INVALID, f"{name}: {exc}") from None
 
 
 class DirectService:
@@ -92,7 +96,8 @@ class DirectService:
     ) -> AsyncIterator[StoredMessage | EndOfBatch]:
         if query.last_by_subj is not None:
             raise errors.InvalidInput(
-                "request.invalid", "last_by_subj reads one message: use multi for several subjects"
+                ErrorCode.REQUEST_INVALID,
+                "last_by_subj reads one message: use multi for several subjects",
             )
         request = query.request() if any(query._fields().values()) else {"seq": 1}
         return self.direct.batch(
@@ -115,7 +120,9 @@ class DirectService:
     ) -> tuple[int, list[StoredMessage]]:
         """Last message per subject, all as of one sequence; returns (up_to_seq, messages)."""
         if up_to_seq is not None and up_to_time is not None:
-            raise errors.InvalidInput("request.invalid", "up_to_seq and up_to_time exclude each other")
+            raise errors.InvalidInput(
+                ErrorCode.REQUEST_INVALID, "up_to_seq and up_to_time exclude each other"
+            )
         time_param = nats_time_param("up_to_time", up_to_time) if up_to_time else None
         pinned = await self.direct.resolve_up_to(stream, up_to_seq, time_param)
         if pinned == 0:

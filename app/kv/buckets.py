@@ -7,6 +7,7 @@ from collections.abc import Callable
 from typing import Any
 
 from app import errors, validation
+from app.errors import ErrorCode
 from app.kv import model as kv_model
 from app.kv.model import bucket_errors, status_from_info, stream_name
 from app.kv.schemas import KVConfig
@@ -66,20 +67,20 @@ class Buckets:
     def _check_update(bucket: str, existing: dict[str, Any], config: KVConfig) -> None:
         if existing.get("subjects") != [f"$KV.{bucket}.>"]:
             raise errors.Conflict(
-                "kv.not_a_bucket",
+                ErrorCode.KV_NOT_A_BUCKET,
                 f"stream {stream_name(bucket)!r} exists but is not a KV bucket "
                 f"(its subjects are not $KV.{bucket}.>)",
             )
         if existing.get("subject_delete_marker_ttl") and not config.limit_marker_ttl:
             raise errors.Conflict(
-                "kv.limit_markers_locked",
+                ErrorCode.KV_LIMIT_MARKERS_LOCKED,
                 "limit markers cannot be turned off once on (ADR-48): give limit_marker_ttl again",
             )
 
     async def _require_api_level(self, level: int, detail: str) -> None:
         info = await self.js.call("account.info", "INFO")
         if int((info.get("api") or {}).get("level") or 0) < level:
-            raise errors.Conflict("kv.unsupported", detail)
+            raise errors.Conflict(ErrorCode.KV_UNSUPPORTED, detail)
 
     async def delete(self, bucket: str) -> None:
         validation.bucket_name(bucket)

@@ -24,6 +24,7 @@ from collections.abc import Callable
 from typing import Any
 
 from app import errors
+from app.errors import ErrorCode
 from app.kv.model import (
     MAX_REVISION,
     PUT,
@@ -49,7 +50,7 @@ def parse_cursor(cursor: str | None) -> int:
         return 0
     if not cursor.isascii() or not cursor.isdigit() or int(cursor) >= MAX_REVISION:
         raise errors.InvalidInput(
-            "kv.cursor_invalid", "cursor must be a next_cursor returned by this listing"
+            ErrorCode.KV_CURSOR_INVALID, "cursor must be a next_cursor returned by this listing"
         )
     return int(cursor)
 

@@ -16,6 +16,7 @@ from typing import Any
 
 from app import errors
 from app.durations import NS_PER_SECOND, nats_time, ns_to_seconds
+from app.errors import ErrorCode
 from app.nats.direct import StoredMessage
 from app.nats.scan import Delivery
 
@@ -77,8 +78,8 @@ def bucket_errors(bucket: str) -> Iterator[None]:
 
 
 def as_bucket_error(bucket: str, exc: errors.NotFound) -> errors.NotFound:
-    if exc.code in ("stream.not_found", "stream.no_match"):
-        return errors.NotFound("kv.bucket_not_found", f"bucket {bucket!r} does not exist")
+    if isinstance(exc, (errors.StreamNotFound, errors.StreamNoMatch)):
+        return errors.NotFound(ErrorCode.KV_BUCKET_NOT_FOUND, f"bucket {bucket!r} does not exist")
     return exc
 
 
@@ -218,12 +219,12 @@ class Precondition:
     def from_headers(cls, if_match: str | None, if_none_match: str | None) -> Precondition:
         if if_match is not None and if_none_match is not None:
             raise errors.InvalidInput(
-                "kv.precondition_invalid", "give If-Match or If-None-Match, not both"
+                ErrorCode.KV_PRECONDITION_INVALID, "give If-Match or If-None-Match, not both"
             )
         if if_none_match is not None:
             if if_none_match.strip() != "*":
                 raise errors.InvalidInput(
-                    "kv.precondition_invalid",
+                    ErrorCode.KV_PRECONDITION_INVALID,
                     'a write takes only "If-None-Match: *" (create the key if it has no value)',
                 )
             return cls(create=True)
@@ -233,7 +234,7 @@ class Precondition:
             revision = revision_of_tag(if_match)
             if revision is None:
                 raise errors.InvalidInput(
-                    "kv.revision_invalid",
+                    ErrorCode.KV_REVISION_INVALID,
                     f'If-Match must be one revision as an entity tag, like "12", or *; '
                     f"got {if_match!r}",
                 )

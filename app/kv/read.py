@@ -6,6 +6,7 @@ import dataclasses
 
 from app import errors, validation
 from app.direct.service import DirectService
+from app.errors import ErrorCode
 from app.kv.model import (
     Entry,
     bucket_errors,
@@ -34,7 +35,7 @@ async def read_at(
         try:
             validation.kv_key_filter(key_filter)
         except errors.InvalidInput as exc:
-            raise errors.InvalidInput("kv.key_invalid", exc.detail) from None
+            raise errors.InvalidInput(ErrorCode.KV_KEY_INVALID, exc.detail) from None
         subjects.append(filter_subject(bucket, key_filter))
     with bucket_errors(bucket):
         revision, messages = await direct.multi(

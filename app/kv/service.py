@@ -24,6 +24,7 @@ from typing import Any
 from app import errors, validation
 from app.config import Settings
 from app.durations import nats_ttl
+from app.errors import ErrorCode
 from app.kv import model as kv_model
 from app.kv.buckets import Buckets
 from app.kv.cache import ReadCaches
@@ -83,9 +84,9 @@ KeyVisible = Callable[[str], bool]
 
 def _key_not_found(key: str, last: Entry | None = None) -> errors.NotFound:
     if last is None:
-        return errors.NotFound("kv.key_not_found", f"key {key!r} has no value")
+        return errors.NotFound(ErrorCode.KV_KEY_NOT_FOUND, f"key {key!r} has no value")
     return errors.NotFound(
-        "kv.key_not_found",
+        ErrorCode.KV_KEY_NOT_FOUND,
         f"key {key!r} has no value (its last operation is {last.operation})",
         extra={"revision": last.revision, "operation": last.operation},
     )
@@ -96,7 +97,7 @@ def ttl_header(value: str) -> str:
     try:
         return nats_ttl(value)
     except ValueError as exc:
-        raise errors.InvalidInput("kv.ttl_invalid", f"ttl: {exc}") from None
+        raise errors.InvalidInput(ErrorCode.KV_TTL_INVALID, f"ttl: {exc}") from None
 
 
 
@@ -146,7 +147,7 @@ class KVService:
         stream, subject = self._names(bucket, key)
         if leader and revision is not None:
             raise errors.InvalidInput(
-                "request.invalid", "consistency=leader reads the latest value only"
+                ErrorCode.REQUEST_INVALID, "consistency=leader reads the latest value only"
             )
         if revision is None and not leader:
             cached, entry = self.cache.lookup(bucket, key)
@@ -176,13 +177,10 @@ class KVService:
     async def _last(self, stream: str, subject: str) -> StoredMessage | None:
         try:
             return await self.direct.last_for(stream, subject)
-        except errors.NotFound as exc:
-            if exc.code == "message.not_found":
-                return None
-            raise
-        except errors.Conflict as exc:
-            if exc.code != "direct.not_allowed":
-                raise
+        except errors.MessageNotFound:
+            return None
+        except errors.DirectNotAllowed:
+            pass
         return await self._msg_get(stream, {"last_by_subj": subject})
 
     async def _at(
@@ -199,9 +197,7 @@ class KVService:
             async for item in self.direct.page(stream, request, operation="kv.get"):
                 if isinstance(item, StoredMessage):
                     found = item
-        except errors.Conflict as exc:
-            if exc.code != "direct.not_allowed":
-                raise
+        except errors.DirectNotAllowed:
             return await self._msg_get(stream, {"seq": revision}), None
         if found is None or found.seq != revision:
             return None, None
@@ -216,10 +212,8 @@ class KVService:
             result = await self.js.call(
                 "kv.get", "STREAM", "MSG", "GET", stream, body=request, timeout=timeout
             )
-        except errors.NotFound as exc:
-            if exc.code == "message.not_found":
-                return None
-            raise
+        except errors.MessageNotFound:
+            return None
         return StoredMessage.from_msg_get(stream, result.get("message") or {})
 
     async def history(self, bucket: str, key: str) -> list[Entry]:
@@ -234,9 +228,7 @@ class KVService:
                     )
                     if isinstance(item, StoredMessage)
                 ]
-            except errors.Conflict as exc:
-                if exc.code != "direct.not_allowed":
-                    raise
+            except errors.DirectNotAllowed:
                 entries = await self._history_by_consumer(bucket, stream, subject)
         if not entries:
             raise _key_not_found(key)
@@ -282,7 +274,7 @@ class KVService:
         if ttl is not None:
             if not precondition.create:
                 raise errors.InvalidInput(
-                    "kv.ttl_not_allowed",
+                    ErrorCode.KV_TTL_NOT_ALLOWED,
                     "a per-key ttl is set when creating a key (If-None-Match: *) or purging it; "
                     "on a plain put an older revision could outlive it (ADR-48)",
                 )
@@ -309,7 +301,7 @@ class KVService:
         stream, subject = self._names(bucket, key, writing=True)
         if precondition.create:
             raise errors.InvalidInput(
-                "kv.precondition_invalid", "If-None-Match does not apply to a delete"
+                ErrorCode.KV_PRECONDITION_INVALID, "If-None-Match does not apply to a delete"
             )
         if purge:
             headers = {kv_model.OPERATION_HEADER: kv_model.PURGE, kv_model.ROLLUP_HEADER: "sub"}
@@ -318,7 +310,7 @@ class KVService:
         if ttl is not None:
             if not purge:
                 raise errors.InvalidInput(
-                    "kv.ttl_not_allowed", "a ttl applies to a purge marker only (ADR-48)"
+                    ErrorCode.KV_TTL_NOT_ALLOWED, "a ttl applies to a purge marker only (ADR-48)"
                 )
             headers[kv_model.TTL_HEADER] = ttl_header(ttl)
         with bucket_errors(bucket):
@@ -351,7 +343,7 @@ class KVService:
                 last = await self._leader_last(stream, subject)
                 if last is not None and operation_of(last.headers) == PUT:
                     raise errors.PreconditionFailed(
-                        "kv.key_exists",
+                        ErrorCode.KV_KEY_EXISTS,
                         f"key {key!r} already has a value (revision {last.seq})",
                         extra={"revision": last.seq},
                     ) from None
@@ -457,14 +449,12 @@ class KVService:
         except errors.PayloadTooLarge as exc:
             detail = f"the value is over the bucket's max_value_size ({exc.detail})"
             raise _too_large(detail) from None
-        except errors.InvalidInput as exc:
-            if exc.code == "publish.ttl_disabled":
-                raise errors.InvalidInput(
-                    "kv.ttl_disabled",
-                    "this bucket takes no per-key ttl: set limit_marker_ttl on it first (ADR-48)",
-                    nats=exc.nats,
-                ) from None
-            raise
+        except errors.TtlDisabled as exc:
+            raise errors.InvalidInput(
+                ErrorCode.KV_TTL_DISABLED,
+                "this bucket takes no per-key ttl: set limit_marker_ttl on it first (ADR-48)",
+                nats=exc.nats,
+            ) from None
         return int(ack["seq"])
 
     @staticmethod
@@ -474,7 +464,7 @@ class KVService:
         if last is not None:
             extra["operation"] = operation_of(last.headers)
         return errors.PreconditionFailed(
-            "kv.revision_mismatch",
+            ErrorCode.KV_REVISION_MISMATCH,
             f"key {key!r} is at revision {revision}, not the one the write expected",
             extra=extra,
         )
@@ -490,4 +480,4 @@ class KVService:
 
 
 def _too_large(detail: str) -> errors.PayloadTooLarge:
-    return errors.PayloadTooLarge("kv.value_too_large", detail)
+    return errors.PayloadTooLarge(ErrorCode.KV_VALUE_TOO_LARGE, detail)

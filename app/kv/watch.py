@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 import orjson
 
 from app import errors, validation
+from app.errors import ErrorCode
 from app.kv import model as kv_model
 from app.kv.model import PUT, Entry, entry_from_delivery
 from app.nats.jsapi import JetStreamApi
@@ -42,7 +43,7 @@ log = logging.getLogger("jsgw.kv.watch")
 
 EVENT_NAMES = {kv_model.PUT: "put", kv_model.DEL: "delete", kv_model.PURGE: "purge"}
 UPKEEP_INTERVAL = 0.5
-SHUTDOWN = errors.Unavailable("gateway.shutdown", "the gateway is shutting down; reconnect")
+SHUTDOWN = errors.Unavailable(ErrorCode.GATEWAY_SHUTDOWN, "the gateway is shutting down; reconnect")
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,20 +72,21 @@ class WatchOptions:
         key_filter = validation.kv_key_filter(key) if key else ">"
         if history and updates_only:
             raise errors.InvalidInput(
-                "kv.watch_invalid", "history and updates_only exclude each other"
+                ErrorCode.KV_WATCH_INVALID, "history and updates_only exclude each other"
             )
         # A browser reconnecting sends Last-Event-ID with the URL it first used: it wins.
         if last_event_id:
             since = kv_model.revision_of_tag(last_event_id)
             if since is None and last_event_id.strip() != "0":
                 raise errors.InvalidInput(
-                    "kv.last_event_id_invalid",
+                    ErrorCode.KV_LAST_EVENT_ID_INVALID,
                     f"Last-Event-ID must be a revision (a whole number), got {last_event_id!r}",
                 )
             since = since or 0
         if since is not None and since >= kv_model.MAX_REVISION:
             raise errors.InvalidInput(
-                "kv.watch_invalid", "since / Last-Event-ID must be below 18446744073709551615"
+                ErrorCode.KV_WATCH_INVALID,
+                "since / Last-Event-ID must be below 18446744073709551615",
             )
         return cls(key_filter, history, ignore_deletes, meta_only, updates_only, since)
 
@@ -213,9 +215,9 @@ class WatchSession:
             self._send_ready(message.stream_seq)
 
     def on_error(self, error: errors.GatewayError) -> None:
-        if error.code == "stream.deleted":
+        if isinstance(error, errors.StreamDeleted):
             error = errors.NotFound(
-                "kv.bucket_deleted", f"bucket {self.bucket!r} was deleted: the watch ends"
+                ErrorCode.KV_BUCKET_DELETED, f"bucket {self.bucket!r} was deleted: the watch ends"
             )
         self.end(error)
 
@@ -290,7 +292,7 @@ class WatchSession:
 
     def _too_slow(self) -> None:
         too_slow = errors.TooManyRequests(
-            "kv.watch_too_slow",
+            ErrorCode.KV_WATCH_TOO_SLOW,
             f"the client fell {self._queue_size} events behind: the watch ends; "
             "reconnect with Last-Event-ID to resume",
         )
@@ -469,7 +471,7 @@ class Watches:
         """Start a watch; errors (bucket not found, ...) are raised before any event exists."""
         if len(self._active) >= self.limit:
             raise errors.TooManyRequests(
-                "kv.too_many_watches",
+                ErrorCode.KV_TOO_MANY_WATCHES,
                 f"the gateway serves at most {self.limit} watches; retry later",
                 headers={"Retry-After": str(self.retry_after)},
             )

@@ -17,6 +17,7 @@ import re
 from dataclasses import dataclass
 
 from app import errors
+from app.errors import ErrorCode
 
 MAX_TOKEN_LENGTH = 1024
 _VERSION = b"\x01"
@@ -94,7 +95,7 @@ def verify(secret: bytes, stream: str, consumer: str, token: str) -> AckSubject:
         mac, _mac(secret, parsed.stream, parsed.consumer, body)
     ):
         raise errors.Forbidden(
-            "ack.token_foreign",
+            ErrorCode.ACK_TOKEN_FOREIGN,
             "this ack token belongs to another stream or consumer; ack it through that one",
         )
     raise _invalid()
@@ -114,5 +115,5 @@ def _decode(token: str) -> tuple[bytes, bytes]:
 
 def _invalid() -> errors.InvalidInput:
     return errors.InvalidInput(
-        "ack.token_invalid", "not an ack token issued by this gateway (malformed or forged)"
+        ErrorCode.ACK_TOKEN_INVALID, "not an ack token issued by this gateway (malformed or forged)"
     )

@@ -24,6 +24,7 @@ from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
 
 from app import errors
+from app.errors import ErrorCode, WarningCode
 from app.nats.pool import NatsPool
 from app.nats.pull import (
     CLIENT_MARGIN,
@@ -74,7 +75,7 @@ class Unpinned:
 
 @dataclass(frozen=True, slots=True)
 class Warn:
-    code: str
+    code: ErrorCode | WarningCode
     detail: str
 
 
@@ -138,7 +139,8 @@ class Consume:
                     if not warned:
                         warned = True
                         yield Warn(
-                            "nats.unavailable", "no NATS connection; pulling resumes when one is up"
+                            ErrorCode.NATS_UNAVAILABLE,
+                            "no NATS connection; pulling resumes when one is up",
                         )
                     await asyncio.sleep(backoff)
                     backoff = min(backoff * 2, _MAX_BACKOFF)
@@ -147,7 +149,7 @@ class Consume:
                     if self._connected:
                         self._connected = False
                         yield Warn(
-                            "nats.disconnected",
+                            WarningCode.NATS_DISCONNECTED,
                             "the gateway lost its NATS connection; pulling resumes when it is back",
                         )
                     await asyncio.sleep(_POLL)
@@ -168,7 +170,8 @@ class Consume:
                         if not warned:
                             warned = True
                             yield Warn(
-                                "consumer.recovering", f"checking the consumer: {exc.detail}"
+                                WarningCode.CONSUMER_RECOVERING,
+                                f"checking the consumer: {exc.detail}",
                             )
                         await asyncio.sleep(backoff)
                         backoff = min(backoff * 2, _MAX_BACKOFF)
@@ -210,7 +213,7 @@ class Consume:
             self._quiet_until = self._loop.time() + 2 * self._heartbeat
             silence = f"{2 * self._heartbeat:g}s"
             detail = f"no message or heartbeat from the server for {silence}; pulling again"
-            return [Warn("consumer.heartbeat_missed", detail)]
+            return [Warn(WarningCode.CONSUMER_HEARTBEAT_MISSED, detail)]
         self._quiet_until = self._loop.time() + 2 * self._heartbeat
         status = status_of(msg)
         if status is None:
@@ -253,7 +256,7 @@ class Consume:
                 and status.pending_bytes == pull.sent_bytes
             ):
                 too_large = errors.InvalidInput(
-                    "consumer.message_too_large",
+                    ErrorCode.CONSUMER_MESSAGE_TOO_LARGE,
                     f"the next message is larger than max_bytes ({self._options.max_bytes}); "
                     "consume with a larger max_bytes, or by max_messages",
                 )

@@ -20,6 +20,7 @@ from nats.aio.msg import Msg
 
 from app import errors
 from app.durations import nats_time
+from app.errors import ErrorCode
 from app.nats.headers import from_nats_py, parse_b64, split_block, values_of
 from app.nats.jsapi import JetStreamApi
 from app.nats.pool import NatsPool, NoResponders
@@ -33,11 +34,6 @@ PAGE_BYTES = 4 * 1024 * 1024
 MAX_MULTI_SUBJECTS = 1024
 _PENDING_SLACK = 1024 * 1024
 _NOT_DIRECT_TTL = 2.0
-
-
-class BatchUnsupported(errors.GatewayError):
-    status = 501
-    code = "direct.batch_unsupported"
 
 
 @dataclass(slots=True)
@@ -225,7 +221,9 @@ class DirectGet:
                 try:
                     msg = await sub.next_msg(timeout)
                 except nats.errors.TimeoutError:
-                    raise errors.Timeout(detail="NATS stopped answering in the middle of a batch") from None
+                    raise errors.Timeout(
+                        ErrorCode.NATS_TIMEOUT, "NATS stopped answering in the middle of a batch"
+                    ) from None
                 status = _status(msg)
                 if status == 204:
                     headers = msg.headers or {}
@@ -244,14 +242,15 @@ class DirectGet:
                     raise _status_error(status, _description(msg))
                 message = to_message(msg)
                 if first and message.num_pending is None:
-                    raise BatchUnsupported(
-                        detail="the NATS server does not support batched Direct Get "
-                        "(nats-server 2.11 or later is needed)"
+                    raise errors.Unsupported(
+                        ErrorCode.DIRECT_BATCH_UNSUPPORTED,
+                        "the NATS server does not support batched Direct Get "
+                        "(nats-server 2.11 or later is needed)",
                     )
                 # Each reply names the sequence before it: a gap means a reply was lost.
                 if previous is not None and message.last_seq != previous:
                     raise errors.UpstreamError(
-                        "direct.gap", "a Direct Get reply was lost; retry the request"
+                        ErrorCode.DIRECT_GAP, "a Direct Get reply was lost; retry the request"
                     )
                 previous, first = message.seq, False
                 yield message
@@ -356,14 +355,13 @@ class DirectGet:
             self._not_direct[stream] = time.monotonic() + _NOT_DIRECT_TTL
             return _not_allowed(stream)
         return errors.Unavailable(
-            "direct.unavailable", "no server answered the Direct Get; retry shortly"
+            ErrorCode.DIRECT_UNAVAILABLE, "no server answered the Direct Get; retry shortly"
         )
 
 
 def _not_allowed(stream: str) -> errors.GatewayError:
-    return errors.Conflict(
-        "direct.not_allowed",
-        f"stream {stream!r} does not allow Direct Get (allow_direct is false); "
+    return errors.DirectNotAllowed(
+        detail=f"stream {stream!r} does not allow Direct Get (allow_direct is false); "
         "enable it, or read with consistency=leader",
     )
 
@@ -374,13 +372,17 @@ def _description(msg: Msg) -> str:
 
 def _status_error(status: int, description: str) -> errors.GatewayError:
     if status == 404:
-        return errors.NotFound("message.not_found", "no message matches the request")
+        return errors.MessageNotFound(detail="no message matches the request")
     if status == 413:
         return errors.PayloadTooLarge(
-            "direct.too_many_subjects",
+            ErrorCode.DIRECT_TOO_MANY_SUBJECTS,
             "the subject filters match more than 1024 subjects: narrow the filters, "
             "or list the subjects (keys) explicitly",
         )
     if status == 408:
-        return errors.InvalidInput("direct.bad_request", f"the server refused the request: {description}")
-    return errors.UpstreamError("direct.error", f"Direct Get answered {status} {description}")
+        return errors.InvalidInput(
+            ErrorCode.DIRECT_BAD_REQUEST, f"the server refused the request: {description}"
+        )
+    return errors.UpstreamError(
+        ErrorCode.DIRECT_ERROR, f"Direct Get answered {status} {description}"
+    )

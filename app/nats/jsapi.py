@@ -12,6 +12,7 @@ from typing import Any
 import orjson
 
 from app import errors
+from app.errors import ErrorCode
 from app.nats.pool import NatsPool, NoResponders
 
 
@@ -40,7 +41,7 @@ class JetStreamApi:
             )
         except NoResponders:
             raise errors.Unavailable(
-                "jetstream.unavailable",
+                ErrorCode.JETSTREAM_UNAVAILABLE,
                 "JetStream did not answer: it is not enabled for this account, "
                 "or the domain is wrong",
             ) from None
@@ -51,9 +52,13 @@ def parse_response(data: bytes) -> dict[str, Any]:
     try:
         response = orjson.loads(data)
     except orjson.JSONDecodeError:
-        raise errors.UpstreamError("jetstream.bad_response", "JetStream sent invalid JSON") from None
+        raise errors.UpstreamError(
+            ErrorCode.JETSTREAM_BAD_RESPONSE, "JetStream sent invalid JSON"
+        ) from None
     if not isinstance(response, dict):
-        raise errors.UpstreamError("jetstream.bad_response", "JetStream sent an unexpected reply")
+        raise errors.UpstreamError(
+            ErrorCode.JETSTREAM_BAD_RESPONSE, "JetStream sent an unexpected reply"
+        )
     error = response.get("error")
     if error:
         raise errors.from_jetstream(error)

@@ -84,7 +84,7 @@ _CLOSED = _Closed()
 
 
 def _stream_gone(stream: str) -> errors.GatewayError:
-    return errors.NotFound("stream.deleted", f"stream {stream!r} was deleted")
+    return errors.StreamDeleted(detail=f"stream {stream!r} was deleted")
 
 
 class OrderedConsumer:
@@ -300,10 +300,8 @@ class OrderedConsumer:
                 return
             except (errors.Unavailable, errors.Timeout) as exc:
                 log.debug("consumer on %s waits for NATS: %s", self.config.stream, exc.detail)
-            except errors.NotFound as exc:
-                if exc.code in ("stream.not_found", "stream.deleted"):
-                    raise _stream_gone(self.config.stream) from None
-                raise
+            except (errors.StreamNotFound, errors.StreamDeleted):
+                raise _stream_gone(self.config.stream) from None
             await asyncio.sleep(backoff)
             backoff = min(backoff * 2, _MAX_BACKOFF)
 

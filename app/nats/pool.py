@@ -26,7 +26,8 @@ from nats.aio.client import Client
 from app import compat
 from app.config import Settings
 from app.errors import (
-    GatewayError,
+    ErrorCode,
+    NoResponders,
     OutcomeUnknown,
     PayloadTooLarge,
     Timeout,
@@ -51,13 +52,6 @@ _MAPPED = (
     nats.errors.MaxPayloadError,
     *_NOT_CONNECTED,
 )
-
-
-class NoResponders(GatewayError):
-    """Nobody listens on the subject: no stream captures it, or JetStream is not there."""
-
-    status = 503
-    code = "nats.no_responders"
 
 
 @dataclass
@@ -303,7 +297,7 @@ class NatsPool:
                 assert slot.client is not None
                 return slot.client
         raise Unavailable(
-            "nats.unavailable",
+            ErrorCode.NATS_UNAVAILABLE,
             "no NATS connection is up; retry shortly",
             headers={"Retry-After": str(self._settings.retry_after)},
         )
@@ -393,7 +387,7 @@ class NatsPool:
         """The domain error for a failed NATS call (one of ``_MAPPED``), counted."""
         if isinstance(exc, nats.errors.NoRespondersError):
             self._metrics.nats_errors.labels(operation, "no_responders").inc()
-            return NoResponders("nats.no_responders", "no responders on the subject")
+            return NoResponders(ErrorCode.NATS_NO_RESPONDERS, "no responders on the subject")
         if isinstance(exc, nats.errors.TimeoutError):
             self._metrics.nats_errors.labels(operation, "timeout").inc()
             if write:
@@ -401,17 +395,17 @@ class NatsPool:
                     detail="NATS did not confirm the write in time: it may or may not be "
                     "stored. Retry with the same Nats-Msg-Id to stay idempotent."
                 )
-            return Timeout(detail="NATS did not answer in time")
+            return Timeout(ErrorCode.NATS_TIMEOUT, "NATS did not answer in time")
         if isinstance(exc, nats.errors.MaxPayloadError):
             return PayloadTooLarge(
-                "request.too_large", "the message is larger than the server's max_payload"
+                ErrorCode.REQUEST_TOO_LARGE, "the message is larger than the server's max_payload"
             )
         return self._down(operation, "the NATS connection is down; nothing was sent")
 
     def _down(self, operation: str, detail: str) -> Unavailable:
         self._metrics.nats_errors.labels(operation, "unavailable").inc()
         return Unavailable(
-            "nats.unavailable",
+            ErrorCode.NATS_UNAVAILABLE,
             f"{detail}. Retry shortly.",
             headers={"Retry-After": str(self._settings.retry_after)},
         )

@@ -21,6 +21,7 @@ from nats.aio.subscription import Subscription
 
 from app import errors
 from app.compat import drop_message_iterator
+from app.errors import ErrorCode
 
 PIN_HEADER = "Nats-Pin-Id"
 PENDING_MESSAGES_HEADER = "Nats-Pending-Messages"
@@ -119,20 +120,20 @@ class Status:
         nats = {"code": self.code, "description": description}
         if self.code == 423:
             return errors.Locked(
-                "consumer.pin_mismatch",
+                ErrorCode.CONSUMER_PIN_MISMATCH,
                 "this pin id is no longer the pinned client of the group: drop it and pull "
                 "without a Nats-Pin-Id",
                 nats=nats,
             )
-        for prefix, (cls, code, detail) in _STATUS_ERRORS.items():
+        for prefix, (code, detail) in _STATUS_ERRORS.items():
             if description.startswith(prefix):
-                error = cls(code, f"{detail} ({description})", nats=nats)
-                if cls is errors.TooManyRequests:
+                error = errors.for_code(code, f"{detail} ({description})", nats=nats)
+                if isinstance(error, errors.TooManyRequests):
                     error.headers = {"Retry-After": "1"}
                 return error
         if self.code == 400:
-            return errors.InvalidInput("consumer.pull_invalid", description, nats=nats)
-        return errors.UpstreamError("consumer.pull_failed", description, nats=nats)
+            return errors.InvalidInput(ErrorCode.CONSUMER_PULL_INVALID, description, nats=nats)
+        return errors.UpstreamError(ErrorCode.CONSUMER_PULL_FAILED, description, nats=nats)
 
 
 _QUIET_409 = ("Message Size Exceeds MaxBytes", "Batch Completed", "Leadership Change")
@@ -147,62 +148,51 @@ _TERMINAL_409 = (
     "Exceeded MaxRequestMaxBytes",
 )
 _MAX_WAITING = "Exceeded MaxWaiting"
-_BAD = errors.InvalidInput
-_STATUS_ERRORS: dict[str, tuple[type[errors.GatewayError], str, str]] = {
-    "Consumer Deleted": (errors.NotFound, "consumer.deleted", "the consumer was deleted"),
+# The class of each code is the registry's (ErrorCode.error_class).
+_STATUS_ERRORS: dict[str, tuple[ErrorCode, str]] = {
+    "Consumer Deleted": (ErrorCode.CONSUMER_DELETED, "the consumer was deleted"),
     "Consumer is push based": (
-        errors.Conflict,
-        "consumer.push_based",
+        ErrorCode.CONSUMER_PUSH_BASED,
         "a push consumer cannot be pulled from",
     ),
     "Exceeded MaxRequestBatch": (
-        _BAD,
-        "consumer.max_batch_exceeded",
+        ErrorCode.CONSUMER_MAX_BATCH_EXCEEDED,
         "more messages than the consumer's max_batch",
     ),
     "Exceeded MaxRequestExpires": (
-        _BAD,
-        "consumer.max_expires_exceeded",
+        ErrorCode.CONSUMER_MAX_EXPIRES_EXCEEDED,
         "expires is above the consumer's max_expires",
     ),
     "Exceeded MaxRequestMaxBytes": (
-        _BAD,
-        "consumer.max_bytes_exceeded",
+        ErrorCode.CONSUMER_MAX_BYTES_EXCEEDED,
         "max_bytes is above the consumer's max_bytes",
     ),
     _MAX_WAITING: (
-        errors.TooManyRequests,
-        "consumer.max_waiting_exceeded",
+        ErrorCode.CONSUMER_MAX_WAITING_EXCEEDED,
         "too many pull requests are waiting on this consumer (max_waiting); retry shortly",
     ),
     "Bad Request - Priority Group missing": (
-        _BAD,
-        "consumer.group_required",
+        ErrorCode.CONSUMER_GROUP_REQUIRED,
         "this consumer has priority groups: give a group",
     ),
     "Bad Request - Invalid Priority Group": (
-        _BAD,
-        "consumer.group_invalid",
+        ErrorCode.CONSUMER_GROUP_INVALID,
         "the group is not one of the consumer's priority_groups",
     ),
     "Bad Request - Not a Overflow Priority consumer": (
-        _BAD,
-        "consumer.not_overflow",
+        ErrorCode.CONSUMER_NOT_OVERFLOW,
         "min_pending and min_ack_pending need the overflow policy",
     ),
     "Bad Request - Not a Pinned Client Priority consumer": (
-        _BAD,
-        "consumer.not_pinned_client",
+        ErrorCode.CONSUMER_NOT_PINNED_CLIENT,
         "a pin id needs the pinned_client policy",
     ),
     "Bad Request - Priority must be between": (
-        _BAD,
-        "consumer.priority_invalid",
+        ErrorCode.CONSUMER_PRIORITY_INVALID,
         "priority must be from 0 to 9",
     ),
     "Bad Request - heartbeat value too large": (
-        _BAD,
-        "consumer.heartbeat_invalid",
+        ErrorCode.CONSUMER_HEARTBEAT_INVALID,
         "idle_heartbeat must be at most half of expires",
     ),
 }

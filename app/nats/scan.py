@@ -17,6 +17,7 @@ from nats.aio.msg import Msg
 
 from app import errors
 from app.durations import NS_PER_SECOND
+from app.errors import ErrorCode
 from app.nats.acks import parse_ack_subject
 from app.nats.jsapi import JetStreamApi
 from app.nats.pull import PullRequest, fetch
@@ -41,7 +42,7 @@ def delivery(msg: Msg) -> Delivery:
     meta = parse_ack_subject(msg.reply)
     if meta is None:
         raise errors.UpstreamError(
-            "jetstream.bad_response", f"not a JetStream delivery: {msg.reply!r}"
+            ErrorCode.JETSTREAM_BAD_RESPONSE, f"not a JetStream delivery: {msg.reply!r}"
         )
     return Delivery(
         subject=msg.subject,
@@ -127,7 +128,9 @@ class ConsumerScan:
         if outcome.status is not None and not outcome.status.ends_quietly:
             raise outcome.status.error()
         if outcome.stalled and not outcome.messages:
-            raise errors.Timeout(detail="NATS stopped answering in the middle of a scan")
+            raise errors.Timeout(
+                ErrorCode.NATS_TIMEOUT, "NATS stopped answering in the middle of a scan"
+            )
         messages = [delivery(msg) for msg in outcome.messages]
         if messages:
             self.pending = messages[-1].pending

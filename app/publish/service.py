@@ -13,6 +13,7 @@ from nats.aio.client import Client
 
 from app import errors, validation
 from app.durations import nats_ttl
+from app.errors import ErrorCode
 from app.nats.jsapi import JetStreamApi, parse_response
 from app.nats.pool import NatsPool, NoResponders
 from app.nats.replies import Reply
@@ -69,7 +70,9 @@ def message_headers(headers: dict[str, str] | None, msg_id: str | None) -> dict[
     for raw_name, value in (headers or {}).items():
         canonical = PUBLISH_HEADERS.get(raw_name.lower())
         if not isinstance(value, str):
-            raise errors.InvalidInput("header.invalid", f"header {raw_name!r} must be a string")
+            raise errors.InvalidInput(
+                ErrorCode.HEADER_INVALID, f"header {raw_name!r} must be a string"
+            )
         _add(out, canonical or _user_header_name(raw_name), value)
     if msg_id is not None:
         _add(out, "Nats-Msg-Id", msg_id)
@@ -85,7 +88,7 @@ def _user_header_name(name: str) -> str:
     lowered = name.lower()
     if lowered.startswith("nats-") or lowered in _STATUS_PSEUDO_HEADERS:
         raise errors.InvalidInput(
-            "header.reserved",
+            ErrorCode.HEADER_RESERVED,
             f"header {name!r} is reserved: only the documented Nats-* publish headers are passed",
         )
     return name
@@ -94,7 +97,9 @@ def _user_header_name(name: str) -> str:
 def _add(out: dict[str, str], name: str, value: str) -> None:
     validation.header_value(name, value)
     if name in out:
-        raise errors.InvalidInput("header.duplicate", f"header {name!r} is given more than once")
+        raise errors.InvalidInput(
+            ErrorCode.HEADER_DUPLICATE, f"header {name!r} is given more than once"
+        )
     out[name] = value
 
 
@@ -102,13 +107,13 @@ def _normalise(headers: dict[str, str]) -> dict[str, str]:
     for name in _SEQUENCE_HEADERS & headers.keys():
         value = headers[name].strip()
         if not value.isdigit() or int(value) > 2**64 - 1:
-            raise errors.InvalidInput("header.invalid", f"{name} must be a sequence number")
+            raise errors.InvalidInput(ErrorCode.HEADER_INVALID, f"{name} must be a sequence number")
         headers[name] = str(int(value))
     if "Nats-Expected-Stream" in headers:
         validation.stream_name(headers["Nats-Expected-Stream"])
     for name in ("Nats-Msg-Id", "Nats-Expected-Last-Msg-Id"):
         if name in headers and not headers[name]:
-            raise errors.InvalidInput("header.invalid", f"{name} cannot be empty")
+            raise errors.InvalidInput(ErrorCode.HEADER_INVALID, f"{name} cannot be empty")
     if "Nats-TTL" in headers:
         headers["Nats-TTL"] = _ttl(headers["Nats-TTL"])
     return headers
@@ -118,14 +123,14 @@ def _ttl(value: str) -> str:
     try:
         return nats_ttl(value)
     except ValueError as exc:
-        raise errors.InvalidInput("header.invalid", f"Nats-TTL: {exc}") from None
+        raise errors.InvalidInput(ErrorCode.HEADER_INVALID, f"Nats-TTL: {exc}") from None
 
 
 def outgoing(subject: str, data: bytes, headers: dict[str, str], max_payload: int) -> Outgoing:
     message = Outgoing(validation.publish_subject(subject), data, headers)
     if message.size > max_payload:
         raise errors.PayloadTooLarge(
-            "message.too_large",
+            ErrorCode.MESSAGE_TOO_LARGE,
             f"message of {message.size} bytes is over the server's max_payload of {max_payload}",
         )
     return message
@@ -137,7 +142,9 @@ def batch_item(index: int, item: PublishItem, max_payload: int) -> Outgoing:
         try:
             data = base64.b64decode(item.data, validate=True)
         except (binascii.Error, ValueError):
-            raise errors.InvalidInput("request.invalid", "data is not valid base64") from None
+            raise errors.InvalidInput(
+                ErrorCode.REQUEST_INVALID, "data is not valid base64"
+            ) from None
         return outgoing(item.subject, data, message_headers(item.headers, item.msg_id), max_payload)
     except errors.GatewayError as exc:
         exc.detail = f"messages[{index}]: {exc.detail}"
@@ -185,7 +192,9 @@ class Publisher:
             raise await self._why_no_responders(message.subject) from None
         ack = parse_response(reply.data)
         if "stream" not in ack or "seq" not in ack:
-            raise errors.UpstreamError("jetstream.bad_response", "the reply was not a PubAck")
+            raise errors.UpstreamError(
+                ErrorCode.JETSTREAM_BAD_RESPONSE, "the reply was not a PubAck"
+            )
         if not ack["seq"]:  # nats-server 2.10: a duplicate of a message still being stored
             raise errors.OutcomeUnknown(
                 detail="a message with this Nats-Msg-Id is being stored right now: retry with "
@@ -212,9 +221,9 @@ class Publisher:
         except errors.Timeout:
             found = None  # cannot tell: answer what the client can retry
         if found is not None and not found.get("streams"):
-            return errors.NotFound("stream.no_match", f"no stream captures subject {subject!r}")
+            return errors.StreamNoMatch(detail=f"no stream captures subject {subject!r}")
         return errors.Unavailable(
-            "stream.unavailable",
+            ErrorCode.STREAM_UNAVAILABLE,
             f"no stream answered the publish to {subject!r} (its stream has no leader right "
             "now, e.g. during an election): the message was not stored; retry shortly",
             headers=retry,

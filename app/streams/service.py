@@ -7,6 +7,7 @@ from typing import Any
 
 from app import errors
 from app.durations import nats_time, ns_to_seconds
+from app.errors import ErrorCode
 from app.nats.direct import DirectGet, StoredMessage
 from app.nats.jsapi import JetStreamApi
 from app.streams.schemas import PurgeRequest, StreamConfig
@@ -84,10 +85,8 @@ async def create_or_update(
         if not exists:
             try:
                 return await js.call("stream.create", "STREAM", "CREATE", name, body=body), True
-            except errors.Conflict as exc:
-                if exc.code != "stream.exists":
-                    raise
-                # Created by someone else since we looked: update it as asked.
+            except errors.StreamExists:
+                pass  # created by someone else since we looked: update it as asked
         return await js.call("stream.update", "STREAM", "UPDATE", name, body=body), False
     finally:
         direct.forget(name)  # and what was read while it changed is dropped too
@@ -145,7 +144,8 @@ class StreamService:
         """Create the stream, or update it when it exists. Returns (info, created)."""
         if config.name is not None and config.name != name:
             raise errors.InvalidInput(
-                "stream.name_mismatch", f"body name {config.name!r} differs from path {name!r}"
+                ErrorCode.STREAM_NAME_MISMATCH,
+                f"body name {config.name!r} differs from path {name!r}",
             )
         body = config.to_nats(name)
         try:
@@ -162,7 +162,9 @@ class StreamService:
 
     async def purge(self, name: str, request: PurgeRequest) -> int:
         if request.seq is not None and request.keep is not None:
-            raise errors.InvalidInput("request.invalid", "seq and keep cannot be used together")
+            raise errors.InvalidInput(
+                ErrorCode.REQUEST_INVALID, "seq and keep cannot be used together"
+            )
         body = request.model_dump(exclude_none=True)
         result = await self.js.call("stream.purge", "STREAM", "PURGE", name, body=body, write=True)
         return int(result.get("purged", 0))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from app.errors import ErrorCode
 from app.main import openapi_document
 
 SPEC = Path(__file__).resolve().parents[2] / "openapi" / "openapi.json"
@@ -25,3 +26,8 @@ def test_every_operation_documents_problem_responses() -> None:
                 continue
             assert "400" in operation["responses"] or "503" in operation["responses"], (method, path)
             assert operation.get("summary"), (method, path)
+
+
+def test_problem_code_lists_every_registered_code() -> None:
+    code = openapi_document()["components"]["schemas"]["Problem"]["properties"]["code"]
+    assert code["enum"] == sorted(member.value for member in ErrorCode)

@@ -21,6 +21,7 @@ def test_mapping_by_err_code(err_code: int, status: int, code: str) -> None:
     # The description is deliberately misleading: only err_code counts.
     error = errors.from_jetstream({"code": 400, "err_code": err_code, "description": "stream not found"})
     assert (error.status, error.code) == (status, code)
+    assert type(error) is error.code.error_class
     assert error.nats == {"code": 400, "err_code": err_code, "description": "stream not found"}
 
 
@@ -32,7 +33,9 @@ def test_fallbacks_by_server_code() -> None:
 
 
 def test_problem_document() -> None:
-    body = errors.PreconditionFailed("kv.revision_mismatch", "rev 3", extra={"revision": 4}).problem("r1")
+    body = errors.PreconditionFailed(
+        errors.ErrorCode.KV_REVISION_MISMATCH, "rev 3", extra={"revision": 4}
+    ).problem("r1")
     assert body == {
         "type": "https://jsgw.dev/problems/kv.revision_mismatch",
         "title": "Precondition Failed",

@@ -78,7 +78,7 @@ async def test_a_full_queue_ends_the_stream_with_an_error() -> None:
 async def test_a_deleted_stream_is_a_deleted_bucket() -> None:
     s = session()
     s.on_start(num_pending=0, position=0)
-    s.on_error(errors.NotFound("stream.deleted", "gone"))
+    s.on_error(errors.StreamDeleted(detail="gone"))
     events = [event async for event in s.events()]
     assert [e.event for e in events] == ["ready", "error"]
     assert json.loads(events[1].data)["code"] == "kv.bucket_deleted"
