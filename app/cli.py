@@ -32,7 +32,10 @@ def _load_settings():  # type: ignore[no-untyped-def]
     try:
         return Settings()
     except ValidationError as exc:
-        lines = [f"  JSGW_{'_'.join(map(str, e['loc'])).upper() or '?'}: {e['msg']}" for e in exc.errors()]
+        lines = [
+            f"  JSGW_{'_'.join(map(str, e['loc'])).upper() or '?'}: {e['msg']}"
+            for e in exc.errors()
+        ]
         print("jsgw: invalid configuration:\n" + "\n".join(lines), file=sys.stderr)
         raise SystemExit(2) from None
 
@@ -106,9 +109,13 @@ def docs(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="jsgw", description="HTTP/REST + SSE gateway for NATS JetStream")
+    parser = argparse.ArgumentParser(
+        prog="jsgw", description="HTTP/REST + SSE gateway for NATS JetStream"
+    )
     sub = parser.add_subparsers(dest="command")
-    sub.add_parser("serve", help="run the gateway (configured by JSGW_* variables)").set_defaults(func=serve)
+    sub.add_parser("serve", help="run the gateway (configured by JSGW_* variables)").set_defaults(
+        func=serve
+    )
     spec = sub.add_parser("openapi", help="print the OpenAPI spec")
     spec.add_argument("-o", "--output", help="write to this file instead of stdout")
     spec.set_defaults(func=openapi)

@@ -190,27 +190,40 @@ class _Checks:
         self.require(value is not None, what, "does not exist", users)
         return value
 
-    def attribute(self, owner: Any, name: str, kind: type | tuple[type, ...], what: str,
-                  users: str) -> Any:  # fmt: skip
+    def attribute(
+        self, owner: Any, name: str, kind: type | tuple[type, ...], what: str, users: str
+    ) -> Any:
         value = getattr(owner, name, None)
         if not hasattr(owner, name):
             self.require(False, what, "does not exist", users)
         else:
-            self.require(isinstance(value, kind), what, f"is a {type(value).__name__}, not "
-                         f"{getattr(kind, '__name__', kind)}", users)  # fmt: skip
+            self.require(
+                isinstance(value, kind),
+                what,
+                f"is a {type(value).__name__}, not {getattr(kind, '__name__', kind)}",
+                users,
+            )
         return value
 
-    def parameters(self, function: Any, expected: list[str], what: str, users: str, *,
-                   coroutine: bool) -> None:  # fmt: skip
+    def parameters(
+        self, function: Any, expected: list[str], what: str, users: str, *, coroutine: bool
+    ) -> None:
         """``function`` exists, is (or is not) a coroutine function, and takes ``expected``."""
         if not self.require(callable(function), what, "does not exist", users):
             return
-        self.require(inspect.iscoroutinefunction(function) == coroutine, what,
-                     "is no longer a coroutine function" if coroutine
-                     else "became a coroutine function", users)  # fmt: skip
+        self.require(
+            inspect.iscoroutinefunction(function) == coroutine,
+            what,
+            "is no longer a coroutine function" if coroutine else "became a coroutine function",
+            users,
+        )
         names = list(inspect.signature(function).parameters)
-        self.require(names == expected, what,
-                     f"takes ({', '.join(names)}), not ({', '.join(expected)})", users)
+        self.require(
+            names == expected,
+            what,
+            f"takes ({', '.join(names)}), not ({', '.join(expected)})",
+            users,
+        )
 
     def accepts(self, function: Any, names: Iterable[str], what: str, users: str) -> None:
         parameters = inspect.signature(function).parameters
@@ -220,11 +233,23 @@ class _Checks:
     def absent(self, owner: type, names: Iterable[str], users: str) -> None:
         """Names the gateway's subclass adds: the library must not have them."""
         for name in names:
-            self.require(not hasattr(owner, name), f"{owner.__name__}.{name}",
-                         "now exists, and would be shadowed", users)  # fmt: skip
+            self.require(
+                not hasattr(owner, name),
+                f"{owner.__name__}.{name}",
+                "now exists, and would be shadowed",
+                users,
+            )
 
-    def source_uses(self, function: Any, fragments: Iterable[str], what: str, why: str,
-                    users: str, *, absent: Iterable[str] = ()) -> None:  # fmt: skip
+    def source_uses(
+        self,
+        function: Any,
+        fragments: Iterable[str],
+        what: str,
+        why: str,
+        users: str,
+        *,
+        absent: Iterable[str] = (),
+    ) -> None:
         if function is None:
             return  # (reported where it was looked up)
         try:
@@ -243,33 +268,56 @@ def _check_nats(c: _Checks) -> None:
     for name, expected in (("AWAITING_CONTROL_LINE", None), ("MAX_CONTROL_LINE_SIZE", 4096)):
         value = c.attribute(_nats_parser, name, int, f"nats.protocol.parser.{name}", wire)
         if expected is not None and isinstance(value, int):
-            c.require(value == expected, f"nats.protocol.parser.{name}", f"is {value}, not "
-                      f"{expected}", wire)  # fmt: skip
+            c.require(
+                value == expected,
+                f"nats.protocol.parser.{name}",
+                f"is {value}, not {expected}",
+                wire,
+            )
     parser = NatsParser
-    c.parameters(getattr(parser, "__init__", None), ["self", "nc"], "Parser.__init__", wire,
-                 coroutine=False)  # fmt: skip
+    c.parameters(
+        getattr(parser, "__init__", None), ["self", "nc"], "Parser.__init__", wire, coroutine=False
+    )
     c.parameters(getattr(parser, "reset", None), ["self"], "Parser.reset", wire, coroutine=False)
-    c.parameters(getattr(parser, "parse", None), ["self", "data"], "Parser.parse", wire,
-                 coroutine=True)  # fmt: skip
-    c.source_uses(getattr(parser, "parse", None), ["self.nc._process_msg("], "Parser.parse",
-                  "messages it reads would bypass LeanClient._process_msg", replies)
+    c.parameters(
+        getattr(parser, "parse", None), ["self", "data"], "Parser.parse", wire, coroutine=True
+    )
+    c.source_uses(
+        getattr(parser, "parse", None),
+        ["self.nc._process_msg("],
+        "Parser.parse",
+        "messages it reads would bypass LeanClient._process_msg",
+        replies,
+    )
     client = NatsClient()
     instance = NatsParser(client)
-    c.require(getattr(instance, "nc", None) is client, "Parser.nc", "is not the client given",
-              wire)  # fmt: skip
+    c.require(getattr(instance, "nc", None) is client, "Parser.nc", "is not the client given", wire)
     c.attribute(instance, "buf", bytearray, "Parser.buf", wire)
     state = c.attribute(instance, "state", int, "Parser.state", wire)
-    c.require(state == AWAITING_CONTROL_LINE, "Parser.state",
-              "of a new parser is not AWAITING_CONTROL_LINE", wire)  # fmt: skip
+    c.require(
+        state == AWAITING_CONTROL_LINE,
+        "Parser.state",
+        "of a new parser is not AWAITING_CONTROL_LINE",
+        wire,
+    )
 
-    c.parameters(getattr(NatsClient, "_process_msg", None),
-                 ["self", "sid", "subject", "reply", "data", "headers"], "Client._process_msg",
-                 f"{replies}, {wire}", coroutine=True)  # fmt: skip
-    c.require(isinstance(getattr(NatsClient, "CONNECTED", None), int), "Client.CONNECTED",
-              "is not an int status", replies)  # fmt: skip
+    c.parameters(
+        getattr(NatsClient, "_process_msg", None),
+        ["self", "sid", "subject", "reply", "data", "headers"],
+        "Client._process_msg",
+        f"{replies}, {wire}",
+        coroutine=True,
+    )
+    c.require(
+        isinstance(getattr(NatsClient, "CONNECTED", None), int),
+        "Client.CONNECTED",
+        "is not an int status",
+        replies,
+    )
     ps = c.attribute(client, "_ps", NatsParser, "Client._ps", replies)
-    c.require(getattr(ps, "nc", None) is client, "Client._ps", "is not the client's own parser",
-              replies)  # fmt: skip
+    c.require(
+        getattr(ps, "nc", None) is client, "Client._ps", "is not the client's own parser", replies
+    )
     for name, kind, users in (
         ("_status", int, replies),
         ("_pending", list, f"{replies}, {pool}"),
@@ -285,35 +333,80 @@ def _check_nats(c: _Checks) -> None:
         c.require(hasattr(client, name), f"Client.{name}", "does not exist", replies)
     stats = getattr(client, "stats", None)
     for key in ("out_msgs", "out_bytes"):
-        c.require(isinstance(stats, dict) and isinstance(stats.get(key), int),
-                  f"Client.stats[{key!r}]", "is not a counter", replies)  # fmt: skip
+        c.require(
+            isinstance(stats, dict) and isinstance(stats.get(key), int),
+            f"Client.stats[{key!r}]",
+            "is not a counter",
+            replies,
+        )
     flusher = c.exists(NatsClient, "_flusher", "Client._flusher", replies)
-    c.source_uses(flusher, ["self._flush_queue.get()", "self._pending",
-                            "self._pending_data_size = 0"],
-                  "Client._flusher", "LeanClient.publish_queued queues commands for it", replies)
-    c.parameters(getattr(NatsClient, "_process_op_err", None), ["self", "e"],
-                 "Client._process_op_err", pool, coroutine=True)  # fmt: skip
+    c.source_uses(
+        flusher,
+        ["self._flush_queue.get()", "self._pending", "self._pending_data_size = 0"],
+        "Client._flusher",
+        "LeanClient.publish_queued queues commands for it",
+        replies,
+    )
+    c.parameters(
+        getattr(NatsClient, "_process_op_err", None),
+        ["self", "e"],
+        "Client._process_op_err",
+        pool,
+        coroutine=True,
+    )
     pings = c.exists(NatsClient, "_ping_interval", "Client._ping_interval", pool)
-    c.source_uses(pings, ["self._pings_outstanding", 'self.options["max_outstanding_pings"]',
-                          'self.options["ping_interval"]'],
-                  "Client._ping_interval", "the pool's ping settings", pool)  # fmt: skip
-    c.accepts(NatsClient.connect, (
-        "ping_interval", "max_outstanding_pings", "pending_size", "reconnect_to_server_handler",
-        "servers", "name", "allow_reconnect", "max_reconnect_attempts", "reconnect_time_wait",
-        "connect_timeout", "disconnected_cb", "reconnected_cb", "closed_cb", "error_cb",
-    ), "Client.connect", pool)  # fmt: skip
-    c.require("uri" in getattr(NatsServer, "__dataclass_fields__", {}), "Srv.uri",
-              "does not exist", pool)  # fmt: skip
+    c.source_uses(
+        pings,
+        [
+            "self._pings_outstanding",
+            'self.options["max_outstanding_pings"]',
+            'self.options["ping_interval"]',
+        ],
+        "Client._ping_interval",
+        "the pool's ping settings",
+        pool,
+    )
+    c.accepts(
+        NatsClient.connect,
+        (
+            "ping_interval",
+            "max_outstanding_pings",
+            "pending_size",
+            "reconnect_to_server_handler",
+            "servers",
+            "name",
+            "allow_reconnect",
+            "max_reconnect_attempts",
+            "reconnect_time_wait",
+            "connect_timeout",
+            "disconnected_cb",
+            "reconnected_cb",
+            "closed_cb",
+            "error_cb",
+        ),
+        "Client.connect",
+        pool,
+    )
+    c.require(
+        "uri" in getattr(NatsServer, "__dataclass_fields__", {}), "Srv.uri", "does not exist", pool
+    )
 
     c.accepts(NatsSubscription.__init__, ("id",), "Subscription.__init__", replies)
     sub = NatsSubscription(None, id=7)
-    c.require(getattr(sub, "_id", None) == 7, "Subscription._id", "is not the subscription's sid",
-              replies)  # fmt: skip
-    c.require(hasattr(sub, "_message_iterator"), "Subscription._message_iterator",
-              "does not exist", pull)  # fmt: skip
-    c.source_uses(NatsSubscription.next_msg, ["self._pending_queue"], "Subscription.next_msg",
-                  "messages are read off the pending queue", pull,
-                  absent=["_message_iterator"])  # fmt: skip
+    c.require(
+        getattr(sub, "_id", None) == 7, "Subscription._id", "is not the subscription's sid", replies
+    )
+    c.require(
+        hasattr(sub, "_message_iterator"), "Subscription._message_iterator", "does not exist", pull
+    )
+    c.source_uses(
+        NatsSubscription.next_msg,
+        ["self._pending_queue"],
+        "Subscription.next_msg",
+        "messages are read off the pending queue",
+        pull,
+        absent=["_message_iterator"],
+    )
 
 
 def _check_uvicorn(c: _Checks) -> None:
@@ -325,15 +418,27 @@ def _check_uvicorn(c: _Checks) -> None:
     serving, tls, sse = "app/serving.py", "app/tls.py", "app/sse.py"
     base = getattr(httptools_impl, "HttpToolsProtocol", None)
     if not isinstance(base, type):
-        c.require(False, "uvicorn.protocols.http.httptools_impl.HttpToolsProtocol",
-                  "does not exist", f"{serving}, {tls}")  # fmt: skip
+        c.require(
+            False,
+            "uvicorn.protocols.http.httptools_impl.HttpToolsProtocol",
+            "does not exist",
+            f"{serving}, {tls}",
+        )
         return
-    c.require(HTTP_PROTOCOLS.get("httptools", "").endswith("httptools_impl:HttpToolsProtocol"),
-              "uvicorn.config.HTTP_PROTOCOLS['httptools']", "is not HttpToolsProtocol",
-              serving)  # fmt: skip
+    c.require(
+        HTTP_PROTOCOLS.get("httptools", "").endswith("httptools_impl:HttpToolsProtocol"),
+        "uvicorn.config.HTTP_PROTOCOLS['httptools']",
+        "is not HttpToolsProtocol",
+        serving,
+    )
     # uvicorn's Server makes one per connection with these keywords.
-    c.parameters(base.__dict__.get("__init__"), ["self", "config", "server_state", "app_state", "_loop"],
-                 "HttpToolsProtocol.__init__", serving, coroutine=False)  # fmt: skip
+    c.parameters(
+        base.__dict__.get("__init__"),
+        ["self", "config", "server_state", "app_state", "_loop"],
+        "HttpToolsProtocol.__init__",
+        serving,
+        coroutine=False,
+    )
     for name, parameters, users in (
         ("connection_made", ["self", "transport"], serving),
         ("connection_lost", ["self", "exc"], serving),
@@ -342,36 +447,86 @@ def _check_uvicorn(c: _Checks) -> None:
         ("shutdown", ["self"], serving),
         ("on_message_begin", ["self"], tls),
     ):
-        c.parameters(base.__dict__.get(name), parameters, f"HttpToolsProtocol.{name}", users,
-                     coroutine=False)  # fmt: skip
+        c.parameters(
+            base.__dict__.get(name), parameters, f"HttpToolsProtocol.{name}", users, coroutine=False
+        )
     c.absent(base, ("_stall_check", "_resumed_at", "_cut_if_stalled"), serving)
     c.absent(base, ("_client_cert_name",), tls)
-    c.source_uses(FlowControl.__init__, ["self.write_paused = False"], "FlowControl.__init__",
-                  "GatheringProtocol reads flow.write_paused", serving)  # fmt: skip
-    c.source_uses(base.__dict__.get("connection_made"),
-                  ["self.connections.add(self)", "self.transport = transport",
-                   "self.flow = FlowControl(transport)"], "HttpToolsProtocol.connection_made",
-                  "the server shuts down what it registers, through this transport",
-                  serving)  # fmt: skip
-    c.source_uses(base.__dict__.get("connection_lost"), ["self.connections.discard(self)"],
-                  "HttpToolsProtocol.connection_lost", "a cut connection no longer holds the exit",
-                  serving)  # fmt: skip
-    c.source_uses(base.__dict__.get("on_message_begin"), ["self.scope = "],
-                  "HttpToolsProtocol.on_message_begin", "ClientCertProtocol adds to the scope",
-                  tls)  # fmt: skip
-    c.source_uses(Server.shutdown, ["connection.shutdown()", "self.server_state.connections"],
-                  "Server.shutdown", "GatheringProtocol.shutdown starts the stall check from it",
-                  serving)  # fmt: skip
-    c.source_uses(getattr(Server, "_wait_tasks_to_complete", None),
-                  ["self.server_state.connections"], "Server._wait_tasks_to_complete",
-                  "a stalled connection holds the exit until it is cut", serving)  # fmt: skip
-    c.source_uses(Server.capture_signals, ["signal.signal(sig, self.handle_exit)"],
-                  "Server.capture_signals", "server_exiting finds the server through it", sse)
-    c.accepts(Config.__init__, (
-        "http", "loop", "proxy_headers", "server_header", "factory", "host", "port", "workers",
-        "access_log", "log_config", "timeout_graceful_shutdown", "ssl_certfile", "ssl_keyfile",
-        "ssl_ca_certs", "ssl_cert_reqs",
-    ), "uvicorn.Config", "app/cli.py, app/serving.py, app/tls.py")  # fmt: skip
+    c.source_uses(
+        FlowControl.__init__,
+        ["self.write_paused = False"],
+        "FlowControl.__init__",
+        "GatheringProtocol reads flow.write_paused",
+        serving,
+    )
+    c.source_uses(
+        base.__dict__.get("connection_made"),
+        [
+            "self.connections.add(self)",
+            "self.transport = transport",
+            "self.flow = FlowControl(transport)",
+        ],
+        "HttpToolsProtocol.connection_made",
+        "the server shuts down what it registers, through this transport",
+        serving,
+    )
+    c.source_uses(
+        base.__dict__.get("connection_lost"),
+        ["self.connections.discard(self)"],
+        "HttpToolsProtocol.connection_lost",
+        "a cut connection no longer holds the exit",
+        serving,
+    )
+    c.source_uses(
+        base.__dict__.get("on_message_begin"),
+        ["self.scope = "],
+        "HttpToolsProtocol.on_message_begin",
+        "ClientCertProtocol adds to the scope",
+        tls,
+    )
+    c.source_uses(
+        Server.shutdown,
+        ["connection.shutdown()", "self.server_state.connections"],
+        "Server.shutdown",
+        "GatheringProtocol.shutdown starts the stall check from it",
+        serving,
+    )
+    c.source_uses(
+        getattr(Server, "_wait_tasks_to_complete", None),
+        ["self.server_state.connections"],
+        "Server._wait_tasks_to_complete",
+        "a stalled connection holds the exit until it is cut",
+        serving,
+    )
+    c.source_uses(
+        Server.capture_signals,
+        ["signal.signal(sig, self.handle_exit)"],
+        "Server.capture_signals",
+        "server_exiting finds the server through it",
+        sse,
+    )
+    c.accepts(
+        Config.__init__,
+        (
+            "http",
+            "loop",
+            "proxy_headers",
+            "server_header",
+            "factory",
+            "host",
+            "port",
+            "workers",
+            "access_log",
+            "log_config",
+            "timeout_graceful_shutdown",
+            "ssl_certfile",
+            "ssl_keyfile",
+            "ssl_ca_certs",
+            "ssl_cert_reqs",
+        ),
+        "uvicorn.Config",
+        "app/cli.py, app/serving.py, app/tls.py",
+    )
 
 
 def _check_sse(c: _Checks) -> None:
@@ -382,10 +537,19 @@ def _check_sse(c: _Checks) -> None:
     status = c.exists(sse_module, "AppStatus", "sse_starlette.sse.AppStatus", sse)
     if status is not None:
         c.attribute(status, "should_exit", bool, "AppStatus.should_exit", sse)
-    c.accepts(EventSourceResponse.__init__, (
-        "background", "ping", "ping_message_factory", "headers", "shutdown_event",
-        "shutdown_grace_period",
-    ), "EventSourceResponse", sse)  # fmt: skip
+    c.accepts(
+        EventSourceResponse.__init__,
+        (
+            "background",
+            "ping",
+            "ping_message_factory",
+            "headers",
+            "shutdown_event",
+            "shutdown_grace_period",
+        ),
+        "EventSourceResponse",
+        sse,
+    )
 
 
 _CHECKS: tuple[tuple[Pin, Callable[[_Checks], None]], ...] = (
@@ -423,5 +587,7 @@ def check() -> None:
         if not pin.in_tested_series:
             log.warning(
                 "%s %s is installed, but jsgw was tested with %s.x; its private names check out",
-                pin.distribution, pin.installed, pin.tested,
-            )  # fmt: skip
+                pin.distribution,
+                pin.installed,
+                pin.tested,
+            )

@@ -143,8 +143,14 @@ class Settings(BaseSettings):
         return level
 
     @field_validator(
-        "nats_creds", "nats_tls_ca", "nats_tls_cert", "nats_tls_key", "auth_file",
-        "tls_cert", "tls_key", "tls_client_ca",
+        "nats_creds",
+        "nats_tls_ca",
+        "nats_tls_cert",
+        "nats_tls_key",
+        "auth_file",
+        "tls_cert",
+        "tls_key",
+        "tls_client_ca",
     )
     @classmethod
     def _file_exists(cls, path: Path | None) -> Path | None:
@@ -188,7 +194,11 @@ class Settings(BaseSettings):
                 "JSGW_ACK_SECRET is required with JSGW_WORKERS > 1, "
                 "so that every worker verifies the ack tokens of the others"
             )
-        if not self.listens_on_loopback and self.auth_file is None and not self.allow_unauthenticated:
+        if (
+            not self.listens_on_loopback
+            and self.auth_file is None
+            and not self.allow_unauthenticated
+        ):
             raise ValueError(
                 f"JSGW_HOST={self.host} without JSGW_AUTH_FILE would open JetStream to anyone "
                 "who reaches the port: set JSGW_AUTH_FILE, or JSGW_ALLOW_UNAUTHENTICATED=true "

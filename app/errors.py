@@ -224,6 +224,8 @@ class ErrorCode(StrEnum):
     def status(self) -> int:
         return self.status_class.status
 
+    # A table, one member per entry: code, status class, meaning (fmt: off keeps it one).
+    # fmt: off
     # -- 400 -------------------------------------------------------------------------------
     REQUEST_INVALID = "request.invalid", InvalidInput, (
         "A parameter, query or body field is malformed, out of range or conflicts with "
@@ -665,6 +667,7 @@ class ErrorCode(StrEnum):
         "A write was not confirmed in time: it may or may not be stored. Retry with the same "
         "Nats-Msg-Id (or read the key) to find out."
     )
+    # fmt: on
 
 
 _OWNERS: dict[ErrorCode, type[GatewayError]] = {}
@@ -684,6 +687,7 @@ class WarningCode(StrEnum):
         member.meaning = meaning
         return member
 
+    # fmt: off
     NATS_DISCONNECTED = "nats.disconnected", (
         "The gateway lost its NATS connection: pulling resumes when it is back."
     )
@@ -693,6 +697,7 @@ class WarningCode(StrEnum):
     CONSUMER_HEARTBEAT_MISSED = "consumer.heartbeat_missed", (
         "The server sent neither a message nor a heartbeat in time: the gateway pulls again."
     )
+    # fmt: on
 
 
 # -- the classes of the codes that are caught ---------------------------------------------

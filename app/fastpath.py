@@ -74,8 +74,9 @@ class Arguments:
     principal: str | None  # the parameter that takes authorize's answer
     services: tuple[tuple[str, str | None], ...]  # parameter, runtime attribute (None: it)
 
-    def build(self, request: Request, params: dict[str, Any], runtime: Any,
-              principal: Principal) -> dict[str, Any]:  # fmt: skip
+    def build(
+        self, request: Request, params: dict[str, Any], runtime: Any, principal: Principal
+    ) -> dict[str, Any]:
         kwargs = {**self.fixed, **params}
         wanted = self.headers
         if wanted:
@@ -165,8 +166,9 @@ def arguments(route: APIRoute, where: str) -> Arguments:
             services.append((sub.name, FROM_RUNTIME[sub.call]))
         else:
             raise LeanPathError(f"{where}: no lean provider for dependency {sub.call!r}")
-    return Arguments(fixed, headers, header_defaults, d.request_param_name, principal,
-                     tuple(services))  # fmt: skip
+    return Arguments(
+        fixed, headers, header_defaults, d.request_param_name, principal, tuple(services)
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -192,8 +194,10 @@ class LeanPaths:
     def take(self, scope: Scope) -> bool:
         """Is this request one of the lean paths' (then it is marked for :meth:`__call__`)?"""
         candidates = self.by_method.get(scope["method"])
-        if candidates is None or scope.get("query_string") or "runtime" not in (
-            scope.get("state") or {}
+        if (
+            candidates is None
+            or scope.get("query_string")
+            or "runtime" not in (scope.get("state") or {})
         ):
             return False
         path = scope["path"]

@@ -86,9 +86,7 @@ def problems(*classes: type[errors.GatewayError]) -> dict[int | str, dict[str, A
     for cls in (errors.InvalidInput, *classes, errors.Unavailable, errors.Timeout):
         out[cls.status] = {
             "description": _DESCRIPTIONS.get(cls, cls.__name__),
-            "content": {
-                PROBLEM_CONTENT_TYPE: {"schema": {"$ref": "#/components/schemas/Problem"}}
-            },
+            "content": {PROBLEM_CONTENT_TYPE: {"schema": {"$ref": "#/components/schemas/Problem"}}},
         }
     return out
 

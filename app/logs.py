@@ -36,7 +36,11 @@ def config(level: str = "info") -> dict[str, Any]:
         "disable_existing_loggers": False,
         "formatters": {"json": {"()": JsonFormatter}},
         "handlers": {
-            "stderr": {"class": "logging.StreamHandler", "formatter": "json", "stream": "ext://sys.stderr"}
+            "stderr": {
+                "class": "logging.StreamHandler",
+                "formatter": "json",
+                "stream": "ext://sys.stderr",
+            }
         },
         "loggers": {
             "jsgw": {"level": upper, "handlers": ["stderr"], "propagate": False},

@@ -34,8 +34,12 @@ class Gateway(FastAPI):
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         lean = self.lean_paths
         # With dependencies overridden (tests), FastAPI solves them: it alone knows how.
-        if (lean is not None and scope["type"] == "http" and not self.dependency_overrides
-                and lean.take(scope)):
+        if (
+            lean is not None
+            and scope["type"] == "http"
+            and not self.dependency_overrides
+            and lean.take(scope)
+        ):
             scope["app"] = self
             if self._lean_stack is None:
                 self._lean_stack = self._around(lean)
@@ -97,7 +101,12 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             allow_methods=["GET", "HEAD", "PUT", "POST", "DELETE"],
             allow_headers=["*"],
             expose_headers=[
-                "ETag", "X-Request-ID", "Nats-Pin-Id", "KV-Revision", "KV-Created", "KV-Operation"
+                "ETag",
+                "X-Request-ID",
+                "Nats-Pin-Id",
+                "KV-Revision",
+                "KV-Created",
+                "KV-Operation",
             ],
         )
     app.add_middleware(BodyLimitMiddleware, limit=settings.max_body)

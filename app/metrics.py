@@ -20,8 +20,21 @@ from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
 _LATENCY_BUCKETS = (
-    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
-)  # fmt: skip
+    0.0005,
+    0.001,
+    0.0025,
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    2.5,
+    5.0,
+    10.0,
+)
 
 
 class _Latencies:
@@ -69,7 +82,9 @@ class RequestSeries(Collector):
             created,
         )
         in_flight = Metric(
-            "jsgw_http_requests_in_flight", "HTTP requests (and open streams) being served.", "gauge"
+            "jsgw_http_requests_in_flight",
+            "HTTP requests (and open streams) being served.",
+            "gauge",
         )
         in_flight.add_sample("jsgw_http_requests_in_flight", {}, self.in_flight)
         yield in_flight

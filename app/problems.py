@@ -106,8 +106,10 @@ def client_gone_response(scope: Any) -> Response:
     answer no one reads. Nothing was sent to NATS: the body is read first."""
     log.info(
         "%s %s: the client disconnected before its request body was complete",
-        scope["method"], scope["path"], extra={"request_id": request_id_of(scope)},
-    )  # fmt: skip
+        scope["method"],
+        scope["path"],
+        extra={"request_id": request_id_of(scope)},
+    )
     return Response(status_code=CLIENT_CLOSED_REQUEST)
 
 

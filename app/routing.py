@@ -57,8 +57,9 @@ class Route(APIRoute):
         super().__init__(path, endpoint, **kwargs)
 
 
-def _declare(access: Need, lean: bool, register: Callable[[Endpoint], Endpoint]
-             ) -> Callable[[Endpoint], Endpoint]:  # fmt: skip
+def _declare(
+    access: Need, lean: bool, register: Callable[[Endpoint], Endpoint]
+) -> Callable[[Endpoint], Endpoint]:
     declared = Declared(access, lean)
 
     def decorator(endpoint: Endpoint) -> Endpoint:
@@ -112,16 +113,24 @@ def api_routes(app: FastAPI) -> Iterator[Mounted]:
     if contexts is None:
         for route in app.routes:
             if isinstance(route, APIRoute):
-                yield Mounted(route, route.path_regex, route.path_format,
-                              route.param_convertors, frozenset(route.methods))  # fmt: skip
+                yield Mounted(
+                    route,
+                    route.path_regex,
+                    route.path_format,
+                    route.param_convertors,
+                    frozenset(route.methods),
+                )
         return
     for context in contexts(app.routes):
         route = context.original_route
         if isinstance(route, APIRoute):
             yield Mounted(
-                route, context.path_regex, context.path_format, context.param_convertors,
+                route,
+                context.path_regex,
+                context.path_format,
+                context.param_convertors,
                 frozenset(context.methods or ()),
-            )  # fmt: skip
+            )
 
 
 def check_declared(app: FastAPI) -> None:

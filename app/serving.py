@@ -68,9 +68,7 @@ class HeldHeads:
                 )
 
 
-_HELD: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, HeldHeads] = (
-    weakref.WeakKeyDictionary()
-)
+_HELD: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, HeldHeads] = weakref.WeakKeyDictionary()
 
 
 def _held_heads(loop: asyncio.AbstractEventLoop) -> HeldHeads:
@@ -170,8 +168,12 @@ def uvicorn_options() -> dict[str, Any]:
     """The uvicorn settings the gateway is served with (by ``jsgw serve``, and by the tests'
     real server): this protocol on uvloop, no proxy headers trusted, and no ``Server``
     header (it tells anyone the server stack, and is one more header per answer)."""
-    return {"http": GatheringProtocol, "loop": "uvloop", "proxy_headers": False,
-            "server_header": False}  # fmt: skip
+    return {
+        "http": GatheringProtocol,
+        "loop": "uvloop",
+        "proxy_headers": False,
+        "server_header": False,
+    }
 
 
 def tune_gc() -> None:

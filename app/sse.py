@@ -75,9 +75,7 @@ def farewell() -> ServerSentEvent:
     )
 
 
-async def _until_shutdown(
-    events: AsyncIterator[Any], shutdown: anyio.Event
-) -> AsyncIterator[Any]:
+async def _until_shutdown(events: AsyncIterator[Any], shutdown: anyio.Event) -> AsyncIterator[Any]:
     """Pass events through; when shutdown is signalled, stop the source and say goodbye."""
     source = aiter(events)
     stop = asyncio.ensure_future(shutdown.wait())

@@ -42,7 +42,8 @@ _SHORT_NAMES = {
 
 
 class ClientCertProtocol(GatheringProtocol):
-    """The gateway's HTTP protocol (app.serving), exposing the verified client certificate's subject."""
+    """The gateway's HTTP protocol (app.serving), exposing the verified client certificate's
+    subject."""
 
     _client_cert_name: str | None = None
 

@@ -49,16 +49,20 @@ def _matching(pattern: re.Pattern[str], value: str, code: str, detail: str) -> s
 
 def stream_name(value: str) -> str:
     return _matching(
-        _STREAM, value, ErrorCode.STREAM_NAME_INVALID,
+        _STREAM,
+        value,
+        ErrorCode.STREAM_NAME_INVALID,
         f"invalid stream name {value!r}: use 1-255 letters, digits, '-' or '_'",
-    )  # fmt: skip
+    )
 
 
 def consumer_name(value: str) -> str:
     return _matching(
-        _STREAM, value, ErrorCode.CONSUMER_NAME_INVALID,
+        _STREAM,
+        value,
+        ErrorCode.CONSUMER_NAME_INVALID,
         f"invalid consumer name {value!r}: use 1-255 letters, digits, '-' or '_'",
-    )  # fmt: skip
+    )
 
 
 # ADR-42 priority groups: the limited-term of ADR-6, at most 16 characters (as the server checks).
@@ -69,24 +73,30 @@ _PIN_ID = re.compile(r"[a-zA-Z0-9_-]{1,64}")
 
 def group_name(value: str) -> str:
     return _matching(
-        _GROUP, value, ErrorCode.CONSUMER_GROUP_NAME_INVALID,
+        _GROUP,
+        value,
+        ErrorCode.CONSUMER_GROUP_NAME_INVALID,
         f"invalid priority group {value!r}: 1-16 letters, digits, '-', '_', '/' or '='",
-    )  # fmt: skip
+    )
 
 
 def pin_id(value: str) -> str:
     return _matching(
-        _PIN_ID, value, ErrorCode.CONSUMER_PIN_ID_INVALID,
+        _PIN_ID,
+        value,
+        ErrorCode.CONSUMER_PIN_ID_INVALID,
         "invalid Nats-Pin-Id: send back exactly the pin id the gateway returned "
         "(1-64 letters, digits, '-' or '_')",
-    )  # fmt: skip
+    )
 
 
 def bucket_name(value: str) -> str:
     return _matching(
-        _BUCKET, value, ErrorCode.KV_BUCKET_INVALID,
+        _BUCKET,
+        value,
+        ErrorCode.KV_BUCKET_INVALID,
         f"invalid bucket name {value!r}: use 1-252 letters, digits, '-' or '_'",
-    )  # fmt: skip
+    )
 
 
 def _tokens_ok(value: str, token: re.Pattern[str]) -> bool:

@@ -19,10 +19,16 @@ log = logging.getLogger("jsgw.pipeline")
 
 
 def _common(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--url", default=os.environ.get("JSGW_URL", "http://127.0.0.1:8080"),
-                        help="the gateway's base URL (env JSGW_URL)")  # fmt: skip
-    parser.add_argument("--token", default=os.environ.get("JSGW_TOKEN"),
-                        help="bearer token for the gateway (env JSGW_TOKEN)")  # fmt: skip
+    parser.add_argument(
+        "--url",
+        default=os.environ.get("JSGW_URL", "http://127.0.0.1:8080"),
+        help="the gateway's base URL (env JSGW_URL)",
+    )
+    parser.add_argument(
+        "--token",
+        default=os.environ.get("JSGW_TOKEN"),
+        help="bearer token for the gateway (env JSGW_TOKEN)",
+    )
     parser.add_argument("--partitions", type=int, help="Spark partitions per batch")
     parser.add_argument("--master", help="Spark master when no session exists (default local[*])")
 
@@ -51,17 +57,25 @@ def build_parser() -> argparse.ArgumentParser:
     snapshot.add_argument("--keys", help="comma-separated key filters (* and > allowed)")
     snapshot.add_argument("--as-of-revision", type=int)
     snapshot.add_argument("--as-of-time", help="RFC 3339")
-    snapshot.add_argument("--batch-size", type=int, default=1_000_000, help="sequences per Spark job")
+    snapshot.add_argument(
+        "--batch-size", type=int, default=1_000_000, help="sequences per Spark job"
+    )
 
     load = commands.add_parser("load-kv", help="CSV/Parquet -> bucket")
     _common(load)
     load.add_argument("--bucket", required=True)
     load.add_argument("--input", required=True)
-    load.add_argument("--input-format", choices=["csv", "parquet"], default=None,
-                      help="default: from the input's extension, else parquet")  # fmt: skip
+    load.add_argument(
+        "--input-format",
+        choices=["csv", "parquet"],
+        default=None,
+        help="default: from the input's extension, else parquet",
+    )
     load.add_argument("--key-column", default="key")
     load.add_argument("--value-column", default="value")
-    load.add_argument("--write-id", help="stable id: a re-run within the duplicate window stores nothing twice")
+    load.add_argument(
+        "--write-id", help="stable id: a re-run within the duplicate window stores nothing twice"
+    )
     return parser
 
 
@@ -70,29 +84,58 @@ def run(args: argparse.Namespace, spark: Any) -> Any:
 
     if args.command == "export-stream":
         return jobs.export_stream(
-            spark, url=args.url, token=args.token, stream=args.stream, output=args.output,
-            subject=args.subject, start_sequence=args.start_seq, end_sequence=args.end_seq,
-            start_time=args.start_time, end_time=args.end_time, partitions=args.partitions,
-            output_format=args.format, mode=args.mode, chunk=args.batch_size,
-        )  # fmt: skip
+            spark,
+            url=args.url,
+            token=args.token,
+            stream=args.stream,
+            output=args.output,
+            subject=args.subject,
+            start_sequence=args.start_seq,
+            end_sequence=args.end_seq,
+            start_time=args.start_time,
+            end_time=args.end_time,
+            partitions=args.partitions,
+            output_format=args.format,
+            mode=args.mode,
+            chunk=args.batch_size,
+        )
     if args.command == "snapshot-kv":
         return jobs.snapshot_kv(
-            spark, url=args.url, token=args.token, bucket=args.bucket, output=args.output,
-            keys=args.keys, as_of_revision=args.as_of_revision, as_of_time=args.as_of_time,
-            partitions=args.partitions, chunk=args.batch_size,
-        )  # fmt: skip
-    input_format = args.input_format or ("csv" if args.input.lower().endswith(".csv") else "parquet")
+            spark,
+            url=args.url,
+            token=args.token,
+            bucket=args.bucket,
+            output=args.output,
+            keys=args.keys,
+            as_of_revision=args.as_of_revision,
+            as_of_time=args.as_of_time,
+            partitions=args.partitions,
+            chunk=args.batch_size,
+        )
+    input_format = args.input_format or (
+        "csv" if args.input.lower().endswith(".csv") else "parquet"
+    )
     return jobs.load_kv(
-        spark, url=args.url, token=args.token, bucket=args.bucket, input_path=args.input,
-        input_format=input_format, key_column=args.key_column, value_column=args.value_column,
-        write_id=args.write_id, partitions=args.partitions,
-    )  # fmt: skip
+        spark,
+        url=args.url,
+        token=args.token,
+        bucket=args.bucket,
+        input_path=args.input,
+        input_format=input_format,
+        key_column=args.key_column,
+        value_column=args.value_column,
+        write_id=args.write_id,
+        partitions=args.partitions,
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")  # fmt: skip
+    logging.basicConfig(
+        level=logging.INFO,
+        stream=sys.stderr,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
     logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per request is noise here
     from pyspark.sql import SparkSession
 
@@ -101,7 +144,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     existing = SparkSession.getActiveSession()
     launched_by_spark_submit = "PYSPARK_GATEWAY_PORT" in os.environ
-    if (args.master or "").startswith("local") or (args.master is None and not launched_by_spark_submit):
+    if (args.master or "").startswith("local") or (
+        args.master is None and not launched_by_spark_submit
+    ):
         # A local Spark's Python workers must run this interpreter (it has the pipeline);
         # on a cluster, PYSPARK_PYTHON is the cluster's to set.
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -117,7 +162,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     finally:
         if existing is None:
             spark.stop()
-    print(json.dumps({k: v for k, v in asdict(summary).items()}, default=str))
+    print(json.dumps(asdict(summary), default=str))
     return 0
 
 

@@ -38,7 +38,9 @@ MESSAGE_NOT_FOUND = "message.not_found"
 class GatewayError(RuntimeError):
     """The gateway answered with a problem (or not at all); ``problem`` is its document."""
 
-    def __init__(self, message: str, *, status: int | None = None, problem: dict[str, Any] | None = None) -> None:
+    def __init__(
+        self, message: str, *, status: int | None = None, problem: dict[str, Any] | None = None
+    ) -> None:
         self.status = status
         self.problem = problem or {}
         super().__init__(message)
@@ -48,10 +50,13 @@ class GatewayError(RuntimeError):
         return self.problem.get("code")
 
     @classmethod
-    def from_problem(cls, what: str, problem: dict[str, Any], status: int | None = None) -> GatewayError:
+    def from_problem(
+        cls, what: str, problem: dict[str, Any], status: int | None = None
+    ) -> GatewayError:
         status = status or problem.get("status")
         text = (
-            f"{what}: {status} {problem.get('code', '')}: {problem.get('detail') or problem.get('title', '')}"
+            f"{what}: {status} {problem.get('code', '')}: "
+            f"{problem.get('detail') or problem.get('title', '')}"
             f" (request {problem.get('instance', '?')})"
         )
         return cls(text, status=status, problem=problem)
@@ -102,7 +107,9 @@ class Gateway:
         try:
             response = self.http.request(method, path, **kwargs)
         except httpx.HTTPError as exc:
-            raise GatewayError(f"{what}: gateway unreachable at {self.connection.url}: {exc}") from exc
+            raise GatewayError(
+                f"{what}: gateway unreachable at {self.connection.url}: {exc}"
+            ) from exc
         if response.status_code >= 400:
             raise _problem(what, response)
         return response
@@ -120,9 +127,12 @@ class Gateway:
         """The sequence of the first message stored at or after ``when``; None if there is none."""
         try:
             response = self._send(
-                f"stream {stream} at {when}", "GET", f"/v1/streams/{_seg(stream)}/direct",
-                params={"start_time": when}, headers={"Accept": "application/json"},
-            )  # fmt: skip
+                f"stream {stream} at {when}",
+                "GET",
+                f"/v1/streams/{_seg(stream)}/direct",
+                params={"start_time": when},
+                headers={"Accept": "application/json"},
+            )
         except GatewayError as exc:
             if exc.status == 404 and exc.code == MESSAGE_NOT_FOUND:
                 return None
@@ -153,7 +163,9 @@ class Gateway:
             eob: EndOfBatch | None = None
             passed = False
             # Closed as soon as the range is read: the rest of the answer is not wanted.
-            with contextlib.closing(self._batch(stream, params, BATCH_ACCEPT if wire == "arrow" else NDJSON)) as items:
+            with contextlib.closing(
+                self._batch(stream, params, BATCH_ACCEPT if wire == "arrow" else NDJSON)
+            ) as items:
                 for item in items:
                     if isinstance(item, EndOfBatch):
                         eob = item
@@ -171,13 +183,17 @@ class Gateway:
                 return
             seq = eob.last_seq + 1
 
-    def _batch(self, stream: str, params: dict[str, Any], accept: str) -> Iterator[pa.RecordBatch | EndOfBatch]:
+    def _batch(
+        self, stream: str, params: dict[str, Any], accept: str
+    ) -> Iterator[pa.RecordBatch | EndOfBatch]:
         what = f"stream {stream} read from {params['seq']}"
         try:
             with self.http.stream(
-                "GET", f"/v1/streams/{_seg(stream)}/direct", params=params,
+                "GET",
+                f"/v1/streams/{_seg(stream)}/direct",
+                params=params,
                 headers={"Accept": accept},
-            ) as response:  # fmt: skip
+            ) as response:
                 if response.status_code >= 400:
                     response.read()
                     raise _problem(what, response)
@@ -192,11 +208,12 @@ class Gateway:
     def multi_last(self, stream: str, subjects: list[str], up_to_seq: int) -> list[dict[str, Any]]:
         """The last message of each subject as of ``up_to_seq`` (Message JSON, data decoded)."""
         response = self._send(
-            f"stream {stream} multi read at {up_to_seq}", "POST",
+            f"stream {stream} multi read at {up_to_seq}",
+            "POST",
             f"/v1/streams/{_seg(stream)}/direct/multi",
             content=orjson.dumps({"subjects": subjects, "up_to_seq": up_to_seq}),
             headers={"Content-Type": "application/json"},
-        )  # fmt: skip
+        )
         body = orjson.loads(response.content)
         return body["messages"]
 
@@ -205,10 +222,12 @@ class Gateway:
     def publish_batch(self, messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """``POST /v1/publish``: one result per message, in order (see the API's batch publish)."""
         response = self._send(
-            f"publish of {len(messages)} messages", "POST", "/v1/publish",
+            f"publish of {len(messages)} messages",
+            "POST",
+            "/v1/publish",
             content=orjson.dumps({"messages": messages}),
             headers={"Content-Type": "application/json"},
-        )  # fmt: skip
+        )
         return orjson.loads(response.content)["results"]
 
 

@@ -76,9 +76,14 @@ def _write_batches(
     for number, (first, last) in enumerate(chunks, 1):
         batch_started = time.monotonic()
         observation = Observation(f"batch{number}")
-        df = _reader(spark, {**options, "startSequence": str(first), "endSequence": str(last)}).load()
-        df = df.observe(observation, F.count(F.lit(1)).alias("rows"),
-                        F.coalesce(F.sum(F.length(size_column)), F.lit(0)).alias("bytes"))  # fmt: skip
+        df = _reader(
+            spark, {**options, "startSequence": str(first), "endSequence": str(last)}
+        ).load()
+        df = df.observe(
+            observation,
+            F.count(F.lit(1)).alias("rows"),
+            F.coalesce(F.sum(F.length(size_column)), F.lit(0)).alias("bytes"),
+        )
         df.write.format(output_format).mode(mode if number == 1 else "append").save(summary.output)
         got = observation.get
         summary.rows += int(got["rows"])
@@ -87,12 +92,22 @@ def _write_batches(
         elapsed = time.monotonic() - batch_started
         log.info(
             "%s batch %d/%d: seqs %d..%d, %d rows, %.1f MB in %.1fs (%.0f rows/s); total %d rows",
-            summary.job, number, len(chunks), first, last, got["rows"], got["bytes"] / 1e6,
-            elapsed, got["rows"] / max(elapsed, 1e-9), summary.rows,
-        )  # fmt: skip
+            summary.job,
+            number,
+            len(chunks),
+            first,
+            last,
+            got["rows"],
+            got["bytes"] / 1e6,
+            elapsed,
+            got["rows"] / max(elapsed, 1e-9),
+            summary.rows,
+        )
     if not chunks and mode == "overwrite":
         # Nothing to read: still leave an (empty) table behind, with the right schema.
-        spark.createDataFrame([], schema).write.format(output_format).mode(mode).save(summary.output)
+        spark.createDataFrame([], schema).write.format(output_format).mode(mode).save(
+            summary.output
+        )
     summary.seconds = time.monotonic() - started
 
 
@@ -126,24 +141,49 @@ def export_stream(
         _require_delta(spark)
     register(spark)
     options = {
-        "url": url, "token": token, "stream": stream, "subject": subject,
-        "startSequence": start_sequence, "endSequence": end_sequence,
-        "startTime": start_time, "endTime": end_time,
-    }  # fmt: skip
+        "url": url,
+        "token": token,
+        "stream": stream,
+        "subject": subject,
+        "startSequence": start_sequence,
+        "endSequence": end_sequence,
+        "startTime": start_time,
+        "endTime": end_time,
+    }
     parsed = opts.parse({k: str(v) for k, v in options.items() if v is not None})
     with parsed.connection.client() as gateway:
         first, last = plan_range(gateway, parsed)
     summary = Summary("export-stream", f"stream {stream}", output, first, last)
     log.info("export-stream %s: seqs %d..%d to %s (%s)", stream, first, last, output, output_format)
-    read_options = {"url": url, "token": token, "stream": stream, "subject": subject, "wire": wire_format}
+    read_options = {
+        "url": url,
+        "token": token,
+        "stream": stream,
+        "subject": subject,
+        "wire": wire_format,
+    }
     chunks = _chunks(first, last, chunk)
     if partitions:
         read_options["partitions"] = str(partitions)
-    _write_batches(spark, summary, read_options, chunks, output_format=output_format, mode=mode,
-                   size_column="data", schema=wire.stream_schema())  # fmt: skip
+    _write_batches(
+        spark,
+        summary,
+        read_options,
+        chunks,
+        output_format=output_format,
+        mode=mode,
+        size_column="data",
+        schema=wire.stream_schema(),
+    )
     _write_summary(spark, summary)
-    log.info("export-stream %s: %d messages, %.1f MB in %.1fs (%.0f msg/s)",
-             stream, summary.rows, summary.bytes / 1e6, summary.seconds, summary.rate)  # fmt: skip
+    log.info(
+        "export-stream %s: %d messages, %.1f MB in %.1fs (%.0f msg/s)",
+        stream,
+        summary.rows,
+        summary.bytes / 1e6,
+        summary.seconds,
+        summary.rate,
+    )
     return summary
 
 
@@ -163,24 +203,49 @@ def snapshot_kv(
 ) -> Summary:
     """Write a bucket's state at one revision as Parquet; the revision is in the summary."""
     register(spark)
-    options = {"url": url, "token": token, "bucket": bucket, "keys": keys,
-               "asOfRevision": as_of_revision, "asOfTime": as_of_time}  # fmt: skip
+    options = {
+        "url": url,
+        "token": token,
+        "bucket": bucket,
+        "keys": keys,
+        "asOfRevision": as_of_revision,
+        "asOfTime": as_of_time,
+    }
     parsed = opts.parse({k: str(v) for k, v in options.items() if v is not None})
     with parsed.connection.client() as gateway:
         first, revision, history = plan_revision(gateway, parsed)
     summary = Summary("snapshot-kv", f"bucket {bucket}", output, first, revision, revision)
     summary.extra["history"] = history
-    log.info("snapshot-kv %s: revision %d (seqs %d..%d) to %s", bucket, revision, first, revision, output)
-    read_options = {"url": url, "token": token, "bucket": bucket, "keys": keys,
-                    "asOfRevision": str(revision)}  # fmt: skip
+    log.info(
+        "snapshot-kv %s: revision %d (seqs %d..%d) to %s", bucket, revision, first, revision, output
+    )
+    read_options = {
+        "url": url,
+        "token": token,
+        "bucket": bucket,
+        "keys": keys,
+        "asOfRevision": str(revision),
+    }
     if partitions:
         read_options["partitions"] = str(partitions)
-    _write_batches(spark, summary, read_options, _chunks(first, revision, chunk),
-                   output_format="parquet", mode=mode, size_column="value",
-                   schema=wire.kv_schema())  # fmt: skip
+    _write_batches(
+        spark,
+        summary,
+        read_options,
+        _chunks(first, revision, chunk),
+        output_format="parquet",
+        mode=mode,
+        size_column="value",
+        schema=wire.kv_schema(),
+    )
     _write_summary(spark, summary)
-    log.info("snapshot-kv %s: %d keys at revision %d in %.1fs",
-             bucket, summary.rows, revision, summary.seconds)  # fmt: skip
+    log.info(
+        "snapshot-kv %s: %d keys at revision %d in %.1fs",
+        bucket,
+        summary.rows,
+        revision,
+        summary.seconds,
+    )
     return summary
 
 
@@ -216,8 +281,11 @@ def load_kv(
     if partitions:
         df = df.repartition(partitions)
     observation = Observation("load")
-    df = df.observe(observation, F.count(F.lit(1)).alias("rows"),
-                    F.coalesce(F.sum(F.length("value")), F.lit(0)).alias("bytes"))  # fmt: skip
+    df = df.observe(
+        observation,
+        F.count(F.lit(1)).alias("rows"),
+        F.coalesce(F.sum(F.length("value")), F.lit(0)).alias("bytes"),
+    )
     summary = Summary("load-kv", input_path, f"bucket {bucket}")
     started = time.monotonic()
     writer = df.write.format(FORMAT).mode("append").option("url", url).option("bucket", bucket)
@@ -229,8 +297,15 @@ def load_kv(
     summary.seconds = time.monotonic() - started
     summary.rows, summary.bytes = int(observation.get["rows"]), int(observation.get["bytes"])
     summary.batches = 1
-    log.info("load-kv %s: %d rows, %.1f MB from %s in %.1fs (%.0f rows/s)",
-             bucket, summary.rows, summary.bytes / 1e6, input_path, summary.seconds, summary.rate)  # fmt: skip
+    log.info(
+        "load-kv %s: %d rows, %.1f MB from %s in %.1fs (%.0f rows/s)",
+        bucket,
+        summary.rows,
+        summary.bytes / 1e6,
+        input_path,
+        summary.seconds,
+        summary.rate,
+    )
     return summary
 
 

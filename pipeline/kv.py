@@ -84,9 +84,15 @@ class KvReader(DataSourceReader):
         first = max(first, self.options.start_sequence or first)
         last = min(revision, self.options.end_sequence or revision)
         ranges = split(first, last, self.options.partition_count(last - first + 1))
-        log.info("bucket %s: %s at revision %d (seqs %d..%d) in %d partitions",
-                 self.options.bucket, "history" if self.options.include_history else "snapshot",
-                 revision, first, last, len(ranges))  # fmt: skip
+        log.info(
+            "bucket %s: %s at revision %d (seqs %d..%d) in %d partitions",
+            self.options.bucket,
+            "history" if self.options.include_history else "snapshot",
+            revision,
+            first,
+            last,
+            len(ranges),
+        )
         parts = [KvRange(r.index, r.first, r.last, revision, history) for r in ranges]
         return parts or [KvRange(0, 1, 0, revision, history)]
 
@@ -100,9 +106,16 @@ class KvReader(DataSourceReader):
                 rows = self._latest(gateway, partition, rows)
                 self._check_tail(gateway, partition)
         count = sum(b.num_rows for b in rows)
-        log.info("bucket %s partition %d: seqs %d..%d at revision %d, %d rows in %.1fs",
-                 self.options.bucket, partition.index, partition.first, partition.last,
-                 partition.revision, count, time.monotonic() - started)  # fmt: skip
+        log.info(
+            "bucket %s partition %d: seqs %d..%d at revision %d, %d rows in %.1fs",
+            self.options.bucket,
+            partition.index,
+            partition.first,
+            partition.last,
+            partition.revision,
+            count,
+            time.monotonic() - started,
+        )
         yield from rows
 
     def _entries(
@@ -111,19 +124,26 @@ class KvReader(DataSourceReader):
         """The bucket's entries with sequences ``first..last`` that match the key filters."""
         bucket = self.options.bucket or ""
         pattern = (
-            f"^(?:{wire.subject_pattern(list(self.options.keys)).pattern})$" if self.options.keys else None
+            f"^(?:{wire.subject_pattern(list(self.options.keys)).pattern})$"
+            if self.options.keys
+            else None
         )
         for batch in gateway.read_range(
-            self.options.target_stream, first, last, max_batch=self.options.max_batch,
+            self.options.target_stream,
+            first,
+            last,
+            max_batch=self.options.max_batch,
             wire=self.options.wire,
-        ):  # fmt: skip
+        ):
             rows = wire.to_kv_rows(batch, bucket, target)
             if pattern is not None:
                 rows = rows.filter(pc.match_substring_regex(rows.column("key"), pattern))
             if rows.num_rows:
                 yield rows
 
-    def _latest(self, gateway: Gateway, part: KvRange, batches: list[pa.RecordBatch]) -> list[pa.RecordBatch]:
+    def _latest(
+        self, gateway: Gateway, part: KvRange, batches: list[pa.RecordBatch]
+    ) -> list[pa.RecordBatch]:
         """The entries of this range that are their key's last at the revision, minus deletes."""
         if not batches:
             return []

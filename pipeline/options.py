@@ -85,7 +85,9 @@ def parse(options: Mapping[str, str], *, writing: bool = False) -> Options:
     """Checked options; a write to a stream may name no stream (the subjects decide)."""
     url = _get(options, "url") or _get(options, "gateway")
     if not url:
-        raise OptionError("option 'url' (the gateway's base URL, e.g. http://127.0.0.1:8080) is required")
+        raise OptionError(
+            "option 'url' (the gateway's base URL, e.g. http://127.0.0.1:8080) is required"
+        )
     stream, bucket = _get(options, "stream"), _get(options, "bucket")
     if stream is not None and bucket is not None:
         raise OptionError("give one of the options 'stream' and 'bucket', not both")
@@ -130,7 +132,8 @@ def parse(options: Mapping[str, str], *, writing: bool = False) -> Options:
 
 
 def _wire(options: Mapping[str, str]) -> str:
-    """How batches travel from the gateway: ``arrow`` (NDJSON if the gateway cannot) or ``ndjson``."""
+    """How batches travel from the gateway: ``arrow`` (NDJSON if the gateway cannot) or
+    ``ndjson``."""
     wire = (_get(options, "wire") or "arrow").strip().lower()
     if wire not in {"arrow", "ndjson"}:
         raise OptionError(f"option 'wire' must be arrow or ndjson, got {wire!r}")

@@ -85,11 +85,17 @@ def read_messages(options: Options, part: SeqRange, target: pa.Schema) -> Iterat
     logged = started
     with options.connection.client() as gateway:
         for batch in gateway.read_range(
-            options.target_stream, part.first, part.last,
-            subject=subject if literal else None, max_batch=options.max_batch, wire=options.wire,
-        ):  # fmt: skip
+            options.target_stream,
+            part.first,
+            part.last,
+            subject=subject if literal else None,
+            max_batch=options.max_batch,
+            wire=options.wire,
+        ):
             if pattern is not None:
-                batch = batch.filter(pc.match_substring_regex(batch.column("subject"), f"^(?:{pattern.pattern})$"))
+                batch = batch.filter(
+                    pc.match_substring_regex(batch.column("subject"), f"^(?:{pattern.pattern})$")
+                )
                 if batch.num_rows == 0:
                     continue
             count += batch.num_rows
@@ -97,15 +103,27 @@ def read_messages(options: Options, part: SeqRange, target: pa.Schema) -> Iterat
             yield wire.to_stream_rows(batch, target)
             if time.monotonic() - logged >= PROGRESS_EVERY:
                 logged = time.monotonic()
-                log.info("stream %s partition %d: %d messages so far, at seq %d of %d..%d",
-                         options.target_stream, part.index, count, batch.column("seq")[-1].as_py(),
-                         part.first, part.last)  # fmt: skip
+                log.info(
+                    "stream %s partition %d: %d messages so far, at seq %d of %d..%d",
+                    options.target_stream,
+                    part.index,
+                    count,
+                    batch.column("seq")[-1].as_py(),
+                    part.first,
+                    part.last,
+                )
     elapsed = max(time.monotonic() - started, 1e-9)
     log.info(
         "stream %s partition %d: seqs %d..%d, %d messages, %.1f MB in %.1fs (%.0f msg/s)",
-        options.target_stream, part.index, part.first, part.last, count, size / 1e6,
-        elapsed, count / elapsed,
-    )  # fmt: skip
+        options.target_stream,
+        part.index,
+        part.first,
+        part.last,
+        count,
+        size / 1e6,
+        elapsed,
+        count / elapsed,
+    )
 
 
 class StreamBatchReader(DataSourceReader):
@@ -116,13 +134,20 @@ class StreamBatchReader(DataSourceReader):
         with self.options.connection.client() as gateway:
             first, last = plan_range(gateway, self.options)
         ranges = split(first, last, self.options.partition_count(last - first + 1))
-        log.info("stream %s: reading seqs %d..%d in %d partitions",
-                 self.options.target_stream, first, last, len(ranges))  # fmt: skip
+        log.info(
+            "stream %s: reading seqs %d..%d in %d partitions",
+            self.options.target_stream,
+            first,
+            last,
+            len(ranges),
+        )
         # Spark wants at least one partition; an empty range reads nothing.
         return ranges or [SeqRange(0, 1, 0)]
 
     def read(self, partition: SeqRange) -> Iterator[pa.RecordBatch]:  # type: ignore[override]
-        yield from read_messages(self.options, partition, wire.spark_arrow_schema(wire.stream_schema()))
+        yield from read_messages(
+            self.options, partition, wire.spark_arrow_schema(wire.stream_schema())
+        )
 
 
 class StreamMicroBatchReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -151,7 +176,9 @@ class StreamMicroBatchReader(DataSourceStreamReader, SupportsTriggerAvailableNow
             return {"next_seq": last + 1}
         if start.isdigit() and int(start) >= 1:
             return {"next_seq": int(start)}
-        raise OptionError(f"option 'startingOffsets' must be earliest, latest or a sequence, got {start!r}")
+        raise OptionError(
+            f"option 'startingOffsets' must be earliest, latest or a sequence, got {start!r}"
+        )
 
     def getDefaultReadLimit(self) -> ReadLimit:
         if self.options.max_records_per_trigger:
@@ -167,8 +194,10 @@ class StreamMicroBatchReader(DataSourceStreamReader, SupportsTriggerAvailableNow
         if begin < first:
             log.warning(
                 "stream %s: sequences %d..%d were removed before they were read",
-                self.options.target_stream, begin, first - 1,
-            )  # fmt: skip
+                self.options.target_stream,
+                begin,
+                first - 1,
+            )
         end = last + 1
         if self._until is not None:
             end = min(end, self._until)
@@ -184,7 +213,13 @@ class StreamMicroBatchReader(DataSourceStreamReader, SupportsTriggerAvailableNow
         return split(first, last, self.options.partition_count(last - first + 1))
 
     def read(self, partition: SeqRange) -> Iterator[pa.RecordBatch]:  # type: ignore[override]
-        yield from read_messages(self.options, partition, wire.spark_arrow_schema(wire.stream_schema()))
+        yield from read_messages(
+            self.options, partition, wire.spark_arrow_schema(wire.stream_schema())
+        )
 
     def commit(self, end: dict) -> None:
-        log.info("stream %s: committed up to seq %d", self.options.target_stream, int(end["next_seq"]) - 1)
+        log.info(
+            "stream %s: committed up to seq %d",
+            self.options.target_stream,
+            int(end["next_seq"]) - 1,
+        )

@@ -25,29 +25,32 @@ from pyspark.sql.types import (
 HEADERS = pa.map_(pa.string(), pa.list_(pa.string()))
 
 
-
 def stream_schema() -> StructType:
     """``stream, subject, sequence, timestamp, headers map<string,array<string>>, data``."""
-    return StructType([
-        StructField("stream", StringType(), False),
-        StructField("subject", StringType(), False),
-        StructField("sequence", LongType(), False),
-        StructField("timestamp", TimestampType()),
-        StructField("headers", MapType(StringType(), ArrayType(StringType()))),
-        StructField("data", BinaryType()),
-    ])  # fmt: skip
+    return StructType(
+        [
+            StructField("stream", StringType(), False),
+            StructField("subject", StringType(), False),
+            StructField("sequence", LongType(), False),
+            StructField("timestamp", TimestampType()),
+            StructField("headers", MapType(StringType(), ArrayType(StringType()))),
+            StructField("data", BinaryType()),
+        ]
+    )
 
 
 def kv_schema() -> StructType:
     """``bucket, key, value, revision, created, operation``."""
-    return StructType([
-        StructField("bucket", StringType(), False),
-        StructField("key", StringType(), False),
-        StructField("value", BinaryType()),
-        StructField("revision", LongType(), False),
-        StructField("created", TimestampType()),
-        StructField("operation", StringType(), False),
-    ])  # fmt: skip
+    return StructType(
+        [
+            StructField("bucket", StringType(), False),
+            StructField("key", StringType(), False),
+            StructField("value", BinaryType()),
+            StructField("revision", LongType(), False),
+            StructField("created", TimestampType()),
+            StructField("operation", StringType(), False),
+        ]
+    )
 
 
 def schema() -> pa.Schema:
@@ -106,7 +109,8 @@ def kv_operations(headers: pa.Array) -> pa.Array:
 
 
 def to_kv_rows(batch: pa.RecordBatch, bucket: str, target: pa.Schema) -> pa.RecordBatch:
-    """Wire batch of a ``KV_<bucket>`` stream -> ``bucket, key, value, revision, created, operation``."""
+    """Wire batch of a ``KV_<bucket>`` stream -> ``bucket, key, value, revision, created,
+    operation``."""
     prefix = len(f"$KV.{bucket}.")
     columns = [
         pa.repeat(pa.scalar(bucket, pa.string()), batch.num_rows),

@@ -57,7 +57,10 @@ class JetStreamWriter(DataSourceArrowWriter):
         if options.bucket is not None:
             missing = {"key", "value"} - names
             if missing:
-                raise OptionError(f"writing to a bucket needs the columns key and value; missing {sorted(missing)}")
+                raise OptionError(
+                    "writing to a bucket needs the columns key and value; "
+                    f"missing {sorted(missing)}"
+                )
         else:
             if "data" not in names:
                 raise OptionError("writing to a stream needs a data column (binary or string)")
@@ -87,12 +90,20 @@ class JetStreamWriter(DataSourceArrowWriter):
                         self._flush(gateway, pending, summary)
             if pending:
                 self._flush(gateway, pending, summary)
-        log.info("write %s partition %d (attempt %d): %d rows, %d stored, %d duplicates",
-                 self.write_id, partition, attempt, summary.rows, summary.stored,
-                 summary.duplicates)  # fmt: skip
+        log.info(
+            "write %s partition %d (attempt %d): %d rows, %d stored, %d duplicates",
+            self.write_id,
+            partition,
+            attempt,
+            summary.rows,
+            summary.stored,
+            summary.duplicates,
+        )
         return summary
 
-    def _messages(self, batch: pa.RecordBatch, partition: int, offset: int) -> Iterator[dict[str, Any]]:
+    def _messages(
+        self, batch: pa.RecordBatch, partition: int, offset: int
+    ) -> Iterator[dict[str, Any]]:
         columns = {name: batch.column(name).to_pylist() for name in batch.schema.names}
         bucket = self.options.bucket
         for row in range(batch.num_rows):
@@ -105,7 +116,11 @@ class JetStreamWriter(DataSourceArrowWriter):
             message: dict[str, Any] = {"subject": subject, "data": _b64(data)}
             headers = _headers(columns["headers"][row]) if self.has_headers else {}
             msg_id = columns["msg_id"][row] if self.has_msg_id else None
-            msg_id = msg_id or headers.pop("Nats-Msg-Id", None) or f"{self.write_id}-{partition}-{offset + row}"
+            msg_id = (
+                msg_id
+                or headers.pop("Nats-Msg-Id", None)
+                or f"{self.write_id}-{partition}-{offset + row}"
+            )
             headers.pop("Nats-Msg-Id", None)
             if self.options.stream is not None:
                 # The stream named in the options must be the one that stores the message.
@@ -124,8 +139,9 @@ class JetStreamWriter(DataSourceArrowWriter):
             message = pending[first["index"]]
             raise PublishFailed.from_problem(
                 f"publish to {message['subject']!r} (msg id {message['msg_id']}, "
-                f"{len(failed)} of {len(pending)} messages refused)", problem,
-            )  # fmt: skip
+                f"{len(failed)} of {len(pending)} messages refused)",
+                problem,
+            )
         for result in results:
             if result["ack"].get("duplicate"):
                 summary.duplicates += 1
@@ -134,20 +150,35 @@ class JetStreamWriter(DataSourceArrowWriter):
         pending.clear()
         if time.monotonic() - self._logged >= PROGRESS_EVERY:
             self._logged = time.monotonic()
-            log.info("write %s partition %d: %d rows published so far (%d duplicates)",
-                     self.write_id, summary.partition, summary.rows, summary.duplicates)  # fmt: skip
+            log.info(
+                "write %s partition %d: %d rows published so far (%d duplicates)",
+                self.write_id,
+                summary.partition,
+                summary.rows,
+                summary.duplicates,
+            )
 
     def commit(self, messages: list[WriteSummary | None]) -> None:  # type: ignore[override]
         done = [m for m in messages if m is not None]
-        log.info("write %s committed: %d tasks, %d rows, %d stored, %d duplicates",
-                 self.write_id, len(done), sum(m.rows for m in done), sum(m.stored for m in done),
-                 sum(m.duplicates for m in done))  # fmt: skip
+        log.info(
+            "write %s committed: %d tasks, %d rows, %d stored, %d duplicates",
+            self.write_id,
+            len(done),
+            sum(m.rows for m in done),
+            sum(m.stored for m in done),
+            sum(m.duplicates for m in done),
+        )
 
     def abort(self, messages: list[WriteSummary | None]) -> None:  # type: ignore[override]
         done = [m for m in messages if m is not None]
-        log.error("write %s aborted after %d tasks had stored %d rows (re-run with writeId=%s "
-                  "to skip them as duplicates)", self.write_id, len(done),
-                  sum(m.stored for m in done), self.write_id)  # fmt: skip
+        log.error(
+            "write %s aborted after %d tasks had stored %d rows (re-run with writeId=%s "
+            "to skip them as duplicates)",
+            self.write_id,
+            len(done),
+            sum(m.stored for m in done),
+            self.write_id,
+        )
 
 
 def _b64(value: Any) -> str:
@@ -161,7 +192,9 @@ def _b64(value: Any) -> str:
 def _key(value: Any) -> str:
     key = value if isinstance(value, str) else str(value)
     if not _KEY.fullmatch(key) or key.startswith("_kv"):
-        raise OptionError(f"invalid KV key {key!r} (ADR-8: letters, digits, -/_=. ; not starting with _kv)")
+        raise OptionError(
+            f"invalid KV key {key!r} (ADR-8: letters, digits, -/_=. ; not starting with _kv)"
+        )
     return key
 
 
@@ -171,7 +204,9 @@ def _headers(value: Any) -> dict[str, str]:
     for name, values in value or []:
         if isinstance(values, list):
             if len(values) > 1:
-                raise OptionError(f"header {name!r} has {len(values)} values; publish takes one per name")
+                raise OptionError(
+                    f"header {name!r} has {len(values)} values; publish takes one per name"
+                )
             if not values:
                 continue
             values = values[0]

@@ -44,4 +44,8 @@ async def sse_token(principal: PrincipalDep, runtime: RuntimeDep, response: Resp
     response.set_cookie(
         SSE_COOKIE, token, max_age=int(ttl), httponly=True, samesite="strict", path="/v1"
     )
-    return {"token": token, "expires_at": format_time(datetime.fromtimestamp(expires, UTC)), "ttl": ttl}
+    return {
+        "token": token,
+        "expires_at": format_time(datetime.fromtimestamp(expires, UTC)),
+        "ttl": ttl,
+    }

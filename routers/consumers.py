@@ -110,7 +110,8 @@ async def get_consumer(stream: StreamName, name: ConsumerName, consumers: Consum
 @router.delete(
     "/{consumer}",
     access=Need("admin", CONSUMER),
-    status_code=204, responses=problems(errors.NotFound),
+    status_code=204,
+    responses=problems(errors.NotFound),
 )
 async def delete_consumer(
     stream: StreamName, name: ConsumerName, consumers: ConsumersDep
@@ -232,7 +233,8 @@ async def ack_messages(
 @router.post(
     "/{consumer}/unpin",
     access=Need("consume", CONSUMER),
-    status_code=204, responses=problems(errors.NotFound),
+    status_code=204,
+    responses=problems(errors.NotFound),
 )
 async def unpin_group(
     stream: StreamName, name: ConsumerName, request: UnpinRequest, consumers: ConsumersDep

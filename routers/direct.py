@@ -80,9 +80,15 @@ async def direct_get(
     settings: SettingsDep,
     seq: Annotated[int | None, Query(ge=1, le=2**64 - 1), PlainDigits] = None,
     last_by_subj: Annotated[str | None, Query(description="last message on this subject")] = None,
-    next_by_subj: Annotated[str | None, Query(description="first message at/after seq on this subject")] = None,
-    start_time: Annotated[str | None, Query(description="first message at/after this RFC 3339 time")] = None,
-    batch: Annotated[int | None, Query(ge=1, description="read up to this many messages (NDJSON)")] = None,
+    next_by_subj: Annotated[
+        str | None, Query(description="first message at/after seq on this subject")
+    ] = None,
+    start_time: Annotated[
+        str | None, Query(description="first message at/after this RFC 3339 time")
+    ] = None,
+    batch: Annotated[
+        int | None, Query(ge=1, description="read up to this many messages (NDJSON)")
+    ] = None,
     max_bytes: Annotated[int | None, Query(ge=1, description="byte budget of a batch read")] = None,
     consistency: Annotated[Literal["direct", "leader"], Query()] = "direct",
 ) -> Response:
@@ -94,7 +100,9 @@ async def direct_get(
     """
     query = SingleQuery(seq, last_by_subj, next_by_subj, start_time)
     if batch is None and max_bytes is None:
-        return message_response(await service.get(name, query, leader=consistency == "leader"), request)
+        return message_response(
+            await service.get(name, query, leader=consistency == "leader"), request
+        )
     if consistency == "leader":
         raise errors.InvalidInput(ErrorCode.REQUEST_INVALID, "batch reads are Direct Get only")
     limit = batch or settings.max_direct_batch
@@ -178,10 +186,15 @@ async def multi(
             f"at most {settings.max_multi_subjects} subjects per request",
         )
     up_to, messages = await service.multi(
-        name, body.subjects, up_to_seq=body.up_to_seq, up_to_time=body.up_to_time,
+        name,
+        body.subjects,
+        up_to_seq=body.up_to_seq,
+        up_to_time=body.up_to_time,
         page_size=body.batch,
-    )  # fmt: skip
+    )
     if not principal.allows_all("read", "stream", name):
         # Narrowed to the subjects this token may read, never widened (deny rules included).
-        messages = [m for m in messages if principal.allows("read", Resource("stream", name, m.subject))]
+        messages = [
+            m for m in messages if principal.allows("read", Resource("stream", name, m.subject))
+        ]
     return {"up_to_seq": up_to, "messages": [m.to_json() for m in messages]}

@@ -115,7 +115,9 @@ def _keys_visible(principal: Principal, bucket: str) -> Callable[[str], bool] | 
 @router.get(
     "",
     access=AUTHENTICATED,
-    response_model=KVBucketList, response_class=JSON, responses=problems(),
+    response_model=KVBucketList,
+    response_class=JSON,
+    responses=problems(),
 )
 async def list_buckets(kv: KVDep, principal: PrincipalDep) -> Any:
     """List buckets with their status."""
@@ -160,7 +162,8 @@ async def bucket_status(bucket: Bucket, kv: KVDep) -> Any:
 @router.delete(
     "/{bucket}",
     access=Need("admin", BUCKET),
-    status_code=204, responses=problems(errors.NotFound),
+    status_code=204,
+    responses=problems(errors.NotFound),
 )
 async def delete_bucket(bucket: Bucket, kv: KVDep) -> Response:
     """Delete a bucket and all its values; its watches end with an `error` event."""
@@ -200,7 +203,8 @@ async def list_keys(
 
 @router.get(
     "/{bucket}/keys/{key:text}",
-    access=Need("read", KEY), lean=True,
+    access=Need("read", KEY),
+    lean=True,
     response_class=Response,
     responses={200: _ENTRY_DOC, 304: {"description": "Not modified"}, **problems(errors.NotFound)},
 )
@@ -233,8 +237,10 @@ async def get_key(
     "/{bucket}/keys/{key:text}",
     access=Need("read", KEY),
     response_class=Response,
-    responses={200: {"description": "As GET, without a body", "headers": _ENTRY_HEADERS},
-               **problems(errors.NotFound)},
+    responses={
+        200: {"description": "As GET, without a body", "headers": _ENTRY_HEADERS},
+        **problems(errors.NotFound),
+    },
 )
 async def head_key(
     bucket: Bucket,
@@ -252,7 +258,8 @@ async def head_key(
 
 @router.put(
     "/{bucket}/keys/{key:text}",
-    access=Need("write", KEY), lean=True,
+    access=Need("write", KEY),
+    lean=True,
     response_model=KVWriteResult,
     response_class=JSON,
     status_code=200,
@@ -364,9 +371,13 @@ async def read(
             ErrorCode.REQUEST_INVALID, "at_revision and at_time exclude each other"
         )
     revision, entries = await read_at(
-        direct, bucket, body.keys, at_revision=body.at_revision, at_time=body.at_time,
+        direct,
+        bucket,
+        body.keys,
+        at_revision=body.at_revision,
+        at_time=body.at_time,
         include_deleted=body.include_deleted,
-    )  # fmt: skip
+    )
     if not principal.allows_all("read", "kv", bucket):
         # Narrowed to the keys this token may read, never widened (deny rules included).
         entries = [e for e in entries if principal.allows("read", Resource("kv", bucket, e.key))]

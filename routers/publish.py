@@ -21,21 +21,22 @@ from app.streams.service import StreamService
 
 router = Router(prefix="/v1/publish", tags=["publish"])
 
-_PUBLISH_ERRORS = problems(
-    errors.NotFound, errors.PreconditionFailed, errors.PayloadTooLarge
-)
+_PUBLISH_ERRORS = problems(errors.NotFound, errors.PreconditionFailed, errors.PayloadTooLarge)
 
 
 @router.post(
     "/{subject:text}",
-    access=Need("write", narrowed=True), lean=True,
+    access=Need("write", narrowed=True),
+    lean=True,
     response_model=PubAck,
     response_model_exclude_none=True,
     response_class=JSON,
     responses=_PUBLISH_ERRORS,
     openapi_extra={
         "requestBody": {
-            "content": {"application/octet-stream": {"schema": {"type": "string", "format": "binary"}}}
+            "content": {
+                "application/octet-stream": {"schema": {"type": "string", "format": "binary"}}
+            }
         }
     },
 )

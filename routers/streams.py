@@ -23,7 +23,9 @@ Seq = Annotated[int, Path(ge=1, le=2**64 - 1, description="Stream sequence"), Pl
 @router.get(
     "",
     access=AUTHENTICATED,
-    response_model=StreamList, response_class=JSON, responses=problems(),
+    response_model=StreamList,
+    response_class=JSON,
+    responses=problems(),
 )
 async def list_streams(
     streams: StreamsDep,
@@ -60,7 +62,9 @@ async def put_stream(name: StreamName, config: StreamConfig, streams: StreamsDep
 @router.get(
     "/{stream}",
     access=Need("read", STREAM, narrowed=True),
-    response_model=StreamInfo, response_class=JSON, responses=problems(errors.NotFound),
+    response_model=StreamInfo,
+    response_class=JSON,
+    responses=problems(errors.NotFound),
 )
 async def get_stream(name: StreamName, streams: StreamsDep) -> Any:
     """Stream info: config (durations in seconds) and state."""
@@ -70,7 +74,8 @@ async def get_stream(name: StreamName, streams: StreamsDep) -> Any:
 @router.delete(
     "/{stream}",
     access=Need("admin", STREAM),
-    status_code=204, responses=problems(errors.NotFound),
+    status_code=204,
+    responses=problems(errors.NotFound),
 )
 async def delete_stream(name: StreamName, streams: StreamsDep) -> Response:
     """Delete a stream and all its messages."""
@@ -107,7 +112,8 @@ async def get_message(name: StreamName, seq: Seq, streams: StreamsDep) -> Any:
 @router.delete(
     "/{stream}/messages/{seq}",
     access=Need("admin", STREAM),
-    status_code=204, responses=problems(errors.NotFound),
+    status_code=204,
+    responses=problems(errors.NotFound),
 )
 async def delete_message(
     name: StreamName,

@@ -108,7 +108,8 @@ def parse_pattern(resource: str) -> Pattern:
 
 @dataclass(frozen=True, slots=True)
 class Resource:
-    """What a request touches: ``kind``, the bucket/stream (or "stream/consumer"), a key or subject."""
+    """What a request touches: ``kind``, the bucket/stream (or "stream/consumer"), a key or
+    subject."""
 
     kind: str
     name: str

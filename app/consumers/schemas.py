@@ -96,7 +96,8 @@ class ConsumerConfig(Strict):
             for key in _PUSH_ONLY:
                 if key in data:
                     raise ValueError(
-                        f"{key!r} is a push consumer setting: the gateway manages pull consumers only"
+                        f"{key!r} is a push consumer setting: "
+                        "the gateway manages pull consumers only"
                     )
         return data
 
@@ -138,9 +139,10 @@ class ConsumerList(BaseModel):
 
 class PullOptions(Strict):
     expires: Duration | None = Field(
-        default=None, description="how long the server holds the pull: 1 s up to the gateway's "
-        "maximum (default 5 s; with no_wait, unset means answer at once)"
-    )  # fmt: skip
+        default=None,
+        description="how long the server holds the pull: 1 s up to the gateway's "
+        "maximum (default 5 s; with no_wait, unset means answer at once)",
+    )
     idle_heartbeat: Duration | None = Field(
         default=None,
         description="0.5-30 s, at most half of expires (default 5 s when expires > 30 s)",
@@ -182,9 +184,10 @@ class ConsumeQuery(Strict):
     min_ack_pending: int | None = Field(default=None, ge=1, le=2**63 - 1)
     priority: int | None = Field(default=None, ge=0, le=9)
     access_token: str | None = Field(
-        default=None, description="a short-lived SSE token, for EventSource clients that "
-        "cannot send an Authorization header (see POST /v1/auth/sse-token)"
-    )  # fmt: skip
+        default=None,
+        description="a short-lived SSE token, for EventSource clients that "
+        "cannot send an Authorization header (see POST /v1/auth/sse-token)",
+    )
 
 
 class DeliveredMessage(Message):

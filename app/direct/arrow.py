@@ -37,7 +37,9 @@ BYTES_PER_BATCH = 4 * 1024 * 1024
 RESPONSES: dict[int | str, dict[str, Any]] = {
     406: {
         "description": "Arrow asked for alone, and the gateway has no pyarrow",
-        "content": {errors.PROBLEM_CONTENT_TYPE: {"schema": {"$ref": "#/components/schemas/Problem"}}},
+        "content": {
+            errors.PROBLEM_CONTENT_TYPE: {"schema": {"$ref": "#/components/schemas/Problem"}}
+        },
     }
 }
 
@@ -163,11 +165,15 @@ async def encode(
             if isinstance(item, EndOfBatch):
                 if rows:
                     writer.write_batch(rows.batch(arrow_schema))
-                _marker(arrow_schema, writer, {
-                    "jsgw": "eob",
-                    "num_pending": str(item.num_pending),
-                    "last_seq": str(item.last_seq),
-                })  # fmt: skip
+                _marker(
+                    arrow_schema,
+                    writer,
+                    {
+                        "jsgw": "eob",
+                        "num_pending": str(item.num_pending),
+                        "last_seq": str(item.last_seq),
+                    },
+                )
                 writer.close()
                 yield sink.drain()
                 return
@@ -181,7 +187,9 @@ async def encode(
         # The status line is gone already: the problem travels in the last batch's metadata.
         if rows:
             writer.write_batch(rows.batch(arrow_schema))
-        _marker(arrow_schema, writer, {"jsgw": "error", "problem": orjson.dumps(exc.problem()).decode()})
+        _marker(
+            arrow_schema, writer, {"jsgw": "error", "problem": orjson.dumps(exc.problem()).decode()}
+        )
         writer.close()
         yield sink.drain()
     finally:

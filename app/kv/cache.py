@@ -149,8 +149,9 @@ class BucketCache:
             if vanished:
                 log.info(
                     "bucket %r lost keys its cache holds (a purge by other means than the KV "
-                    "API?): reloading it", self.bucket,
-                )  # fmt: skip
+                    "API?): reloading it",
+                    self.bucket,
+                )
                 return
             if vanished is not None:
                 self._checked_at = time.monotonic()
@@ -225,8 +226,9 @@ class BucketCache:
             self.too_big = True
             log.warning(
                 "bucket %r holds more than %d bytes: its reads are no longer cached",
-                self.bucket, self.max_bytes,
-            )  # fmt: skip
+                self.bucket,
+                self.max_bytes,
+            )
         if message.pending == 0:
             self.ready = True
 

@@ -100,7 +100,6 @@ def ttl_header(value: str) -> str:
         raise errors.InvalidInput(ErrorCode.KV_TTL_INVALID, f"ttl: {exc}") from None
 
 
-
 class KVService:
     def __init__(
         self, js: JetStreamApi, direct: DirectGet, publisher: Publisher, settings: Settings

@@ -79,10 +79,15 @@ class EndOfBatch:
 
 _META_HEADERS = frozenset(
     {
-        "Nats-Stream", "Nats-Subject", "Nats-Sequence", "Nats-Time-Stamp",
-        "Nats-Num-Pending", "Nats-Last-Sequence", "Nats-UpTo-Sequence",
+        "Nats-Stream",
+        "Nats-Subject",
+        "Nats-Sequence",
+        "Nats-Time-Stamp",
+        "Nats-Num-Pending",
+        "Nats-Last-Sequence",
+        "Nats-UpTo-Sequence",
     }
-)  # fmt: skip
+)
 # What a single Direct Get's reply always carries, in the server's spelling.
 _SINGLE_META = ("Nats-Stream", "Nats-Subject", "Nats-Sequence", "Nats-Time-Stamp")
 _OTHER_META = tuple(sorted(_META_HEADERS - set(_SINGLE_META)))

@@ -96,14 +96,19 @@ class EmbeddedServer:
         self._ports_dir = tempfile.mkdtemp(prefix="jsgw-ports-")
         args = [
             find_binary(),
-            "-a", self.host,
-            "-p", str(self.port),
-            "-m", "-1",
+            "-a",
+            self.host,
+            "-p",
+            str(self.port),
+            "-m",
+            "-1",
             "-js",
-            "-sd", str(self.store_dir),
-            "--ports_file_dir", self._ports_dir,
+            "-sd",
+            str(self.store_dir),
+            "--ports_file_dir",
+            self._ports_dir,
             *self.extra_args,
-        ]  # fmt: skip
+        ]
         out = open(self.log_file, "ab") if self.log_file else subprocess.DEVNULL  # noqa: SIM115
         try:
             self._proc = subprocess.Popen(

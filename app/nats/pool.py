@@ -211,7 +211,9 @@ class NatsPool:
             options["tls"] = tls
         return options
 
-    def _reconnect_choice(self, slot: _Slot) -> Callable[[list[Any], dict[str, Any]], tuple[Any, float]]:
+    def _reconnect_choice(
+        self, slot: _Slot
+    ) -> Callable[[list[Any], dict[str, Any]], tuple[Any, float]]:
         """Which server a reconnecting connection tries next: one that another connection of
         the pool is on now (known reachable), else one other than the server it lost, else
         one no other reconnecting connection is trying, else the one tried longest ago; the
@@ -253,8 +255,10 @@ class NatsPool:
         # The other connections to that server are likely cut off as well: checked together.
         for other in self._slots:
             peer = other.client
-            if (other is slot or other.server == slot.server) and other.probe is None and (
-                peer is not None and peer.is_connected
+            if (
+                (other is slot or other.server == slot.server)
+                and other.probe is None
+                and (peer is not None and peer.is_connected)
             ):
                 other.probe = asyncio.create_task(
                     self._probe(other, peer), name=f"nats-probe-{other.index}"
@@ -346,9 +350,13 @@ class NatsPool:
             self._metrics.observe_nats(operation, time.perf_counter() - started)
         # A read whose connection broke while it waited: asked once more, on one that is up.
         return await self.request(
-            subject, payload, operation=operation, headers=headers, timeout=timeout,
+            subject,
+            payload,
+            operation=operation,
+            headers=headers,
+            timeout=timeout,
             client=self.pick(),
-        )  # fmt: skip
+        )
 
     async def requests(
         self,
@@ -471,8 +479,10 @@ def _auth_options(s: Settings) -> dict[str, Any]:
 
 
 def _tls_context(s: Settings) -> ssl.SSLContext | None:
-    wants_tls = s.nats_tls_ca or s.nats_tls_cert or any(
-        url.startswith(("tls://", "wss://")) for url in s.nats_url
+    wants_tls = (
+        s.nats_tls_ca
+        or s.nats_tls_cert
+        or any(url.startswith(("tls://", "wss://")) for url in s.nats_url)
     )
     if not wants_tls:
         return None

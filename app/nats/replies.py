@@ -10,9 +10,9 @@ request/reply: one wildcard inbox per connection, a counter as token, deadlines 
 buckets of 50 ms with one timer per bucket (a timer per request cost more than the rest of
 the request's bookkeeping; a request may time out up to 50 ms late), and the raw header block
 parsed once, when it is read (keeping repeated header names, which nats-py folds). A
-request's PUB is queued for nats-py's flusher directly (:meth:`LeanClient.publish_queued`) when the connection is plainly
-up, skipping four coroutine layers of ``publish``; in every other state nats-py's ``publish``
-does it, with its own errors and buffering.
+request's PUB is queued for nats-py's flusher directly (:meth:`LeanClient.publish_queued`)
+when the connection is plainly up, skipping four coroutine layers of ``publish``; in every
+other state nats-py's ``publish`` does it, with its own errors and buffering.
 
 Messages are read off the socket by :class:`app.nats.wire.LeanParser`, which hands those of raw
 subscriptions to their callbacks directly. Everything else (connecting, reconnecting and
@@ -482,4 +482,3 @@ class ReplyMux:
         )
         self._logged_at = now
         self._unlogged = 0
-

@@ -84,7 +84,11 @@ class LeanParser(NatsParser):
                 or len(header_size) > _MAX_DIGITS
                 or len(total) > _MAX_DIGITS
                 or b"" in args  # two spaces in a row
-                or 9 in line or 10 in line or 11 in line or 12 in line or 13 in line
+                or 9 in line
+                or 10 in line
+                or 11 in line
+                or 12 in line
+                or 13 in line
             ):
                 break
             start = eol + 2

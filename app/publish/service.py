@@ -241,4 +241,3 @@ class Publisher:
 
         tasks = [asyncio.ensure_future(one(i, m)) for i, m in enumerate(messages)]
         return list(await asyncio.gather(*tasks))
-

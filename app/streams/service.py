@@ -170,14 +170,18 @@ class StreamService:
         return int(result.get("purged", 0))
 
     async def get_message(self, name: str, seq: int) -> dict[str, Any]:
-        result = await self.js.call("stream.msg_get", "STREAM", "MSG", "GET", name, body={"seq": seq})
+        result = await self.js.call(
+            "stream.msg_get", "STREAM", "MSG", "GET", name, body={"seq": seq}
+        )
         return message_out(name, result.get("message") or {})
 
     async def delete_message(self, name: str, seq: int, *, erase: bool) -> None:
         await self.js.call(
             "stream.msg_delete",
-            "STREAM", "MSG", "DELETE", name,
+            "STREAM",
+            "MSG",
+            "DELETE",
+            name,
             body={"seq": seq, "no_erase": not erase},
             write=True,
-        )  # fmt: skip
-
+        )
