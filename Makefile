@@ -8,13 +8,20 @@ STAMP := $(VENV)/.installed
 # constrained to them, so a release published tomorrow changes nothing until `make lock`.
 CONSTRAINTS := constraints.txt
 
-.PHONY: run test openapi docs clean chromium lock
+.PHONY: run test lint openapi docs clean chromium lock
 
 run: $(STAMP)
 	$(BIN)/jsgw serve
 
-test: $(STAMP) chromium
+test: $(STAMP) chromium lint
 	$(BIN)/pytest -q
+
+# The code's own rules, before any test: ruff (lint and format) and mypy (strict) as
+# configured in pyproject.toml.
+lint: $(STAMP)
+	$(BIN)/ruff check app routers pipeline
+	$(BIN)/ruff format --check app routers pipeline
+	$(BIN)/mypy
 
 # tests/browser drive Debian's chromium through Playwright (never `playwright install`).
 # Installed here when missing and we can (root with apt); otherwise those tests skip.

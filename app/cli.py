@@ -7,11 +7,15 @@ import argparse
 import logging
 import os
 import sys
+from typing import TYPE_CHECKING
 
 import orjson
 from pydantic import ValidationError
 
 from app import logs
+
+if TYPE_CHECKING:
+    from app.config import Settings
 
 log = logging.getLogger("jsgw.cli")
 
@@ -26,7 +30,7 @@ def app_from_env():  # type: ignore[no-untyped-def]
     return tune_gc_once_started(create_app(Settings()))
 
 
-def _load_settings():  # type: ignore[no-untyped-def]
+def _load_settings() -> Settings:
     from app.config import Settings
 
     try:

@@ -26,7 +26,8 @@ from app.streams.service import StreamService
 
 
 async def get_runtime(request: Request) -> Runtime:
-    return request.state.runtime
+    runtime: Runtime = request.state.runtime
+    return runtime
 
 
 RuntimeDep = Annotated[Runtime, Depends(get_runtime)]

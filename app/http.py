@@ -83,7 +83,13 @@ _DESCRIPTIONS = {
 def problems(*classes: type[errors.GatewayError]) -> dict[int | str, dict[str, Any]]:
     """OpenAPI ``responses`` for the given error classes, rendered as problem+json."""
     out: dict[int | str, dict[str, Any]] = {}
-    for cls in (errors.InvalidInput, *classes, errors.Unavailable, errors.Timeout):
+    listed: tuple[type[errors.GatewayError], ...] = (
+        errors.InvalidInput,
+        *classes,
+        errors.Unavailable,
+        errors.Timeout,
+    )
+    for cls in listed:
         out[cls.status] = {
             "description": _DESCRIPTIONS.get(cls, cls.__name__),
             "content": {PROBLEM_CONTENT_TYPE: {"schema": {"$ref": "#/components/schemas/Problem"}}},

@@ -73,24 +73,38 @@ def _declare(
 
 
 class Router(APIRouter):
-    """An ``APIRouter`` of :class:`Route` whose decorators take the route's declaration."""
+    """An ``APIRouter`` of :class:`Route` whose decorators take the route's declaration.
+
+    Its decorators narrow APIRouter's on purpose (``access`` is required), hence the
+    ``override`` ignores: a route cannot be declared here without its rule.
+    """
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(route_class=Route, **kwargs)
 
-    def get(self, path: str, *, access: Need, lean: bool = False, **kwargs: Any) -> Any:
+    def get(  # type: ignore[override]
+        self, path: str, *, access: Need, lean: bool = False, **kwargs: Any
+    ) -> Callable[[Endpoint], Endpoint]:
         return _declare(access, lean, super().get(path, **kwargs))
 
-    def head(self, path: str, *, access: Need, lean: bool = False, **kwargs: Any) -> Any:
+    def head(  # type: ignore[override]
+        self, path: str, *, access: Need, lean: bool = False, **kwargs: Any
+    ) -> Callable[[Endpoint], Endpoint]:
         return _declare(access, lean, super().head(path, **kwargs))
 
-    def put(self, path: str, *, access: Need, lean: bool = False, **kwargs: Any) -> Any:
+    def put(  # type: ignore[override]
+        self, path: str, *, access: Need, lean: bool = False, **kwargs: Any
+    ) -> Callable[[Endpoint], Endpoint]:
         return _declare(access, lean, super().put(path, **kwargs))
 
-    def post(self, path: str, *, access: Need, lean: bool = False, **kwargs: Any) -> Any:
+    def post(  # type: ignore[override]
+        self, path: str, *, access: Need, lean: bool = False, **kwargs: Any
+    ) -> Callable[[Endpoint], Endpoint]:
         return _declare(access, lean, super().post(path, **kwargs))
 
-    def delete(self, path: str, *, access: Need, lean: bool = False, **kwargs: Any) -> Any:
+    def delete(  # type: ignore[override]
+        self, path: str, *, access: Need, lean: bool = False, **kwargs: Any
+    ) -> Callable[[Endpoint], Endpoint]:
         return _declare(access, lean, super().delete(path, **kwargs))
 
 
@@ -118,7 +132,7 @@ def api_routes(app: FastAPI) -> Iterator[Mounted]:
                     route.path_regex,
                     route.path_format,
                     route.param_convertors,
-                    frozenset(route.methods),
+                    frozenset(route.methods or ()),
                 )
         return
     for context in contexts(app.routes):

@@ -11,12 +11,13 @@ from pydantic import (
     BeforeValidator,
     ConfigDict,
     Field,
+    JsonValue,
     WithJsonSchema,
 )
 
 from app import validation
 from app.durations import parse_duration_ns
-from app.errors import ErrorCode
+from app.errors import ErrorCode, InvalidInput
 
 _DURATION_SCHEMA = {
     "oneOf": [
@@ -34,7 +35,7 @@ def validated(fn: Any) -> AfterValidator:
     def run(value: Any) -> Any:
         try:
             return fn(value)
-        except validation.InvalidInput as exc:
+        except InvalidInput as exc:
             raise ValueError(exc.detail) from None
 
     return AfterValidator(run)
@@ -65,6 +66,9 @@ class Message(BaseModel):
     data: str = Field(description="base64")
 
 
+_CODES: list[JsonValue] = [*sorted(code.value for code in ErrorCode)]
+
+
 class Problem(BaseModel):
     """RFC 9457 problem details."""
 
@@ -74,6 +78,6 @@ class Problem(BaseModel):
     detail: str
     # Every code the gateway answers, listed in the spec. Inline: typed as the enum, the
     # schema would refer to a $defs entry that the spec's components do not have.
-    code: str = Field(json_schema_extra={"enum": sorted(code.value for code in ErrorCode)})
+    code: str = Field(json_schema_extra={"enum": _CODES})
     instance: str | None = None
     nats: dict[str, Any] | None = None

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import ssl
+from collections.abc import Mapping
 from typing import Any
 
 from app.config import Settings
@@ -57,11 +58,11 @@ class ClientCertProtocol(GatheringProtocol):
     def on_message_begin(self) -> None:
         super().on_message_begin()
         if self._client_cert_name is not None:
-            extensions = self.scope.setdefault("extensions", {})  # type: ignore[typeddict-item]
+            extensions = self.scope.setdefault("extensions", {})
             extensions["tls"] = {"client_cert_name": self._client_cert_name}
 
 
-def client_cert_name(scope: dict[str, Any]) -> str | None:
+def client_cert_name(scope: Mapping[str, Any]) -> str | None:
     tls = (scope.get("extensions") or {}).get("tls") or {}
     name = tls.get("client_cert_name")
     return name if isinstance(name, str) else None

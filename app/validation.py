@@ -41,7 +41,7 @@ def is_name_token(value: str) -> bool:
     return _NAME_TOKEN.fullmatch(value) is not None
 
 
-def _matching(pattern: re.Pattern[str], value: str, code: str, detail: str) -> str:
+def _matching(pattern: re.Pattern[str], value: str, code: ErrorCode, detail: str) -> str:
     if pattern.fullmatch(value) is None:
         raise InvalidInput(code, detail)
     return value

@@ -12,7 +12,7 @@ import base64
 import contextlib
 import io
 import logging
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from dataclasses import dataclass
 from typing import Any, Self
 from urllib.parse import quote
@@ -117,7 +117,10 @@ class Gateway:
     # -- streams ---------------------------------------------------------------------------
 
     def stream_info(self, stream: str) -> dict[str, Any]:
-        return self._send(f"stream {stream}", "GET", f"/v1/streams/{_seg(stream)}").json()
+        info: dict[str, Any] = self._send(
+            f"stream {stream}", "GET", f"/v1/streams/{_seg(stream)}"
+        ).json()
+        return info
 
     def stream_bounds(self, stream: str) -> tuple[int, int]:
         """(first_seq, last_seq) of a stream now; an empty stream has first = last + 1."""
@@ -185,7 +188,7 @@ class Gateway:
 
     def _batch(
         self, stream: str, params: dict[str, Any], accept: str
-    ) -> Iterator[pa.RecordBatch | EndOfBatch]:
+    ) -> Generator[pa.RecordBatch | EndOfBatch, None, None]:
         what = f"stream {stream} read from {params['seq']}"
         try:
             with self.http.stream(
@@ -214,8 +217,8 @@ class Gateway:
             content=orjson.dumps({"subjects": subjects, "up_to_seq": up_to_seq}),
             headers={"Content-Type": "application/json"},
         )
-        body = orjson.loads(response.content)
-        return body["messages"]
+        messages: list[dict[str, Any]] = orjson.loads(response.content)["messages"]
+        return messages
 
     # -- publish ---------------------------------------------------------------------------
 
@@ -228,7 +231,8 @@ class Gateway:
             content=orjson.dumps({"messages": messages}),
             headers={"Content-Type": "application/json"},
         )
-        return orjson.loads(response.content)["results"]
+        results: list[dict[str, Any]] = orjson.loads(response.content)["results"]
+        return results
 
 
 def bounds(info: dict[str, Any]) -> tuple[int, int]:

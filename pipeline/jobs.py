@@ -50,7 +50,7 @@ def _chunks(first: int, last: int, size: int) -> list[tuple[int, int]]:
     return [(start, min(last, start + size - 1)) for start in range(first, last + 1, size)]
 
 
-def _reader(spark: Any, options: dict[str, str]) -> Any:
+def _reader(spark: Any, options: dict[str, str | None]) -> Any:
     reader = spark.read.format(FORMAT)
     for key, value in options.items():
         if value is not None:
@@ -61,7 +61,7 @@ def _reader(spark: Any, options: dict[str, str]) -> Any:
 def _write_batches(
     spark: Any,
     summary: Summary,
-    options: dict[str, str],
+    options: dict[str, str | None],
     chunks: list[tuple[int, int]],
     *,
     output_format: str,

@@ -167,7 +167,8 @@ class KvReader(DataSourceReader):
                     del last_index[key]  # a later entry, in a later range, is the one at R
         picked = table.take(pa.array(sorted(last_index.values()), pa.int64()))
         picked = picked.filter(pc.equal(picked.column("operation"), "PUT"))
-        return picked.combine_chunks().to_batches()
+        latest: list[pa.RecordBatch] = picked.combine_chunks().to_batches()
+        return latest
 
     def _check_tail(self, gateway: Gateway, part: KvRange) -> None:
         """Fail if an entry current at the revision may have been removed since it was fixed."""

@@ -12,6 +12,7 @@ import logging
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -163,7 +164,7 @@ class StreamMicroBatchReader(DataSourceStreamReader, SupportsTriggerAvailableNow
         with self.options.connection.client() as gateway:
             return gateway.stream_bounds(self.options.target_stream)
 
-    def initialOffset(self) -> dict:
+    def initialOffset(self) -> dict[str, Any]:
         start = self.options.starting_offsets
         first, last = self._bounds()
         if self.options.start_time is not None:
@@ -188,7 +189,7 @@ class StreamMicroBatchReader(DataSourceStreamReader, SupportsTriggerAvailableNow
     def prepareForTriggerAvailableNow(self) -> None:
         self._until = self._bounds()[1] + 1
 
-    def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+    def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
         first, last = self._bounds()
         begin = int(start["next_seq"])
         if begin < first:
@@ -205,10 +206,10 @@ class StreamMicroBatchReader(DataSourceStreamReader, SupportsTriggerAvailableNow
             end = min(end, max(begin, first) + limit.max_rows)
         return {"next_seq": max(begin, end)}
 
-    def reportLatestOffset(self) -> dict:
+    def reportLatestOffset(self) -> dict[str, Any]:
         return {"next_seq": self._bounds()[1] + 1}
 
-    def partitions(self, start: dict, end: dict) -> list[SeqRange]:
+    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[SeqRange]:
         first, last = int(start["next_seq"]), int(end["next_seq"]) - 1
         return split(first, last, self.options.partition_count(last - first + 1))
 
@@ -217,7 +218,7 @@ class StreamMicroBatchReader(DataSourceStreamReader, SupportsTriggerAvailableNow
             self.options, partition, wire.spark_arrow_schema(wire.stream_schema())
         )
 
-    def commit(self, end: dict) -> None:
+    def commit(self, end: dict[str, Any]) -> None:
         log.info(
             "stream %s: committed up to seq %d",
             self.options.target_stream,

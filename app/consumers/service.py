@@ -7,6 +7,7 @@ HTTP client, which sends it with its next pull, so any replica can serve a pinne
 from __future__ import annotations
 
 import base64
+import builtins
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
@@ -212,7 +213,9 @@ class ConsumerService:
 
     # -- acks ------------------------------------------------------------------------------
 
-    async def ack(self, stream: str, name: str, items: list[AckItem]) -> list[dict[str, Any]]:
+    async def ack(
+        self, stream: str, name: str, items: builtins.list[AckItem]
+    ) -> builtins.list[dict[str, Any]]:
         """Every token is verified first: one bad token rejects the batch, nothing is sent.
         Then each ack is sent with a reply subject and counts only once the server confirmed
         it (what nats-py's ``ack_sync`` does); one result per ack."""

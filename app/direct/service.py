@@ -99,7 +99,7 @@ class DirectService:
                 ErrorCode.REQUEST_INVALID,
                 "last_by_subj reads one message: use multi for several subjects",
             )
-        request = query.request() if any(query._fields().values()) else {"seq": 1}
+        request: dict[str, Any] = query.request() if any(query._fields().values()) else {"seq": 1}
         return self.direct.batch(
             stream,
             seq=request.get("seq"),

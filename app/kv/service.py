@@ -156,6 +156,7 @@ class KVService:
                 if entry.operation != PUT:
                     raise _key_not_found(key, entry)
                 return entry
+        delta: int | None
         try:
             if leader:
                 message, delta = await self._leader_last(stream, subject), 0

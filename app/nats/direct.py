@@ -20,10 +20,10 @@ from nats.aio.msg import Msg
 
 from app import errors
 from app.durations import nats_time
-from app.errors import ErrorCode
+from app.errors import ErrorCode, NoResponders
 from app.nats.headers import from_nats_py, parse_b64, split_block, values_of
 from app.nats.jsapi import JetStreamApi
-from app.nats.pool import NatsPool, NoResponders
+from app.nats.pool import NatsPool
 from app.nats.pull import unsubscribe
 from app.nats.replies import Reply
 

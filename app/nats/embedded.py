@@ -109,18 +109,19 @@ class EmbeddedServer:
             self._ports_dir,
             *self.extra_args,
         ]
-        out = open(self.log_file, "ab") if self.log_file else subprocess.DEVNULL  # noqa: SIM115
+        # The child keeps its own copy of the descriptor: ours is closed once it is started.
+        log_out = open(self.log_file, "ab") if self.log_file else None  # noqa: SIM115
         try:
             self._proc = subprocess.Popen(
                 args,
-                stdout=out,
+                stdout=log_out if log_out is not None else subprocess.DEVNULL,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
                 preexec_fn=_die_with_parent if sys.platform == "linux" else None,
             )
         finally:
-            if out is not subprocess.DEVNULL:
-                out.close()
+            if log_out is not None:
+                log_out.close()
         try:
             self.port = self._wait_for_port(timeout)
             self._wait_until_ready(timeout)

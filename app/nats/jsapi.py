@@ -12,8 +12,8 @@ from typing import Any
 import orjson
 
 from app import errors
-from app.errors import ErrorCode
-from app.nats.pool import NatsPool, NoResponders
+from app.errors import ErrorCode, NoResponders
+from app.nats.pool import NatsPool
 
 
 class JetStreamApi:

@@ -121,8 +121,8 @@ class NatsPool:
                 slot.task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await slot.task
-        for exc in errors:
-            log.warning("error while draining a NATS connection: %r", exc)
+        for error in errors:
+            log.warning("error while draining a NATS connection: %r", error)
 
     async def _supervise(self, slot: _Slot) -> None:
         """Keep one connection alive: connect, wait for it to close for good, replace it."""
@@ -267,7 +267,9 @@ class NatsPool:
     async def _probe(self, slot: _Slot, client: Client) -> None:
         try:
             try:
-                await client.flush(timeout=self._settings.nats_probe_timeout)
+                # nats-py annotates the timeout as int; it is asyncio.wait_for's, in seconds.
+                timeout: Any = self._settings.nats_probe_timeout
+                await client.flush(timeout=timeout)
                 return
             except (nats.errors.Error, TimeoutError, OSError) as exc:
                 failure = exc
@@ -449,7 +451,7 @@ class NatsPool:
                 {
                     "index": slot.index,
                     "connected": slot.up,
-                    "server": str(client.connected_url.netloc) if slot.up and client else None,
+                    "server": _netloc(client) if slot.up and client else None,
                     "reconnects": slot.reconnects,
                     "replaced": slot.replaced,
                     "last_error": slot.last_error,

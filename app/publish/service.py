@@ -13,9 +13,9 @@ from nats.aio.client import Client
 
 from app import errors, validation
 from app.durations import nats_ttl
-from app.errors import ErrorCode
+from app.errors import ErrorCode, NoResponders
 from app.nats.jsapi import JetStreamApi, parse_response
-from app.nats.pool import NatsPool, NoResponders
+from app.nats.pool import NatsPool
 from app.nats.replies import Reply
 from app.publish.schemas import PublishItem
 

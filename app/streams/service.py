@@ -30,8 +30,8 @@ def durations_out(config: dict[str, Any], paths: tuple[tuple[str, ...], ...]) ->
     for path in paths:
         holder: dict[str, Any] | None = out
         for key in path[:-1]:
-            child = holder.get(key) if holder else None
-            if not isinstance(child, dict):
+            child = holder.get(key) if holder is not None else None
+            if holder is None or not isinstance(child, dict):
                 holder = None
                 break
             holder[key] = child = dict(child)
