@@ -15,12 +15,14 @@ from pydantic import ValidationError
 from app import logs
 
 if TYPE_CHECKING:
+    from fastapi import FastAPI
+
     from app.config import Settings
 
 log = logging.getLogger("jsgw.cli")
 
 
-def app_from_env():  # type: ignore[no-untyped-def]
+def app_from_env() -> FastAPI:
     """uvicorn factory: each worker builds its own app (and so its own NATS pool), and tunes
     its own garbage collector once that app has started (workers are spawned processes)."""
     from app.config import Settings

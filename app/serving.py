@@ -31,7 +31,9 @@ import gc
 import weakref
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import Any, TypeVar
+
+from starlette.applications import Starlette
 
 from app.compat import HttpToolsProtocol
 
@@ -193,7 +195,10 @@ def tune_gc() -> None:
     gc.set_threshold(GC_YOUNG_THRESHOLD, *gc.get_threshold()[1:])
 
 
-def tune_gc_once_started(app: Any) -> Any:
+App = TypeVar("App", bound=Starlette)
+
+
+def tune_gc_once_started(app: App) -> App:
     """``app`` (a Starlette app), calling :func:`tune_gc` when its lifespan has started."""
     started = app.router.lifespan_context
 

@@ -213,7 +213,8 @@ class QueueStream(Response):
             if not source.cut_off:
                 raise
             # Cut off: the client read nothing for too long; uvicorn closes the connection.
-            asyncio.current_task().uncancel()  # type: ignore[union-attr]
+            if (task := asyncio.current_task()) is not None:  # always: this runs in a task
+                task.uncancel()
         except OSError:
             pass  # the connection broke under the send
         finally:
