@@ -38,49 +38,51 @@ def test_no_code_is_written_as_a_string() -> None:
     assert not found, "use the ErrorCode member:\n" + "\n".join(found)
 
 
-def test_no_error_class_is_given_a_string_literal_code() -> None:
-    classes = {
-        name
-        for name, value in vars(errors).items()
-        if isinstance(value, type) and issubclass(value, errors.GatewayError)
-    }
-    found = []
+ERROR_CLASSES = {
+    name
+    for name, value in vars(errors).items()
+    if isinstance(value, type) and issubclass(value, errors.GatewayError)
+}
+
+
+def _error_class_calls() -> list[tuple[str, ast.Call, str]]:
+    """Every call of an error class in the sources: (file, call, the class's name)."""
+    calls = []
     for name, tree in _trees():
         for node in ast.walk(tree):
             if not isinstance(node, ast.Call):
                 continue
             func = node.func
             called = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", None)
-            if called not in classes:
-                continue
-            given = [*node.args[:1], *(k.value for k in node.keywords if k.arg == "code")]
-            if any(isinstance(arg, ast.Constant) and isinstance(arg.value, str) for arg in given):
-                found.append(f"{name}:{node.lineno}")
+            if called in ERROR_CLASSES:
+                calls.append((name, node, called))
+    return calls
+
+
+def test_no_error_class_is_given_a_string_literal_code() -> None:
+    found = []
+    for name, node, _ in _error_class_calls():
+        given = [*node.args[:1], *(k.value for k in node.keywords if k.arg == "code")]
+        if any(isinstance(arg, ast.Constant) and isinstance(arg.value, str) for arg in given):
+            found.append(f"{name}:{node.lineno}")
     assert not found, "an error's code is an ErrorCode member:\n" + "\n".join(found)
 
 
 def test_every_literal_pairing_of_class_and_code_is_the_registered_one() -> None:
     # ``errors.NotFound(ErrorCode.STREAM_NOT_FOUND, ...)`` would fail when raised (it must be a
     # StreamNotFound, or ``except errors.StreamNotFound`` would miss it): found here instead.
-    classes = {
-        name
-        for name, value in vars(errors).items()
-        if isinstance(value, type) and issubclass(value, errors.GatewayError)
-    }
     found = []
-    for name, tree in _trees():
-        for node in ast.walk(tree):
-            if not (isinstance(node, ast.Call) and node.args):
-                continue
-            func, first = node.func, node.args[0]
-            called = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", None)
-            if called not in classes or not isinstance(first, ast.Attribute):
-                continue
-            if not (isinstance(first.value, ast.Name) and first.value.id == "ErrorCode"):
-                continue
-            expected = ErrorCode[first.attr].error_class.__name__
-            if called != expected:
-                found.append(f"{name}:{node.lineno}: {first.attr} is raised as {expected}")
+    for name, node, called in _error_class_calls():
+        first = node.args[0] if node.args else None
+        if not (
+            isinstance(first, ast.Attribute)
+            and isinstance(first.value, ast.Name)
+            and first.value.id == "ErrorCode"
+        ):
+            continue
+        expected = ErrorCode[first.attr].error_class.__name__
+        if called != expected:
+            found.append(f"{name}:{node.lineno}: {first.attr} is raised as {expected}")
     assert not found, "\n".join(found)
 
 
@@ -103,9 +105,9 @@ def test_no_code_is_compared() -> None:
             if not isinstance(node, ast.Compare):
                 continue
             sides = [node.left, *node.comparators]
-            if any(isinstance(side, ast.Attribute) and side.attr == "code" for side in sides):
-                if any(_names_a_code(side) for side in sides):
-                    found.append(f"{name}:{node.lineno}: {ast.unparse(node)}")
+            reads_a_code = any(isinstance(s, ast.Attribute) and s.attr == "code" for s in sides)
+            if reads_a_code and any(_names_a_code(side) for side in sides):
+                found.append(f"{name}:{node.lineno}: {ast.unparse(node)}")
     assert not found, "catch the error's class instead:\n" + "\n".join(found)
 
 
@@ -184,4 +186,4 @@ def test_for_code_builds_the_class_of_the_code() -> None:
 def test_the_pipeline_reads_the_same_codes() -> None:
     gateway = pytest.importorskip("pipeline.gateway")
 
-    assert gateway.MESSAGE_NOT_FOUND == ErrorCode.MESSAGE_NOT_FOUND.value
+    assert ErrorCode.MESSAGE_NOT_FOUND.value == gateway.MESSAGE_NOT_FOUND
