@@ -29,8 +29,9 @@ def find() -> str | None:
 
 def version(binary: str) -> str:
     try:
-        out = subprocess.run([binary, "--version"], check=False, capture_output=True, text=True,
-                             timeout=10).stdout
+        out = subprocess.run(
+            [binary, "--version"], check=False, capture_output=True, text=True, timeout=10
+        ).stdout
     except (OSError, subprocess.TimeoutExpired):
         return "?"
     return out.splitlines()[0].split(":", 1)[-1].strip() if out else "?"
@@ -48,16 +49,26 @@ def start(procs: Procs, binary: str, workdir: Path) -> tuple[Proc, str]:
         "etcd",
         [
             binary,
-            "--name", "bench",
-            "--data-dir", str(data),
-            "--listen-client-urls", client_url,
-            "--advertise-client-urls", client_url,
-            "--listen-peer-urls", peer_url,
-            "--initial-advertise-peer-urls", peer_url,
-            "--initial-cluster", f"bench={peer_url}",
-            "--initial-cluster-state", "new",
-            "--logger", "zap",
-            "--log-level", "warn",
+            "--name",
+            "bench",
+            "--data-dir",
+            str(data),
+            "--listen-client-urls",
+            client_url,
+            "--advertise-client-urls",
+            client_url,
+            "--listen-peer-urls",
+            peer_url,
+            "--initial-advertise-peer-urls",
+            peer_url,
+            "--initial-cluster",
+            f"bench={peer_url}",
+            "--initial-cluster-state",
+            "new",
+            "--logger",
+            "zap",
+            "--log-level",
+            "warn",
         ],
         log=workdir / "etcd.log",
     )
@@ -66,8 +77,9 @@ def start(procs: Procs, binary: str, workdir: Path) -> tuple[Proc, str]:
 
 
 def post(url: str, path: str, body: dict) -> dict:
-    req = urllib.request.Request(f"{url}{path}", data=json.dumps(body).encode(),
-                                 headers={"Content-Type": "application/json"})
+    req = urllib.request.Request(
+        f"{url}{path}", data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}
+    )
     with urllib.request.urlopen(req, timeout=10) as resp:
         return json.loads(resp.read())
 

@@ -8,6 +8,7 @@ connection, the body goes to a buffer or to a sink callback (streams, SSE).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import socket
 from collections.abc import Callable
 
@@ -42,10 +43,8 @@ class Connection(asyncio.Protocol):
         self.transport = transport
         sock = transport.get_extra_info("socket")
         if sock is not None:
-            try:
+            with contextlib.suppress(OSError):
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            except OSError:
-                pass
 
     def data_received(self, data: bytes) -> None:
         try:
@@ -83,8 +82,13 @@ class Connection(asyncio.Protocol):
             self.waiter.set_result((self.status, body))
 
     # -- API --------------------------------------------------------------------------------
-    def build(self, method: str, path: str, body: bytes | None = None,
-              headers: dict[str, str] | None = None) -> bytes:
+    def build(
+        self,
+        method: str,
+        path: str,
+        body: bytes | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> bytes:
         lines = [f"{method} {path} HTTP/1.1", f"Host: {self.host.decode()}"]
         for name, value in (headers or {}).items():
             lines.append(f"{name}: {value}")
@@ -92,8 +96,12 @@ class Connection(asyncio.Protocol):
             lines.append(f"Content-Length: {len(body)}")
         return ("\r\n".join(lines) + "\r\n\r\n").encode() + (body or b"")
 
-    async def send(self, raw: bytes, sink: Callable[[bytes], None] | None = None,
-                   on_headers: Callable[[int], None] | None = None) -> tuple[int, bytes]:
+    async def send(
+        self,
+        raw: bytes,
+        sink: Callable[[bytes], None] | None = None,
+        on_headers: Callable[[int], None] | None = None,
+    ) -> tuple[int, bytes]:
         """Send a pre-built request; the answer's status and body (empty when sunk)."""
         assert self.transport is not None
         if self.transport.is_closing():
@@ -104,9 +112,14 @@ class Connection(asyncio.Protocol):
         self.transport.write(raw)
         return await self.waiter
 
-    async def request(self, method: str, path: str, body: bytes | None = None,
-                      headers: dict[str, str] | None = None,
-                      sink: Callable[[bytes], None] | None = None) -> tuple[int, bytes]:
+    async def request(
+        self,
+        method: str,
+        path: str,
+        body: bytes | None = None,
+        headers: dict[str, str] | None = None,
+        sink: Callable[[bytes], None] | None = None,
+    ) -> tuple[int, bytes]:
         return await self.send(self.build(method, path, body, headers), sink)
 
     def close(self) -> None:

@@ -37,7 +37,10 @@ def key_name(i: int, keys: int) -> str:
 
 async def latency(host: str, port: int, args: argparse.Namespace) -> dict:
     conn = await Connection.open(host, port)
-    reqs = [conn.build("GET", args.path.replace("{key}", key_name(i, args.keys))) for i in range(args.keys)]
+    reqs = [
+        conn.build("GET", args.path.replace("{key}", key_name(i, args.keys)))
+        for i in range(args.keys)
+    ]
     bad = 0
 
     async def op(i: int) -> None:
@@ -55,8 +58,10 @@ async def latency(host: str, port: int, args: argparse.Namespace) -> dict:
 async def throughput(host: str, port: int, args: argparse.Namespace) -> dict:
     conns = [await Connection.open(host, port) for _ in range(args.concurrency)]
     body = b"v" * args.value_size if args.method in ("PUT", "POST") else None
-    reqs = [conns[0].build(args.method, args.path.replace("{key}", key_name(i, args.keys)), body)
-            for i in range(args.keys)]
+    reqs = [
+        conns[0].build(args.method, args.path.replace("{key}", key_name(i, args.keys)), body)
+        for i in range(args.keys)
+    ]
 
     async def op(i: int) -> None:
         status, _ = await conns[i % args.concurrency].send(reqs[i % args.keys])
@@ -103,17 +108,25 @@ async def batch(host: str, port: int, args: argparse.Namespace) -> dict:
             break
     elapsed = time.perf_counter() - t0
     conn.close()
-    return {"messages": messages, "seconds": elapsed, "rate": messages / elapsed,
-            "mb_s": messages * args.value_size / elapsed / 1e6,
-            "wire_mb_s": state["wire"] / elapsed / 1e6, "stream_reads": reads}
+    return {
+        "messages": messages,
+        "seconds": elapsed,
+        "rate": messages / elapsed,
+        "mb_s": messages * args.value_size / elapsed / 1e6,
+        "wire_mb_s": state["wire"] / elapsed / 1e6,
+        "stream_reads": reads,
+    }
 
 
 async def fetchack(host: str, port: int, args: argparse.Namespace) -> dict:
     conn = await Connection.open(host, port)
     base = f"/v1/streams/{args.stream}/consumers/{args.consumer}"
-    fetch_req = conn.build("POST", f"{base}/fetch",
-                           orjson.dumps({"max_messages": args.batch, "expires": 2}),
-                           {"Content-Type": "application/json"})
+    fetch_req = conn.build(
+        "POST",
+        f"{base}/fetch",
+        orjson.dumps({"max_messages": args.batch, "expires": 2}),
+        {"Content-Type": "application/json"},
+    )
     state = {"errors": 0, "first_error": None}
 
     async def one_round() -> int:
@@ -124,8 +137,9 @@ async def fetchack(host: str, port: int, args: argparse.Namespace) -> dict:
         if not messages:
             return 0
         acks = orjson.dumps({"acks": [{"token": m["ack_token"], "kind": "ack"} for m in messages]})
-        status, body = await conn.request("POST", f"{base}/ack", acks,
-                                          {"Content-Type": "application/json"})
+        status, body = await conn.request(
+            "POST", f"{base}/ack", acks, {"Content-Type": "application/json"}
+        )
         if status != 200:
             raise RuntimeError(f"ack: HTTP {status}: {body[:200]!r}")
         failed = [r for r in orjson.loads(body)["results"] if not r.get("ok")]
@@ -149,9 +163,15 @@ async def fetchack(host: str, port: int, args: argparse.Namespace) -> dict:
             break
     elapsed = time.perf_counter() - t0
     conn.close()
-    return {"messages": count, "errors": state["errors"], "first_error": state["first_error"],
-            "seconds": elapsed, "rate": count / elapsed,
-            "mb_s": count * args.value_size / elapsed / 1e6, "exhausted": exhausted}
+    return {
+        "messages": count,
+        "errors": state["errors"],
+        "first_error": state["first_error"],
+        "seconds": elapsed,
+        "rate": count / elapsed,
+        "mb_s": count * args.value_size / elapsed / 1e6,
+        "exhausted": exhausted,
+    }
 
 
 MODES = {"latency": latency, "batch": batch, "fetchack": fetchack, "throughput": throughput}

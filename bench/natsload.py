@@ -99,15 +99,18 @@ async def batch(nc, js, args):  # type: ignore[no-untyped-def]
         if status:
             if page_done is not None and not page_done.done():
                 # 204 EOB carries Nats-Num-Pending; 404 means nothing left.
-                state["pending"] = int(headers.get("Nats-Num-Pending", "0")) if status == "204" else 0
+                state["pending"] = (
+                    int(headers.get("Nats-Num-Pending", "0")) if status == "204" else 0
+                )
                 page_done.set_result(status)
             return
         state["count"] += 1
         state["bytes"] += len(msg.data)
         state["last"] = int(headers["Nats-Sequence"])
 
-    sub = await nc.subscribe(inbox, cb=on_msg, pending_msgs_limit=1_000_000,
-                             pending_bytes_limit=512 * 1024 * 1024)
+    sub = await nc.subscribe(
+        inbox, cb=on_msg, pending_msgs_limit=1_000_000, pending_bytes_limit=512 * 1024 * 1024
+    )
 
     async def read_stream() -> None:
         nonlocal page_done
@@ -133,9 +136,14 @@ async def batch(nc, js, args):  # type: ignore[no-untyped-def]
             break
     elapsed = time.perf_counter() - t0
     await sub.unsubscribe()
-    return {"messages": state["count"], "payload_bytes": state["bytes"], "seconds": elapsed,
-            "rate": state["count"] / elapsed, "mb_s": state["bytes"] / elapsed / 1e6,
-            "stream_reads": reads}
+    return {
+        "messages": state["count"],
+        "payload_bytes": state["bytes"],
+        "seconds": elapsed,
+        "rate": state["count"] / elapsed,
+        "mb_s": state["bytes"] / elapsed / 1e6,
+        "stream_reads": reads,
+    }
 
 
 async def fetchack(nc, js, args):  # type: ignore[no-untyped-def]
@@ -150,8 +158,9 @@ async def fetchack(nc, js, args):  # type: ignore[no-untyped-def]
             msgs = await psub.fetch(args.batch, timeout=2)
         except nats.errors.TimeoutError:
             return 0
-        results = await asyncio.gather(*(m.ack_sync(timeout=10) for m in msgs),
-                                       return_exceptions=True)
+        results = await asyncio.gather(
+            *(m.ack_sync(timeout=10) for m in msgs), return_exceptions=True
+        )
         errors += sum(1 for r in results if isinstance(r, BaseException))
         return len(msgs)
 
@@ -167,12 +176,24 @@ async def fetchack(nc, js, args):  # type: ignore[no-untyped-def]
             exhausted = True
             break
     elapsed = time.perf_counter() - t0
-    return {"messages": count, "errors": errors, "seconds": elapsed, "rate": count / elapsed,
-            "mb_s": count * args.value_size / elapsed / 1e6, "exhausted": exhausted}
+    return {
+        "messages": count,
+        "errors": errors,
+        "seconds": elapsed,
+        "rate": count / elapsed,
+        "mb_s": count * args.value_size / elapsed / 1e6,
+        "exhausted": exhausted,
+    }
 
 
-MODES = {"kvget": kvget, "kvput": kvput, "latency": latency, "publish": publish,
-         "batch": batch, "fetchack": fetchack}
+MODES = {
+    "kvget": kvget,
+    "kvput": kvput,
+    "latency": latency,
+    "publish": publish,
+    "batch": batch,
+    "fetchack": fetchack,
+}
 
 
 def parse(argv: list[str] | None = None) -> argparse.Namespace:

@@ -50,7 +50,9 @@ def table(path: Path) -> str:
         cells = []
         for key, _, width in COLUMNS:
             value = row.get(key)
-            text = "-" if value is None else f"{value:.1f}" if isinstance(value, float) else str(value)
+            text = (
+                "-" if value is None else f"{value:.1f}" if isinstance(value, float) else str(value)
+            )
             cells.append(f"{text:>{width}}")
         out.append(" ".join(cells))
         errors = ", ".join(f"{k}: {v}" for k, v in (row.get("errors_by_code") or {}).items())
@@ -60,7 +62,9 @@ def table(path: Path) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("-k", dest="keyword", default="not tears_down", help="pytest -k expression")
     parser.add_argument("--src", help="run the gateway from this source tree")
@@ -71,11 +75,22 @@ def main(argv: list[str] | None = None) -> int:
         print(table(Path(args.table)))
         return 0
     figures = Path(args.figures or tempfile.mkstemp(prefix="jsgw-partitions-", suffix=".jsonl")[1])
-    env = dict(os.environ, JSGW_PARTITION_ROUNDS=str(args.rounds), JSGW_PARTITION_FIGURES=str(figures))
+    env = dict(
+        os.environ, JSGW_PARTITION_ROUNDS=str(args.rounds), JSGW_PARTITION_FIGURES=str(figures)
+    )
     if args.src:
         env["JSGW_PARTITION_SRC"] = str(Path(args.src).resolve())
-    command = [sys.executable, "-m", "pytest", "tests/faults/test_partitions.py", "-q",
-               "-p", "no:cacheprovider", "-k", args.keyword]  # fmt: skip
+    command = [
+        sys.executable,
+        "-m",
+        "pytest",
+        "tests/faults/test_partitions.py",
+        "-q",
+        "-p",
+        "no:cacheprovider",
+        "-k",
+        args.keyword,
+    ]
     done = subprocess.run(command, cwd=ROOT, env=env)
     print(f"\nfigures: {figures}\n{table(figures)}")
     return done.returncode

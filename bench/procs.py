@@ -52,8 +52,14 @@ def free_port() -> int:
 class Proc:
     """One child process (and its process group)."""
 
-    def __init__(self, name: str, args: Sequence[str], env: dict[str, str] | None = None,
-                 log: Path | None = None, cwd: Path | None = None) -> None:
+    def __init__(
+        self,
+        name: str,
+        args: Sequence[str],
+        env: dict[str, str] | None = None,
+        log: Path | None = None,
+        cwd: Path | None = None,
+    ) -> None:
         self.name = name
         self.args = list(args)
         self.log = log
@@ -66,7 +72,7 @@ class Proc:
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 cwd=str(cwd or ROOT),
-                preexec_fn=_child_setup,  # noqa: PLW1509 - only setsid and prctl
+                preexec_fn=_child_setup,  # only setsid and prctl
             )
         finally:
             if out is not subprocess.DEVNULL:
@@ -118,8 +124,13 @@ class Procs:
                 proc.stop()
 
 
-def wait_http(url: str, proc: Proc | None = None, timeout: float = 30.0,
-              ok: Sequence[int] = (200,), data: bytes | None = None) -> None:
+def wait_http(
+    url: str,
+    proc: Proc | None = None,
+    timeout: float = 30.0,
+    ok: Sequence[int] = (200,),
+    data: bytes | None = None,
+) -> None:
     deadline = time.monotonic() + timeout
     last: object = None
     while time.monotonic() < deadline:
@@ -188,8 +199,10 @@ def cpu_seconds(pid: int) -> float:
 @contextlib.contextmanager
 def sigterm_as_interrupt() -> Iterator[None]:
     """SIGTERM to the benchmark behaves like Ctrl-C, so the cleanup code runs."""
+
     def handler(signum, frame):  # type: ignore[no-untyped-def]
         raise KeyboardInterrupt
+
     old = signal.signal(signal.SIGTERM, handler)
     # A benchmark started in the background inherits SIGINT ignored: take it back.
     old_int = signal.signal(signal.SIGINT, signal.default_int_handler)
@@ -205,5 +218,12 @@ def machine_busy_seconds() -> float:
     with open("/proc/stat") as f:
         fields = [int(x) for x in f.readline().split()[1:]]
     # user nice system idle iowait irq softirq steal ...
-    busy = fields[0] + fields[1] + fields[2] + fields[5] + fields[6] + (fields[7] if len(fields) > 7 else 0)
+    busy = (
+        fields[0]
+        + fields[1]
+        + fields[2]
+        + fields[5]
+        + fields[6]
+        + (fields[7] if len(fields) > 7 else 0)
+    )
     return busy / os.sysconf("SC_CLK_TCK")

@@ -34,8 +34,11 @@ _GET_HEADERS = [
 ]
 _GET_START = {"type": "http.response.start", "status": 200, "headers": _GET_HEADERS}
 _GET_BODY = {"type": "http.response.body", "body": VALUE}
-_PUT_START = {"type": "http.response.start", "status": 200,
-              "headers": [(b"content-type", b"application/json"), (b"etag", b'"1"')]}
+_PUT_START = {
+    "type": "http.response.start",
+    "status": 200,
+    "headers": [(b"content-type", b"application/json"), (b"etag", b'"1"')],
+}
 _PUT_BODY = {"type": "http.response.body", "body": b'{"revision":1}'}
 _NOT_FOUND = {"type": "http.response.start", "status": 404, "headers": []}
 _SSE_START = {
@@ -91,7 +94,9 @@ async def _subscribe() -> None:
         js = _nats["nc"].jetstream()  # type: ignore[attr-defined]
         bucket = os.environ["BENCH_SSE_BUCKET"]
         _nats["sub"] = await js.subscribe(
-            f"$KV.{bucket}.>", ordered_consumer=True, deliver_policy=DeliverPolicy.NEW,
+            f"$KV.{bucket}.>",
+            ordered_consumer=True,
+            deliver_policy=DeliverPolicy.NEW,
             cb=_on_update,
         )
 

@@ -124,7 +124,9 @@ def cpu_cell(result: dict | None) -> str:
     if not result or "cpu" not in result:
         return "—"
     c = result["cpu"]
-    return " / ".join("—" if c.get(k) is None else f"{c[k]:.0f}" for k in ("server", "nats", "load", "other"))
+    return " / ".join(
+        "—" if c.get(k) is None else f"{c[k]:.0f}" for k in ("server", "nats", "load", "other")
+    )
 
 
 # -- measuring ----------------------------------------------------------------------------------
@@ -153,8 +155,15 @@ class RssSampler(threading.Thread):
 
 def run_json(args: list[str], timeout: float) -> dict:
     """Run a load process; its last stdout line is its JSON result."""
-    out = subprocess.run(args, check=False, capture_output=True, text=True, timeout=timeout,
-                         cwd=str(ROOT), preexec_fn=die_with_parent)
+    out = subprocess.run(
+        args,
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=str(ROOT),
+        preexec_fn=die_with_parent,
+    )
     lines = [line for line in out.stdout.splitlines() if line.startswith("{")]
     if out.returncode != 0 or not lines:
         raise RuntimeError(f"{' '.join(args[2:4])} failed ({out.returncode}): {out.stderr[-800:]}")
@@ -196,10 +205,13 @@ class Bench:
         extra: list[str] = []
         if a.nats_max_consumers:
             conf = self.workdir / "nats.conf"
-            conf.write_text(f"jetstream {{ limits {{ default_max_consumers: {a.nats_max_consumers} }} }}\n")
+            conf.write_text(
+                f"jetstream {{ limits {{ default_max_consumers: {a.nats_max_consumers} }} }}\n"
+            )
             extra = ["-c", str(conf)]
-        self.nats = EmbeddedServer(self.workdir / "nats", log_file=self.workdir / "nats.log",
-                                   extra_args=extra)
+        self.nats = EmbeddedServer(
+            self.workdir / "nats", log_file=self.workdir / "nats.log", extra_args=extra
+        )
         self.nats_url = self.nats.start()
         log(f"nats-server {self.nats.pid} at {self.nats_url}")
 
@@ -219,18 +231,27 @@ class Bench:
             "JSGW_SSE_MAX_PER_TOKEN": str(self.sse_slots),
             "JSGW_SSE_MAX_STREAMS": str(max(5000, self.sse_slots)),
         }
-        self.gateway = self.procs.start("gateway", [PYTHON, "-m", "app", "serve"], env=env,
-                                        log=self.workdir / "gateway.log")
+        self.gateway = self.procs.start(
+            "gateway", [PYTHON, "-m", "app", "serve"], env=env, log=self.workdir / "gateway.log"
+        )
         wait_http(f"{self.gateway_url}/readyz", self.gateway, timeout=60)
         log(f"gateway {self.gateway.pid} at {self.gateway_url} ({a.workers} worker(s))")
         if "kv" not in a.skip:
             # The same gateway with the opt-in read cache on the KV benchmark's bucket.
             port = free_port()
             self.cached_url = f"http://127.0.0.1:{port}"
-            cached_env = {**env, "JSGW_PORT": str(port), "JSGW_KV_CACHE": KV_BUCKET,
-                          "JSGW_DATA_DIR": str(self.workdir / "cached-data")}
-            self.cached = self.procs.start("gateway-cached", [PYTHON, "-m", "app", "serve"],
-                                           env=cached_env, log=self.workdir / "cached.log")
+            cached_env = {
+                **env,
+                "JSGW_PORT": str(port),
+                "JSGW_KV_CACHE": KV_BUCKET,
+                "JSGW_DATA_DIR": str(self.workdir / "cached-data"),
+            }
+            self.cached = self.procs.start(
+                "gateway-cached",
+                [PYTHON, "-m", "app", "serve"],
+                env=cached_env,
+                log=self.workdir / "cached.log",
+            )
             wait_http(f"{self.cached_url}/readyz", self.cached, timeout=60)
             log(f"gateway with read cache {self.cached.pid} at {self.cached_url}")
 
@@ -240,11 +261,30 @@ class Bench:
             port = free_port()
             proc = self.procs.start(
                 name,
-                [PYTHON, "-m", "uvicorn", module, "--host", "127.0.0.1", "--port", str(port),
-                 "--workers", str(a.workers), "--loop", "uvloop", "--http", "httptools",
-                 "--no-access-log", "--log-level", "warning"],
-                env={"BENCH_NATS_URL": self.nats_url, "BENCH_SSE_BUCKET": WATCH_BUCKET,
-                     "BENCH_VALUE_SIZE": str(a.value_size)},
+                [
+                    PYTHON,
+                    "-m",
+                    "uvicorn",
+                    module,
+                    "--host",
+                    "127.0.0.1",
+                    "--port",
+                    str(port),
+                    "--workers",
+                    str(a.workers),
+                    "--loop",
+                    "uvloop",
+                    "--http",
+                    "httptools",
+                    "--no-access-log",
+                    "--log-level",
+                    "warning",
+                ],
+                env={
+                    "BENCH_NATS_URL": self.nats_url,
+                    "BENCH_SSE_BUCKET": WATCH_BUCKET,
+                    "BENCH_VALUE_SIZE": str(a.value_size),
+                },
                 log=self.workdir / f"{name}.log",
             )
             url = f"http://127.0.0.1:{port}"
@@ -255,7 +295,9 @@ class Bench:
 
         if self.etcd_bin and "etcd" not in a.skip:
             self.etcd, self.etcd_url = etcd_mod.start(self.procs, self.etcd_bin, self.workdir)
-            etcd_mod.preload(self.etcd_url, [key_name(i, a.keys) for i in range(a.keys)], self.value)
+            etcd_mod.preload(
+                self.etcd_url, [key_name(i, a.keys) for i in range(a.keys)], self.value
+            )
             log(f"etcd {self.etcd.pid} at {self.etcd_url}, {a.keys} keys")
         elif not self.etcd_bin:
             self.notes.append(f"etcd not installed: `{etcd_mod.INSTALL_HINT}` adds its rows.")
@@ -269,10 +311,22 @@ class Bench:
     def _git_version() -> str:
         """The commit measured, and whether app/ or routers/ differ from it (read-only git)."""
         try:
-            head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, check=False,
-                                  capture_output=True, text=True, timeout=10).stdout.strip()
-            dirty = subprocess.run(["git", "status", "--porcelain", "--", "app", "routers"], cwd=ROOT, check=False,
-                                   capture_output=True, text=True, timeout=10).stdout.strip()
+            head = subprocess.run(
+                ["git", "rev-parse", "--short", "HEAD"],
+                cwd=ROOT,
+                check=False,
+                capture_output=True,
+                text=True,
+                timeout=10,
+            ).stdout.strip()
+            dirty = subprocess.run(
+                ["git", "status", "--porcelain", "--", "app", "routers"],
+                cwd=ROOT,
+                check=False,
+                capture_output=True,
+                text=True,
+                timeout=10,
+            ).stdout.strip()
         except (OSError, subprocess.TimeoutExpired):
             return "(unknown commit)"
         if not head:
@@ -289,9 +343,15 @@ class Bench:
         else:
             log(f"kept {self.workdir}")
 
-    def http(self, method: str, path: str, body: bytes | None = None, base: str | None = None) -> tuple[int, bytes]:
-        req = urllib.request.Request(f"{base or self.gateway_url}{path}", data=body, method=method,
-                                     headers={"Content-Type": "application/json"})
+    def http(
+        self, method: str, path: str, body: bytes | None = None, base: str | None = None
+    ) -> tuple[int, bytes]:
+        req = urllib.request.Request(
+            f"{base or self.gateway_url}{path}",
+            data=body,
+            method=method,
+            headers={"Content-Type": "application/json"},
+        )
         try:
             with urllib.request.urlopen(req, timeout=30) as resp:
                 return resp.status, resp.read()
@@ -305,8 +365,10 @@ class Bench:
             if status not in (200, 201):
                 raise RuntimeError(f"creating bucket {bucket}: HTTP {status} {body[:300]!r}")
         asyncio.run(self._preload())
-        log(f"preloaded {a.keys} keys, {a.batch_messages} messages in {BATCH_STREAM}, "
-            f"{self.fetch_messages} in {FETCH_STREAM}")
+        log(
+            f"preloaded {a.keys} keys, {a.batch_messages} messages in {BATCH_STREAM}, "
+            f"{self.fetch_messages} in {FETCH_STREAM}"
+        )
 
     @property
     def sse_slots(self) -> int:
@@ -326,22 +388,36 @@ class Bench:
         js = nc.jetstream(timeout=30)
         kv = await js.key_value(KV_BUCKET)
         for i in range(0, a.keys, 100):
-            await asyncio.gather(*(kv.put(key_name(j, a.keys), self.value)
-                                   for j in range(i, min(i + 100, a.keys))))
-        await js.add_stream(StreamConfig(name=BATCH_STREAM, subjects=["batch.>"], allow_direct=True))
+            await asyncio.gather(
+                *(kv.put(key_name(j, a.keys), self.value) for j in range(i, min(i + 100, a.keys)))
+            )
+        await js.add_stream(
+            StreamConfig(name=BATCH_STREAM, subjects=["batch.>"], allow_direct=True)
+        )
         await js.add_stream(StreamConfig(name=FETCH_STREAM, subjects=["fetch.>"]))
         await js.add_stream(StreamConfig(name=PUB_STREAM, subjects=["pub.>"], max_msgs=2_000_000))
         payload = b"m" * a.value_size
-        for stream, subject, count in ((BATCH_STREAM, "batch", a.batch_messages),
-                                       (FETCH_STREAM, "fetch", self.fetch_messages)):
+        for stream, subject, count in (
+            (BATCH_STREAM, "batch", a.batch_messages),
+            (FETCH_STREAM, "fetch", self.fetch_messages),
+        ):
             await self._fill(nc, js, stream, subject, count, payload)
         for name in ("http", "direct"):
-            await js.add_consumer(FETCH_STREAM, ConsumerConfig(
-                durable_name=name, ack_policy=AckPolicy.EXPLICIT, ack_wait=60, max_ack_pending=10_000))
+            await js.add_consumer(
+                FETCH_STREAM,
+                ConsumerConfig(
+                    durable_name=name,
+                    ack_policy=AckPolicy.EXPLICIT,
+                    ack_wait=60,
+                    max_ack_pending=10_000,
+                ),
+            )
         await nc.close()
 
     @staticmethod
-    async def _fill(nc: Any, js: Any, stream: str, subject: str, count: int, payload: bytes) -> None:
+    async def _fill(
+        nc: Any, js: Any, stream: str, subject: str, count: int, payload: bytes
+    ) -> None:
         """Core publishes (fast, but a busy server may drop some), topped up until ``count``."""
         deadline = time.monotonic() + 300
         stored = (await js.stream_info(stream)).state.messages
@@ -391,54 +467,139 @@ class Bench:
         self.other_cpu.append(other / elapsed * 100)
         return result
 
-    def wrk_run(self, name: str, base: str, requests: list[tuple[str, str, dict, str | None]],
-                server_pid: int | None, connections: int | None = None,
-                threads: int | None = None, duration: float | None = None) -> dict:
+    def wrk_run(
+        self,
+        name: str,
+        base: str,
+        requests: list[tuple[str, str, dict, str | None]],
+        server_pid: int | None,
+        connections: int | None = None,
+        threads: int | None = None,
+        duration: float | None = None,
+    ) -> dict:
         a = self.args
         connections = connections or a.connections
         threads = threads or a.wrk_threads
         duration = duration or a.duration
         if self.wrk:
             lua = wrk_mod.script(requests, self.workdir / f"{name}.lua")
-            wrk_mod.run(self.wrk, base, lua, threads=threads, connections=connections,
-                        duration=a.warmup)  # warm-up, not counted
-            result = self.measure(server_pid, lambda: wrk_mod.run(
-                self.wrk, base, lua, threads=threads, connections=connections, duration=duration))
+            wrk_mod.run(
+                self.wrk, base, lua, threads=threads, connections=connections, duration=a.warmup
+            )  # warm-up, not counted
+            result = self.measure(
+                server_pid,
+                lambda: wrk_mod.run(
+                    self.wrk, base, lua, threads=threads, connections=connections, duration=duration
+                ),
+            )
             result["load"] = f"wrk -t{threads} -c{connections}"
         else:
             method, path, _, _ = requests[0]
             template = path.replace(key_name(0, a.keys), "{key}")
-            result = self.measure(server_pid, lambda: run_json(
-                [PYTHON, "-m", "bench.httpload", "throughput", "--url", base, "--method", method,
-                 "--path", template, "--keys", str(a.keys), "--concurrency", str(connections),
-                 "--duration", str(duration), "--warmup", str(a.warmup),
-                 "--value-size", str(a.value_size)], duration + 120))
+            result = self.measure(
+                server_pid,
+                lambda: run_json(
+                    [
+                        PYTHON,
+                        "-m",
+                        "bench.httpload",
+                        "throughput",
+                        "--url",
+                        base,
+                        "--method",
+                        method,
+                        "--path",
+                        template,
+                        "--keys",
+                        str(a.keys),
+                        "--concurrency",
+                        str(connections),
+                        "--duration",
+                        str(duration),
+                        "--warmup",
+                        str(a.warmup),
+                        "--value-size",
+                        str(a.value_size),
+                    ],
+                    duration + 120,
+                ),
+            )
             result["load"] = f"asyncio ×{connections} (no wrk)"
-        log(f"{name}: {result['rate']:,.0f}/s, errors {result.get('errors', 0)}, "
-            f"non-2xx {result.get('non_2xx', 0)}, cpu {cpu_cell(result)}")
+        log(
+            f"{name}: {result['rate']:,.0f}/s, errors {result.get('errors', 0)}, "
+            f"non-2xx {result.get('non_2xx', 0)}, cpu {cpu_cell(result)}"
+        )
         return result
 
     def nats_load(self, mode: str, *extra: str, duration: float | None = None) -> dict:
         a = self.args
         duration = duration or a.duration
-        result = self.measure(None, lambda: run_json(
-            [PYTHON, "-m", "bench.natsload", mode, "--nats", self.nats_url,
-             "--keys", str(a.keys), "--value-size", str(a.value_size),
-             "--duration", str(duration), "--warmup", str(a.warmup), *extra], duration + 120))
-        log(f"nats-py {mode}: {result.get('rate', float('nan')):,.0f}/s "
-            f"p50 {result.get('p50_ms', float('nan')):.3f} ms, cpu {cpu_cell(result)}")
+        result = self.measure(
+            None,
+            lambda: run_json(
+                [
+                    PYTHON,
+                    "-m",
+                    "bench.natsload",
+                    mode,
+                    "--nats",
+                    self.nats_url,
+                    "--keys",
+                    str(a.keys),
+                    "--value-size",
+                    str(a.value_size),
+                    "--duration",
+                    str(duration),
+                    "--warmup",
+                    str(a.warmup),
+                    *extra,
+                ],
+                duration + 120,
+            ),
+        )
+        log(
+            f"nats-py {mode}: {result.get('rate', float('nan')):,.0f}/s "
+            f"p50 {result.get('p50_ms', float('nan')):.3f} ms, cpu {cpu_cell(result)}"
+        )
         return result
 
-    def http_load(self, mode: str, base: str, server_pid: int | None, *extra: str,
-                  duration: float | None = None) -> dict:
+    def http_load(
+        self,
+        mode: str,
+        base: str,
+        server_pid: int | None,
+        *extra: str,
+        duration: float | None = None,
+    ) -> dict:
         a = self.args
         duration = duration or a.duration
-        result = self.measure(server_pid, lambda: run_json(
-            [PYTHON, "-m", "bench.httpload", mode, "--url", base, "--keys", str(a.keys),
-             "--value-size", str(a.value_size), "--duration", str(duration),
-             "--warmup", str(a.warmup), *extra], duration + 120))
-        log(f"http {mode} {base}: {result.get('rate', float('nan')):,.0f}/s "
-            f"p50 {result.get('p50_ms', float('nan')):.3f} ms, cpu {cpu_cell(result)}")
+        result = self.measure(
+            server_pid,
+            lambda: run_json(
+                [
+                    PYTHON,
+                    "-m",
+                    "bench.httpload",
+                    mode,
+                    "--url",
+                    base,
+                    "--keys",
+                    str(a.keys),
+                    "--value-size",
+                    str(a.value_size),
+                    "--duration",
+                    str(duration),
+                    "--warmup",
+                    str(a.warmup),
+                    *extra,
+                ],
+                duration + 120,
+            ),
+        )
+        log(
+            f"http {mode} {base}: {result.get('rate', float('nan')):,.0f}/s "
+            f"p50 {result.get('p50_ms', float('nan')):.3f} ms, cpu {cpu_cell(result)}"
+        )
         return result
 
     def attempt(self, label: str, fn: Callable[[], dict]) -> dict:
@@ -449,15 +610,18 @@ class Bench:
             log(f"{label} FAILED: {exc}")
             if self.args.verbose:
                 traceback.print_exc()
-            return {"error": f"{type(exc).__name__}: {str(exc).splitlines()[0][:160] if str(exc) else ''}"}
+            first_line = str(exc).splitlines()[0][:160] if str(exc) else ""
+            return {"error": f"{type(exc).__name__}: {first_line}"}
 
     # -- sections -------------------------------------------------------------------------------
 
     def kv_requests(self, method: str) -> list[tuple[str, str, dict, str | None]]:
         a = self.args
         body = self.value.decode() if method == "PUT" else None
-        return [(method, f"/v1/kv/{KV_BUCKET}/keys/{key_name(i, a.keys)}", {}, body)
-                for i in range(a.keys)]
+        return [
+            (method, f"/v1/kv/{KV_BUCKET}/keys/{key_name(i, a.keys)}", {}, body)
+            for i in range(a.keys)
+        ]
 
     def etcd_requests(self, op: str) -> list[tuple[str, str, dict, str | None]]:
         a = self.args
@@ -502,28 +666,72 @@ class Bench:
         slice_s = self.kv_slice()
 
         def wrk(key: str, label: str, url: str, requests: list, pid: int | None) -> tuple:
-            return (key, lambda: self.attempt(label, lambda: self.wrk_run(
-                key.replace(".", "-").replace("_", "-"), url, requests, pid, duration=slice_s)))
+            return (
+                key,
+                lambda: self.attempt(
+                    label,
+                    lambda: self.wrk_run(
+                        key.replace(".", "-").replace("_", "-"),
+                        url,
+                        requests,
+                        pid,
+                        duration=slice_s,
+                    ),
+                ),
+            )
 
         def native(key: str, label: str, mode: str) -> tuple:
-            return (key, lambda: self.attempt(label, lambda: self.nats_load(
-                mode, "--concurrency", str(a.connections), duration=slice_s)))
+            return (
+                key,
+                lambda: self.attempt(
+                    label,
+                    lambda: self.nats_load(
+                        mode, "--concurrency", str(a.connections), duration=slice_s
+                    ),
+                ),
+            )
 
-        get = [wrk("get.gateway", "kv get gateway", self.gateway_url, self.kv_requests("GET"), gw.pid)]
+        get = [
+            wrk("get.gateway", "kv get gateway", self.gateway_url, self.kv_requests("GET"), gw.pid)
+        ]
         cached = self.cached
         if cached is not None:
-            get.append(wrk("get.cached", "kv get cached", self.cached_url, self.kv_requests("GET"),
-                           cached.pid))
+            get.append(
+                wrk(
+                    "get.cached",
+                    "kv get cached",
+                    self.cached_url,
+                    self.kv_requests("GET"),
+                    cached.pid,
+                )
+            )
         get += [
             native("get.nats", "kv get nats", "kvget"),
             wrk("get.raw", "kv get raw", self.raw_url, self.kv_requests("GET"), raw.pid),
-            wrk("get.hello", "kv get hello", self.hello_url, [("GET", "/hello", {}, None)], hello.pid),
+            wrk(
+                "get.hello",
+                "kv get hello",
+                self.hello_url,
+                [("GET", "/hello", {}, None)],
+                hello.pid,
+            ),
         ]
         if self.etcd:
             get += [
-                wrk("get.etcd", "etcd range", self.etcd_url, self.etcd_requests("range"), self.etcd.pid),
-                wrk("get.etcd_ser", "etcd range ser", self.etcd_url,
-                    self.etcd_requests("range-serializable"), self.etcd.pid),
+                wrk(
+                    "get.etcd",
+                    "etcd range",
+                    self.etcd_url,
+                    self.etcd_requests("range"),
+                    self.etcd.pid,
+                ),
+                wrk(
+                    "get.etcd_ser",
+                    "etcd range ser",
+                    self.etcd_url,
+                    self.etcd_requests("range-serializable"),
+                    self.etcd.pid,
+                ),
             ]
         r = self.interleaved(get)
         if cached is not None:
@@ -533,12 +741,18 @@ class Bench:
             wrk("put.gateway", "kv put gateway", self.gateway_url, self.kv_requests("PUT"), gw.pid),
             native("put.nats", "kv put nats", "kvput"),
             wrk("put.raw", "kv put raw", self.raw_url, self.kv_requests("PUT"), raw.pid),
-            wrk("put.hello", "kv put hello", self.hello_url,
-                [("PUT", "/hello", {}, self.value.decode())], hello.pid),
+            wrk(
+                "put.hello",
+                "kv put hello",
+                self.hello_url,
+                [("PUT", "/hello", {}, self.value.decode())],
+                hello.pid,
+            ),
         ]
         if self.etcd:
-            put.append(wrk("put.etcd", "etcd put", self.etcd_url, self.etcd_requests("put"),
-                           self.etcd.pid))
+            put.append(
+                wrk("put.etcd", "etcd put", self.etcd_url, self.etcd_requests("put"), self.etcd.pid)
+            )
         r.update(self.interleaved(put))
         self.results["kv"] = r
 
@@ -550,14 +764,27 @@ class Bench:
         path = f"/v1/kv/{KV_BUCKET}/keys/{{key}}"
         r: dict[str, Any] = {}
         r["nats"] = self.attempt("latency nats", lambda: self.nats_load("latency", duration=d))
-        r["gateway"] = self.attempt("latency gateway", lambda: self.http_load(
-            "latency", self.gateway_url, gw.pid, "--path", path, duration=d))
-        r["raw"] = self.attempt("latency raw", lambda: self.http_load(
-            "latency", self.raw_url, raw.pid, "--path", path, duration=d))
+        r["gateway"] = self.attempt(
+            "latency gateway",
+            lambda: self.http_load("latency", self.gateway_url, gw.pid, "--path", path, duration=d),
+        )
+        r["raw"] = self.attempt(
+            "latency raw",
+            lambda: self.http_load("latency", self.raw_url, raw.pid, "--path", path, duration=d),
+        )
         if self.wrk:
-            r["gateway_wrk"] = self.attempt("latency gateway wrk", lambda: self.wrk_run(
-                "lat-gateway", self.gateway_url, self.kv_requests("GET"), gw.pid,
-                connections=1, threads=1, duration=d))
+            r["gateway_wrk"] = self.attempt(
+                "latency gateway wrk",
+                lambda: self.wrk_run(
+                    "lat-gateway",
+                    self.gateway_url,
+                    self.kv_requests("GET"),
+                    gw.pid,
+                    connections=1,
+                    threads=1,
+                    duration=d,
+                ),
+            )
         self.results["latency"] = r
 
     def section_stream(self) -> None:
@@ -565,22 +792,57 @@ class Bench:
         gw = self.gateway
         assert gw
         r: dict[str, Any] = {}
-        r["batch.gateway"] = self.attempt("batch gateway", lambda: self.http_load(
-            "batch", self.gateway_url, gw.pid, "--stream", BATCH_STREAM,
-            "--batch", str(a.batch_messages)))
-        r["batch.nats"] = self.attempt("batch nats", lambda: self.nats_load(
-            "batch", "--stream", BATCH_STREAM))
-        r["fetch.gateway"] = self.attempt("fetchack gateway", lambda: self.http_load(
-            "fetchack", self.gateway_url, gw.pid, "--stream", FETCH_STREAM, "--consumer", "http",
-            "--batch", "256"))
-        r["fetch.nats"] = self.attempt("fetchack nats", lambda: self.nats_load(
-            "fetchack", "--stream", FETCH_STREAM, "--consumer", "direct", "--batch", "256"))
+        r["batch.gateway"] = self.attempt(
+            "batch gateway",
+            lambda: self.http_load(
+                "batch",
+                self.gateway_url,
+                gw.pid,
+                "--stream",
+                BATCH_STREAM,
+                "--batch",
+                str(a.batch_messages),
+            ),
+        )
+        r["batch.nats"] = self.attempt(
+            "batch nats", lambda: self.nats_load("batch", "--stream", BATCH_STREAM)
+        )
+        r["fetch.gateway"] = self.attempt(
+            "fetchack gateway",
+            lambda: self.http_load(
+                "fetchack",
+                self.gateway_url,
+                gw.pid,
+                "--stream",
+                FETCH_STREAM,
+                "--consumer",
+                "http",
+                "--batch",
+                "256",
+            ),
+        )
+        r["fetch.nats"] = self.attempt(
+            "fetchack nats",
+            lambda: self.nats_load(
+                "fetchack", "--stream", FETCH_STREAM, "--consumer", "direct", "--batch", "256"
+            ),
+        )
         body = self.value.decode()
-        r["pub.gateway"] = self.attempt("publish gateway", lambda: self.wrk_run(
-            "pub-gateway", self.gateway_url,
-            [("POST", f"/v1/publish/pub.gw.{i}", {}, body) for i in range(a.keys)], gw.pid))
-        r["pub.nats"] = self.attempt("publish nats", lambda: self.nats_load(
-            "publish", "--subject", "pub.nats", "--concurrency", str(a.connections)))
+        r["pub.gateway"] = self.attempt(
+            "publish gateway",
+            lambda: self.wrk_run(
+                "pub-gateway",
+                self.gateway_url,
+                [("POST", f"/v1/publish/pub.gw.{i}", {}, body) for i in range(a.keys)],
+                gw.pid,
+            ),
+        )
+        r["pub.nats"] = self.attempt(
+            "publish nats",
+            lambda: self.nats_load(
+                "publish", "--subject", "pub.nats", "--concurrency", str(a.connections)
+            ),
+        )
         self.results["stream"] = r
 
     def section_sse(self) -> None:
@@ -589,11 +851,14 @@ class Bench:
         gw, raw = self.gateway, self.raw
         assert gw and raw
         for n in a.sse:
-            r[f"{n}.gateway"] = self.attempt(f"sse {n} gateway", lambda n=n: self.sse_run(
-                n, self.gateway_url, f"/v1/kv/{WATCH_BUCKET}/watch", gw))
+            r[f"{n}.gateway"] = self.attempt(
+                f"sse {n} gateway",
+                lambda n=n: self.sse_run(n, self.gateway_url, f"/v1/kv/{WATCH_BUCKET}/watch", gw),
+            )
             time.sleep(2)
-            r[f"{n}.raw"] = self.attempt(f"sse {n} raw", lambda n=n: self.sse_run(
-                n, self.raw_url, "/sse", raw))
+            r[f"{n}.raw"] = self.attempt(
+                f"sse {n} raw", lambda n=n: self.sse_run(n, self.raw_url, "/sse", raw)
+            )
             time.sleep(2)
         self.results["sse"] = r
 
@@ -603,17 +868,40 @@ class Bench:
         sampler = RssSampler(server.pid)
         sampler.start()
         holder: dict[str, Any] = {}
-        cpu = self.measure(server.pid, lambda: self._sse_drive(clients, base, path, out, sampler, holder))
+        cpu = self.measure(
+            server.pid, lambda: self._sse_drive(clients, base, path, out, sampler, holder)
+        )
         return self._sse_result(clients, server, baseline, out, holder, cpu["cpu"])
 
-    def _sse_drive(self, clients: int, base: str, path: str, out: Path, sampler: RssSampler,
-                   holder: dict[str, Any]) -> dict:
+    def _sse_drive(
+        self,
+        clients: int,
+        base: str,
+        path: str,
+        out: Path,
+        sampler: RssSampler,
+        holder: dict[str, Any],
+    ) -> dict:
         a = self.args
         proc = subprocess.Popen(
-            [PYTHON, "-m", "bench.sseload", "--url", base, "--path", path, "--clients",
-             str(clients), "--out", str(out)],
-            cwd=str(ROOT), stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-            preexec_fn=die_with_parent,  # noqa: PLW1509 - prctl only
+            [
+                PYTHON,
+                "-m",
+                "bench.sseload",
+                "--url",
+                base,
+                "--path",
+                path,
+                "--clients",
+                str(clients),
+                "--out",
+                str(out),
+            ],
+            cwd=str(ROOT),
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            preexec_fn=die_with_parent,  # prctl only
         )
         try:
             assert proc.stdin and proc.stdout
@@ -639,8 +927,15 @@ class Bench:
             holder["peak"] = sampler.stop()
         return {}
 
-    def _sse_result(self, clients: int, server: Proc, baseline: float, out: Path,
-                    holder: dict[str, Any], cpu: dict) -> dict:
+    def _sse_result(
+        self,
+        clients: int,
+        server: Proc,
+        baseline: float,
+        out: Path,
+        holder: dict[str, Any],
+        cpu: dict,
+    ) -> dict:
         puts = holder["puts"]
         ready, failed, peak = holder["ready"], holder["failed"], holder["peak"]
         data = orjson.loads(out.read_bytes())
@@ -673,9 +968,12 @@ class Bench:
             "closed_early": data["closed_early"],
             "error_samples": data["error_samples"],
         }
-        log(f"sse {clients} {server.name}: ready {ready}/{clients}, delivered "
-            f"{result['fraction']:.4f}, p50 {result['p50_ms']:.1f} ms p99 {result['p99_ms']:.1f} ms, "
-            f"rss {baseline:.0f}->{peak:.0f} MB {data['error_samples'][:2]}")
+        log(
+            f"sse {clients} {server.name}: ready {ready}/{clients}, delivered "
+            f"{result['fraction']:.4f}, p50 {result['p50_ms']:.1f} ms "
+            f"p99 {result['p99_ms']:.1f} ms, "
+            f"rss {baseline:.0f}->{peak:.0f} MB {data['error_samples'][:2]}"
+        )
         return result
 
     async def _updates(self, rate: float, duration: float) -> dict[int, float]:
@@ -713,8 +1011,13 @@ class Bench:
         from app.nats.embedded import find_binary
 
         try:
-            nats_v = subprocess.run([find_binary(), "--version"], check=False, capture_output=True, text=True,
-                                    timeout=10).stdout.strip()
+            nats_v = subprocess.run(
+                [find_binary(), "--version"],
+                check=False,
+                capture_output=True,
+                text=True,
+                timeout=10,
+            ).stdout.strip()
         except (OSError, subprocess.TimeoutExpired):
             nats_v = "?"
         cpu = "?"
@@ -729,21 +1032,30 @@ class Bench:
         code = self.code_version
         wrk_v = "wrk 4.x" if self.wrk else "not installed"
         lines = [
-            (f"Run {dt.datetime.now(dt.UTC).strftime('%Y-%m-%d %H:%M UTC')} of jsgw {code} on "
-             f"{os.cpu_count()} cores ({cpu}), Python {platform.python_version()}, {nats_v}, "
-             f"nats-py {ver('nats-py')}, uvicorn {ver('uvicorn')} (uvloop {ver('uvloop')}, "
-             f"httptools {ver('httptools')}), FastAPI {ver('fastapi')}, etcd {etcd_v}, {wrk_v}."),
+            (
+                f"Run {dt.datetime.now(dt.UTC).strftime('%Y-%m-%d %H:%M UTC')} of jsgw {code} on "
+                f"{os.cpu_count()} cores ({cpu}), Python {platform.python_version()}, {nats_v}, "
+                f"nats-py {ver('nats-py')}, uvicorn {ver('uvicorn')} (uvloop {ver('uvloop')}, "
+                f"httptools {ver('httptools')}), FastAPI {ver('fastapi')}, etcd {etcd_v}, {wrk_v}."
+            ),
             "",
-            f"Settings: `--workers {a.workers}` for the gateway, the raw ASGI app and the FastAPI app; "
-            f"{a.duration:g} s per measurement after {a.warmup:g} s of warm-up, except KV GET/PUT "
-            f"throughput: {a.rounds} interleaved rounds of {self.kv_slice():.1f} s per "
-            f"target (order reversed every other round), the median round reported; {a.keys:,} keys, "
-            f"{a.value_size}-byte values and payloads; HTTP load by "
-            + (f"wrk with {a.wrk_threads} thread(s) and {a.connections} connections"
-               if self.wrk else "the asyncio client (wrk not installed)")
+            f"Settings: `--workers {a.workers}` for the gateway, the raw ASGI app and the "
+            f"FastAPI app; {a.duration:g} s per measurement after {a.warmup:g} s of warm-up, "
+            f"except KV GET/PUT throughput: {a.rounds} interleaved rounds of "
+            f"{self.kv_slice():.1f} s per target (order reversed every other round), the median "
+            f"round reported; {a.keys:,} keys, {a.value_size}-byte values and payloads; "
+            "HTTP load by "
+            + (
+                f"wrk with {a.wrk_threads} thread(s) and {a.connections} connections"
+                if self.wrk
+                else "the asyncio client (wrk not installed)"
+            )
             + f"; nats-py with {a.connections} requests in flight on one connection"
-            + (f"; nats-server started with `default_max_consumers: {a.nats_max_consumers}`"
-               if a.nats_max_consumers else "; nats-server with its default settings")
+            + (
+                f"; nats-server started with `default_max_consumers: {a.nats_max_consumers}`"
+                if a.nats_max_consumers
+                else "; nats-server with its default settings"
+            )
             + ". The gateway runs with its defaults except `JSGW_ACCESS_LOG=false` and, so that "
             f"the anonymous SSE clients fit, `JSGW_SSE_MAX_PER_TOKEN={self.sse_slots}` "
             f"`JSGW_SSE_MAX_STREAMS={max(5000, self.sse_slots)}`. "
@@ -752,13 +1064,17 @@ class Bench:
             "CPU columns: % of one core (200 = both cores) used during the measurement by the "
             "server under test (the gateway, the raw or FastAPI app, etcd), by nats-server, by the "
             "load generator, and by everything else on the machine (*other*: processes outside "
-            "the benchmark; a row with a large *other* was measured on a busy machine). *CPU µs/op*: "
-            "CPU time of the server under test per completed operation (for nats-py rows, of the "
-            "nats-py client process): what bounds throughput on an idle machine, and much less "
-            "sensitive to other load than req/s."
-            + (f" Load average at the start: {self.loadavg_start:.2f}; *other* averaged "
-               f"{sum(self.other_cpu) / len(self.other_cpu):.0f}% (max {max(self.other_cpu):.0f}%) "
-               "over the measurements." if self.other_cpu else ""),
+            "the benchmark; a row with a large *other* was measured on a busy machine). "
+            "*CPU µs/op*: CPU time of the server under test per completed operation (for nats-py "
+            "rows, of the nats-py client process): what bounds throughput on an idle machine, and "
+            "much less sensitive to other load than req/s."
+            + (
+                f" Load average at the start: {self.loadavg_start:.2f}; *other* averaged "
+                f"{sum(self.other_cpu) / len(self.other_cpu):.0f}% "
+                f"(max {max(self.other_cpu):.0f}%) over the measurements."
+                if self.other_cpu
+                else ""
+            ),
         ]
         return "\n".join(lines)
 
@@ -772,16 +1088,26 @@ class Bench:
             parts += [self.report_stream(), ""]
         if "sse" in self.results:
             parts += [self.report_sse(), ""]
-            for key, res in sorted(self.results["sse"].items(),
-                                   key=lambda item: (int(item[0].split(".")[0]), item[0])):
+            for key, res in sorted(
+                self.results["sse"].items(), key=lambda item: (int(item[0].split(".")[0]), item[0])
+            ):
                 if not res or "error" in res or res["ready"] >= res["clients"]:
                     continue
-                codes = sorted({m.group(1) for e in res.get("error_samples", [])
-                                for m in [re.search(r'"code":"([^"]+)"', e)] if m})
-                why = ", ".join(f"`{c}`" for c in codes) or "; ".join(res.get("error_samples", [])[:1])
+                codes = sorted(
+                    {
+                        m.group(1)
+                        for e in res.get("error_samples", [])
+                        for m in [re.search(r'"code":"([^"]+)"', e)]
+                        if m
+                    }
+                )
+                why = ", ".join(f"`{c}`" for c in codes) or "; ".join(
+                    res.get("error_samples", [])[:1]
+                )
                 self.notes.append(
                     f"SSE {key}: {res['clients'] - res['ready']:,} of {res['clients']:,} watchers "
-                    f"were refused or did not get `ready` ({why or 'no error seen'}).")
+                    f"were refused or did not get `ready` ({why or 'no error seen'})."
+                )
                 if "consumer.limit_reached" in codes and key.endswith(".gateway"):
                     self.notes.append(
                         "`consumer.limit_reached` (NATS err_code 10026): nats-server 2.15 allows "
@@ -790,7 +1116,8 @@ class Bench:
                         "`max_consumers: -1` means that default); the gateway shares one consumer "
                         "per bucket and filter among its watchers but runs up to 32 catch-up "
                         "consumers per worker while clients connect. `--nats-max-consumers 10000` "
-                        "raises the limit.")
+                        "raises the limit."
+                    )
         if self.notes:
             parts += ["Notes:", ""] + [f"- {n}" for n in dict.fromkeys(self.notes)] + [""]
         return "\n".join(parts)
@@ -815,18 +1142,41 @@ class Bench:
 
     def report_kv(self) -> str:
         r = self.results["kv"]
-        etcd_missing = ("not installed: " + etcd_mod.INSTALL_HINT) if not self.etcd_bin else "skipped"
-        headers = ["op", "system", "load generator", "req/s", "p50 ms", "p99 ms",
-                   "CPU % server / nats / load / other", "CPU µs/op", "jsgw ÷ this", "target", "met?"]
+        etcd_missing = (
+            ("not installed: " + etcd_mod.INSTALL_HINT) if not self.etcd_bin else "skipped"
+        )
+        headers = [
+            "op",
+            "system",
+            "load generator",
+            "req/s",
+            "p50 ms",
+            "p99 ms",
+            "CPU % server / nats / load / other",
+            "CPU µs/op",
+            "jsgw ÷ this",
+            "target",
+            "met?",
+        ]
         rows = []
         for op in ("get", "put"):
             gw = self.rate_of(r.get(f"{op}.gateway"))
             spec = [
-                ("gateway", "jsgw " + ("GET /v1/kv/…/keys/{key}" if op == "get" else "PUT /v1/kv/…/keys/{key}"), None),
+                (
+                    "gateway",
+                    "jsgw "
+                    + ("GET /v1/kv/…/keys/{key}" if op == "get" else "PUT /v1/kv/…/keys/{key}"),
+                    None,
+                ),
                 ("nats", "nats-py " + ("kv.get (Direct Get)" if op == "get" else "kv.put"), None),
                 ("raw", "raw ASGI endpoint (uvicorn)", 0.35 if op == "get" else None),
                 ("hello", "FastAPI hello route", None),
-                ("etcd", "etcd " + ("/v3/kv/range linearizable" if op == "get" else "/v3/kv/put (fsync)"), None),
+                (
+                    "etcd",
+                    "etcd "
+                    + ("/v3/kv/range linearizable" if op == "get" else "/v3/kv/put (fsync)"),
+                    None,
+                ),
             ]
             if op == "get":
                 spec.append(("etcd_ser", "etcd /v3/kv/range serializable", 1.0))
@@ -841,24 +1191,51 @@ class Bench:
                     load = (res or {}).get("load", "—")
                 ratio = gw / rate if gw and rate else None
                 if rate is None:
-                    rows.append([op.upper(), label, load, note or "not measured", "—", "—", "—", "—", "—",
-                                 f"≥ {target:.2f}×" if target else "—", met(None)])
+                    rows.append(
+                        [
+                            op.upper(),
+                            label,
+                            load,
+                            note or "not measured",
+                            "—",
+                            "—",
+                            "—",
+                            "—",
+                            "—",
+                            f"≥ {target:.2f}×" if target else "—",
+                            met(None),
+                        ]
+                    )
                     continue
                 is_target = target is not None
-                per_op = (cpu_per_op(res, "load") + " (client)") if key == "nats" else cpu_per_op(res, "server")
-                rows.append([
-                    op.upper(), label, load, fmt_int(rate) + (f" ({note})" if note else ""),
-                    fmt_ms(res.get("p50_ms")), fmt_ms(res.get("p99_ms")), cpu_cell(res), per_op,
-                    "1.00×" if key == "gateway" else fmt_ratio(ratio),
-                    f"≥ {target:.2f}×" if is_target else "—",
-                    met(ratio >= target if is_target and ratio is not None else None),
-                ])
+                per_op = (
+                    (cpu_per_op(res, "load") + " (client)")
+                    if key == "nats"
+                    else cpu_per_op(res, "server")
+                )
+                rows.append(
+                    [
+                        op.upper(),
+                        label,
+                        load,
+                        fmt_int(rate) + (f" ({note})" if note else ""),
+                        fmt_ms(res.get("p50_ms")),
+                        fmt_ms(res.get("p99_ms")),
+                        cpu_cell(res),
+                        per_op,
+                        "1.00×" if key == "gateway" else fmt_ratio(ratio),
+                        f"≥ {target:.2f}×" if is_target else "—",
+                        met(ratio >= target if is_target and ratio is not None else None),
+                    ]
+                )
         out = "### KV GET / PUT throughput (1,000 distinct keys)\n\n" + table(headers, rows)
         rounds = []
         for key, label in (("raw", "raw ASGI"), ("etcd_ser", "etcd serializable")):
             gw_rounds = (r.get("get.gateway") or {}).get("rounds") or []
             other_rounds = (r.get(f"get.{key}") or {}).get("rounds") or []
-            pairs = [fmt_ratio(g / o) for g, o in zip(gw_rounds, other_rounds, strict=False) if g and o]
+            pairs = [
+                fmt_ratio(g / o) for g, o in zip(gw_rounds, other_rounds, strict=False) if g and o
+            ]
             if pairs:
                 rounds.append(f"jsgw GET ÷ {label}, round by round: {', '.join(pairs)}")
         if rounds:
@@ -868,91 +1245,209 @@ class Bench:
     def report_latency(self) -> str:
         r = self.results["latency"]
         nats_p50 = (r.get("nats") or {}).get("p50_ms")
-        headers = ["system", "client", "requests", "p50 ms", "p90 ms", "p99 ms", "mean ms",
-                   "added p50 vs nats-py", "target", "met?"]
+        headers = [
+            "system",
+            "client",
+            "requests",
+            "p50 ms",
+            "p90 ms",
+            "p99 ms",
+            "mean ms",
+            "added p50 vs nats-py",
+            "target",
+            "met?",
+        ]
         rows = []
         for key, label, client, target in (
             ("nats", "nats-py kv.get (Direct Get)", "asyncio (uvloop), 1 in flight", None),
-            ("gateway", "jsgw GET /v1/kv/…/keys/{key}", "asyncio HTTP/1.1 (httptools), 1 in flight", 0.5),
+            (
+                "gateway",
+                "jsgw GET /v1/kv/…/keys/{key}",
+                "asyncio HTTP/1.1 (httptools), 1 in flight",
+                0.5,
+            ),
             ("gateway_wrk", "jsgw GET /v1/kv/…/keys/{key}", "wrk -t1 -c1", None),
-            ("raw", "raw ASGI endpoint (no NATS)", "asyncio HTTP/1.1 (httptools), 1 in flight", None),
+            (
+                "raw",
+                "raw ASGI endpoint (no NATS)",
+                "asyncio HTTP/1.1 (httptools), 1 in flight",
+                None,
+            ),
         ):
             res = r.get(key)
             if res is None:
                 continue
             if "error" in res:
-                rows.append([label, client, f"not measured: {res['error']}", "—", "—", "—", "—", "—", "—", "—"])
+                rows.append(
+                    [
+                        label,
+                        client,
+                        f"not measured: {res['error']}",
+                        "—",
+                        "—",
+                        "—",
+                        "—",
+                        "—",
+                        "—",
+                        "—",
+                    ]
+                )
                 continue
             added = res["p50_ms"] - nats_p50 if nats_p50 is not None and key != "nats" else None
-            rows.append([
-                label, client, fmt_int(res.get("count") or res.get("ops")),
-                fmt_ms(res["p50_ms"], 3), fmt_ms(res["p90_ms"], 3), fmt_ms(res["p99_ms"], 3),
-                fmt_ms(res["mean_ms"], 3),
-                "—" if added is None else f"{added:+.3f} ms",
-                f"≤ {target} ms" if target else "—",
-                met(added <= target if target and added is not None else None),
-            ])
+            rows.append(
+                [
+                    label,
+                    client,
+                    fmt_int(res.get("count") or res.get("ops")),
+                    fmt_ms(res["p50_ms"], 3),
+                    fmt_ms(res["p90_ms"], 3),
+                    fmt_ms(res["p99_ms"], 3),
+                    fmt_ms(res["mean_ms"], 3),
+                    "—" if added is None else f"{added:+.3f} ms",
+                    f"≤ {target} ms" if target else "—",
+                    met(added <= target if target and added is not None else None),
+                ]
+            )
         return "### KV GET latency at concurrency 1\n\n" + table(headers, rows)
 
     def report_stream(self) -> str:
         r = self.results["stream"]
-        headers = ["measure", "system", "load generator", "messages/s", "payload MB/s",
-                   "CPU % server / nats / load / other", "CPU µs/msg", "jsgw ÷ nats-py", "target", "met?"]
+        headers = [
+            "measure",
+            "system",
+            "load generator",
+            "messages/s",
+            "payload MB/s",
+            "CPU % server / nats / load / other",
+            "CPU µs/msg",
+            "jsgw ÷ nats-py",
+            "target",
+            "met?",
+        ]
         rows = []
         a = self.args
         for kind, title, gw_label, nats_label, gw_load, nats_load, target in (
-            ("batch", "Direct Get batch streaming",
-             f"jsgw GET /direct?seq=1&batch={a.batch_messages} (NDJSON)",
-             "nats-py raw $JS.API.DIRECT.GET pages of 1,000",
-             "asyncio HTTP client, 1 stream", "asyncio, 1 reader", None),
-            ("fetch", "fetch 256 + confirmed acks",
-             "jsgw POST …/fetch + POST …/ack", "nats-py fetch(256) + 256 concurrent ack_sync",
-             "asyncio HTTP client, 1 loop", "asyncio, 1 loop", 0.5),
-            ("pub", "publish with PubAck", "jsgw POST /v1/publish/{subject}", "nats-py js.publish",
-             None, f"asyncio, {a.connections} in flight", None),
+            (
+                "batch",
+                "Direct Get batch streaming",
+                f"jsgw GET /direct?seq=1&batch={a.batch_messages} (NDJSON)",
+                "nats-py raw $JS.API.DIRECT.GET pages of 1,000",
+                "asyncio HTTP client, 1 stream",
+                "asyncio, 1 reader",
+                None,
+            ),
+            (
+                "fetch",
+                "fetch 256 + confirmed acks",
+                "jsgw POST …/fetch + POST …/ack",
+                "nats-py fetch(256) + 256 concurrent ack_sync",
+                "asyncio HTTP client, 1 loop",
+                "asyncio, 1 loop",
+                0.5,
+            ),
+            (
+                "pub",
+                "publish with PubAck",
+                "jsgw POST /v1/publish/{subject}",
+                "nats-py js.publish",
+                None,
+                f"asyncio, {a.connections} in flight",
+                None,
+            ),
         ):
             gres, nres = r.get(f"{kind}.gateway"), r.get(f"{kind}.nats")
             g, n = self.rate_of(gres), self.rate_of(nres)
             ratio = g / n if g and n else None
-            for res, label, load, is_gw in ((gres, gw_label, gw_load, True), (nres, nats_label, nats_load, False)):
+            for res, label, load, is_gw in (
+                (gres, gw_label, gw_load, True),
+                (nres, nats_label, nats_load, False),
+            ):
                 load = load or (res or {}).get("load", "—")
                 if self.rate_of(res) is None:
-                    rows.append([title, label, load, self.row_note(res, "skipped") or "not measured",
-                                 "—", "—", "—", "—", "—", "—"])
+                    rows.append(
+                        [
+                            title,
+                            label,
+                            load,
+                            self.row_note(res, "skipped") or "not measured",
+                            "—",
+                            "—",
+                            "—",
+                            "—",
+                            "—",
+                            "—",
+                        ]
+                    )
                     continue
                 note = self.row_note(res, "")
                 extra = ""
                 if kind == "batch" and is_gw and res.get("wire_mb_s"):
                     extra = f" (wire {res['wire_mb_s']:.1f})"
-                rows.append([
-                    title, label, load, fmt_int(res["rate"]) + (f" ({note})" if note else ""),
-                    (f"{res['mb_s']:.1f}" if res.get("mb_s") is not None
-                     else f"{res['rate'] * a.value_size / 1e6:.1f}") + extra,
-                    cpu_cell(res),
-                    cpu_per_op(res, "server") if is_gw else cpu_per_op(res, "load") + " (client)",
-                    fmt_ratio(ratio) if is_gw else "",
-                    (f"≥ {target:.2f}×" if target and is_gw else "—"),
-                    met(ratio >= target if target and is_gw and ratio is not None else None),
-                ])
+                rows.append(
+                    [
+                        title,
+                        label,
+                        load,
+                        fmt_int(res["rate"]) + (f" ({note})" if note else ""),
+                        (
+                            f"{res['mb_s']:.1f}"
+                            if res.get("mb_s") is not None
+                            else f"{res['rate'] * a.value_size / 1e6:.1f}"
+                        )
+                        + extra,
+                        cpu_cell(res),
+                        cpu_per_op(res, "server")
+                        if is_gw
+                        else cpu_per_op(res, "load") + " (client)",
+                        fmt_ratio(ratio) if is_gw else "",
+                        (f"≥ {target:.2f}×" if target and is_gw else "—"),
+                        met(ratio >= target if target and is_gw and ratio is not None else None),
+                    ]
+                )
         return "### Streaming: Direct Get batches, fetch + ack, publish\n\n" + table(headers, rows)
 
     def report_sse(self) -> str:
         r = self.results["sse"]
         a = self.args
-        headers = ["watchers", "server", "connected", "delivered", "put→event p50 ms",
-                   "p99 ms", "RSS MB (idle → peak)", "CPU % server / nats / load / other",
-                   "p99 ÷ broadcaster", "targets", "met?"]
+        headers = [
+            "watchers",
+            "server",
+            "connected",
+            "delivered",
+            "put→event p50 ms",
+            "p99 ms",
+            "RSS MB (idle → peak)",
+            "CPU % server / nats / load / other",
+            "p99 ÷ broadcaster",
+            "targets",
+            "met?",
+        ]
         rows = []
         for n in a.sse:
             g, b = r.get(f"{n}.gateway"), r.get(f"{n}.raw")
             ok_g = g and "error" not in g
             ok_b = b and "error" not in b
             ratio = g["p99_ms"] / b["p99_ms"] if ok_g and ok_b and b["p99_ms"] > 0 else None
-            for res, label, is_gw in ((g, "jsgw /v1/kv/{bucket}/watch", True),
-                                      (b, "raw ASGI broadcaster", False)):
+            for res, label, is_gw in (
+                (g, "jsgw /v1/kv/{bucket}/watch", True),
+                (b, "raw ASGI broadcaster", False),
+            ):
                 if not res or "error" in res:
-                    rows.append([f"{n:,}", label, self.row_note(res, "skipped") or "not measured",
-                                 "—", "—", "—", "—", "—", "—", "—", "—"])
+                    rows.append(
+                        [
+                            f"{n:,}",
+                            label,
+                            self.row_note(res, "skipped") or "not measured",
+                            "—",
+                            "—",
+                            "—",
+                            "—",
+                            "—",
+                            "—",
+                            "—",
+                            "—",
+                        ]
+                    )
                     continue
                 target_text, ok = "—", None
                 if is_gw and n >= 2000:
@@ -971,16 +1466,29 @@ class Bench:
                             parts.append("p99 " + ("yes" if checks[2] else "no"))
                         ok = all(checks)
                     target_text += " (" + ", ".join(parts) + ")"
-                rows.append([
-                    f"{n:,}", label, f"{res['ready']:,}/{n:,}",
-                    f"{res['fraction'] * 100:.2f}% ({res['delivered']:,}/{res['expected']:,})",
-                    fmt_ms(res["p50_ms"], 1), fmt_ms(res["p99_ms"], 1),
-                    f"{res['rss_baseline_mb']:.0f} → {res['rss_peak_mb']:.0f}", cpu_cell(res),
-                    (fmt_ratio(ratio) + (f" ({res['ready']:,} connected)" if res["ready"] < n else ""))
-                    if is_gw else "", target_text, met(ok),
-                ])
+                rows.append(
+                    [
+                        f"{n:,}",
+                        label,
+                        f"{res['ready']:,}/{n:,}",
+                        f"{res['fraction'] * 100:.2f}% ({res['delivered']:,}/{res['expected']:,})",
+                        fmt_ms(res["p50_ms"], 1),
+                        fmt_ms(res["p99_ms"], 1),
+                        f"{res['rss_baseline_mb']:.0f} → {res['rss_peak_mb']:.0f}",
+                        cpu_cell(res),
+                        (
+                            fmt_ratio(ratio)
+                            + (f" ({res['ready']:,} connected)" if res["ready"] < n else "")
+                        )
+                        if is_gw
+                        else "",
+                        target_text,
+                        met(ok),
+                    ]
+                )
         return (
-            f"### SSE watch fan-out ({a.sse_rate:g} updates/s for {a.sse_duration:g} s, one bucket)\n\n"
+            f"### SSE watch fan-out ({a.sse_rate:g} updates/s for {a.sse_duration:g} s, "
+            "one bucket)\n\n"
             + table(headers, rows)
             + "\n\nLoad: one asyncio process (uvloop, httptools parser) holding all the SSE "
             "connections; updates put by nats-py from the driver process; latency = time the "
@@ -1004,31 +1512,62 @@ class Bench:
 
 
 def parse(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m bench.run", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--workers", type=int, default=1, help="uvicorn workers of the gateway, raw and hello apps")
+    p = argparse.ArgumentParser(
+        prog="python -m bench.run",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument(
+        "--workers", type=int, default=1, help="uvicorn workers of the gateway, raw and hello apps"
+    )
     p.add_argument("--duration", type=float, default=10, help="seconds per throughput measurement")
-    p.add_argument("--warmup", type=float, default=2, help="seconds of warm-up before each measurement")
-    p.add_argument("--rounds", type=int, default=3,
-                   help="KV throughput: measure every target this many times, interleaved, each "
-                        "for --duration/rounds seconds (at least 3), and report its median round")
-    p.add_argument("--latency-duration", type=float, default=5, help="seconds per latency measurement")
-    p.add_argument("--connections", type=int, default=64, help="HTTP connections / nats-py requests in flight")
-    p.add_argument("--wrk-threads", type=int, default=1, help="wrk threads (the same for every target)")
+    p.add_argument(
+        "--warmup", type=float, default=2, help="seconds of warm-up before each measurement"
+    )
+    p.add_argument(
+        "--rounds",
+        type=int,
+        default=3,
+        help="KV throughput: measure every target this many times, interleaved, each "
+        "for --duration/rounds seconds (at least 3), and report its median round",
+    )
+    p.add_argument(
+        "--latency-duration", type=float, default=5, help="seconds per latency measurement"
+    )
+    p.add_argument(
+        "--connections", type=int, default=64, help="HTTP connections / nats-py requests in flight"
+    )
+    p.add_argument(
+        "--wrk-threads", type=int, default=1, help="wrk threads (the same for every target)"
+    )
     p.add_argument("--keys", type=int, default=1000)
     p.add_argument("--value-size", type=int, default=100)
-    p.add_argument("--batch-messages", type=int, default=100_000, help="messages in the Direct Get stream")
+    p.add_argument(
+        "--batch-messages", type=int, default=100_000, help="messages in the Direct Get stream"
+    )
     p.add_argument("--sse", default="100,1000,2000", help="SSE watcher counts, comma-separated")
-    p.add_argument("--sse-rate", type=float, default=2, help="updates per second during the SSE runs")
+    p.add_argument(
+        "--sse-rate", type=float, default=2, help="updates per second during the SSE runs"
+    )
     p.add_argument("--sse-duration", type=float, default=10, help="seconds of updates per SSE run")
-    p.add_argument("--sse-grace", type=float, default=15, help="seconds to wait for the last events")
-    p.add_argument("--nats-max-consumers", type=int, default=0,
-                   help="start nats-server with jetstream.limits.default_max_consumers set to this "
-                   "(nats-server 2.15 allows 1,000 consumers per stream by default)")
+    p.add_argument(
+        "--sse-grace", type=float, default=15, help="seconds to wait for the last events"
+    )
+    p.add_argument(
+        "--nats-max-consumers",
+        type=int,
+        default=0,
+        help="start nats-server with jetstream.limits.default_max_consumers set to this "
+        "(nats-server 2.15 allows 1,000 consumers per stream by default)",
+    )
     p.add_argument("--skip", default="", help=f"comma-separated: {','.join(SECTIONS)},etcd")
     p.add_argument("--out", help="also write the tables to this file")
-    p.add_argument("--json", help="also write the raw results (every figure, as measured) to this file")
-    p.add_argument("--keep", action="store_true", help="keep the temporary directory (logs, stores)")
+    p.add_argument(
+        "--json", help="also write the raw results (every figure, as measured) to this file"
+    )
+    p.add_argument(
+        "--keep", action="store_true", help="keep the temporary directory (logs, stores)"
+    )
     p.add_argument("-v", "--verbose", action="store_true")
     args = p.parse_args(argv)
     args.skip = {s.strip() for s in args.skip.split(",") if s.strip()}
@@ -1064,8 +1603,11 @@ def main(argv: list[str] | None = None) -> int:
         Path(args.out).write_text(text + "\n")
         log(f"tables written to {args.out}")
     if args.json:
-        raw = {"args": {k: (sorted(v) if isinstance(v, set) else v) for k, v in vars(args).items()},
-               "code": bench.code_version, "results": bench.results}
+        raw = {
+            "args": {k: (sorted(v) if isinstance(v, set) else v) for k, v in vars(args).items()},
+            "code": bench.code_version,
+            "results": bench.results,
+        }
         Path(args.json).write_bytes(orjson.dumps(raw, option=orjson.OPT_INDENT_2))
         log(f"raw results written to {args.json}")
     return 0

@@ -41,10 +41,27 @@ from bench.stats import percentile
 
 # One client's cycle: each operation as often as it appears here.
 MIX = (
-    "publish", "kv.put", "direct.seq", "publish", "kv.get", "stream.info", "publish",
-    "direct.last", "kv.put", "publish", "direct.seq", "kv.get", "publish.batch", "publish",
-    "kv.get", "direct.seq", "stream.info", "kv.put", "publish", "direct.last",
-)  # fmt: skip
+    "publish",
+    "kv.put",
+    "direct.seq",
+    "publish",
+    "kv.get",
+    "stream.info",
+    "publish",
+    "direct.last",
+    "kv.put",
+    "publish",
+    "direct.seq",
+    "kv.get",
+    "publish.batch",
+    "publish",
+    "kv.get",
+    "direct.seq",
+    "stream.info",
+    "kv.put",
+    "publish",
+    "direct.last",
+)
 PAYLOAD = os.urandom(192)
 KEYS = 256
 SUBJECTS = 16
@@ -63,9 +80,11 @@ class Stats:
     @property
     def failures(self) -> int:
         return sum(
-            n for counts in self.outcomes.values() for outcome, n in counts.items()
+            n
+            for counts in self.outcomes.values()
+            for outcome, n in counts.items()
             if outcome.startswith(("5", "ERR"))
-        )  # fmt: skip
+        )
 
 
 @dataclass
@@ -76,11 +95,10 @@ class Target:
 
 
 def rss_kib(pid: int) -> int | None:
-    with contextlib.suppress(OSError, ValueError):
-        with open(f"/proc/{pid}/status") as f:
-            for line in f:
-                if line.startswith("VmRSS:"):
-                    return int(line.split()[1])
+    with contextlib.suppress(OSError, ValueError), open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
     return None
 
 
@@ -123,9 +141,10 @@ def operations(
     async def publish() -> httpx.Response:
         subject = f"{stream.lower()}.c{client}.s{rng.randrange(SUBJECTS)}"
         response = await http.post(
-            f"/v1/publish/{subject}", content=PAYLOAD,
+            f"/v1/publish/{subject}",
+            content=PAYLOAD,
             headers={"Nats-Msg-Id": f"{client}-{next(counter)}-{uuid.uuid4().hex[:8]}"},
-        )  # fmt: skip
+        )
         if response.status_code == 200:
             target.last_seq = max(target.last_seq, response.json()["seq"])
         return response
@@ -155,9 +174,12 @@ def operations(
         return await http.get(f"/v1/kv/{bucket}/keys/k{rng.randrange(KEYS)}")
 
     ops = {
-        "publish": publish, "publish.batch": publish_batch, "stream.info": stream_info,
-        "direct.seq": direct_seq, "direct.last": direct_last,
-    }  # fmt: skip
+        "publish": publish,
+        "publish.batch": publish_batch,
+        "stream.info": stream_info,
+        "direct.seq": direct_seq,
+        "direct.last": direct_last,
+    }
     if bucket is not None:
         ops.update({"kv.put": kv_put, "kv.get": kv_get})
     return ops
@@ -191,9 +213,13 @@ async def prepare(base_url: str, clients: int) -> Target:
     async with httpx.AsyncClient(base_url=base_url, timeout=30) as http:
         created = await http.put(
             f"/v1/streams/{stream}",
-            json={"subjects": [f"{stream.lower()}.>"], "allow_direct": True,
-                  "max_msgs": 500_000, "duplicate_window": "2m"},
-        )  # fmt: skip
+            json={
+                "subjects": [f"{stream.lower()}.>"],
+                "allow_direct": True,
+                "max_msgs": 500_000,
+                "duplicate_window": "2m",
+            },
+        )
         created.raise_for_status()
         for client in range(clients):
             for n in range(SUBJECTS):

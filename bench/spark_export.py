@@ -55,8 +55,12 @@ async def fill(url: str, stream: str, count: int, size: int) -> None:
     await js.add_stream(StreamConfig(name=stream, subjects=[f"{stream}.>"], allow_direct=True))
     payloads = [os.urandom(size) for _ in range(64)]
     for start in range(0, count, 2000):
-        await asyncio.gather(*(js.publish(f"{stream}.{i % 16}", payloads[i % 64])
-                               for i in range(start, min(count, start + 2000))))  # fmt: skip
+        await asyncio.gather(
+            *(
+                js.publish(f"{stream}.{i % 16}", payloads[i % 64])
+                for i in range(start, min(count, start + 2000))
+            )
+        )
     await nc.close()
 
 
@@ -65,8 +69,12 @@ async def nats_py_dump(url: str, stream: str, count: int, output: Path) -> float
     nc = await nats.connect(url)
     js = nc.jetstream()
     started = time.perf_counter()
-    sub = await js.subscribe(f"{stream}.>", ordered_consumer=True,
-                             pending_msgs_limit=100_000, pending_bytes_limit=256 * 1024 * 1024)  # fmt: skip
+    sub = await js.subscribe(
+        f"{stream}.>",
+        ordered_consumer=True,
+        pending_msgs_limit=100_000,
+        pending_bytes_limit=256 * 1024 * 1024,
+    )
     writer = pq.ParquetWriter(str(output / "part-0.parquet"), SCHEMA)
     subjects: list[str] = []
     seqs: list[int] = []
@@ -75,11 +83,19 @@ async def nats_py_dump(url: str, stream: str, count: int, output: Path) -> float
 
     def flush() -> None:
         n = len(seqs)
-        writer.write_batch(pa.RecordBatch.from_arrays([
-            pa.repeat(pa.scalar(stream), n), pa.array(subjects), pa.array(seqs, pa.int64()),
-            pa.array(times, pa.int64()).cast(pa.timestamp("us", tz="UTC")),
-            pa.nulls(n, SCHEMA.field("headers").type), pa.array(data, pa.binary()),
-        ], schema=SCHEMA))  # fmt: skip
+        writer.write_batch(
+            pa.RecordBatch.from_arrays(
+                [
+                    pa.repeat(pa.scalar(stream), n),
+                    pa.array(subjects),
+                    pa.array(seqs, pa.int64()),
+                    pa.array(times, pa.int64()).cast(pa.timestamp("us", tz="UTC")),
+                    pa.nulls(n, SCHEMA.field("headers").type),
+                    pa.array(data, pa.binary()),
+                ],
+                schema=SCHEMA,
+            )
+        )
         subjects.clear(), seqs.clear(), times.clear(), data.clear()
 
     received = 0
@@ -109,12 +125,16 @@ def spark_session():  # type: ignore[no-untyped-def]
     from pyspark.sql import SparkSession
 
     spark = (
-        SparkSession.builder.master("local[2]").appName("jsgw-bench-export")
-        .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
-        .config("spark.driver.host", "127.0.0.1").config("spark.driver.bindAddress", "127.0.0.1")
-        .config("spark.sql.shuffle.partitions", "2").config("spark.driver.memory", "2g")
+        SparkSession.builder.master("local[2]")
+        .appName("jsgw-bench-export")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.driver.host", "127.0.0.1")
+        .config("spark.driver.bindAddress", "127.0.0.1")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.driver.memory", "2g")
         .getOrCreate()
-    )  # fmt: skip
+    )
     spark.sparkContext.setLogLevel("ERROR")
     return spark
 
@@ -139,10 +159,18 @@ def main() -> int:
         server.start()
         port = free_port()
         url = f"http://127.0.0.1:{port}"
-        gateway = procs.start("gateway", [PYTHON, "-m", "app", "serve"], env={
-            "JSGW_NATS_URL": server.url, "JSGW_HOST": "127.0.0.1", "JSGW_PORT": str(port),
-            "JSGW_ACCESS_LOG": "false", "JSGW_LOG_LEVEL": "warning",
-        }, log=work / "gateway.log")  # fmt: skip
+        gateway = procs.start(
+            "gateway",
+            [PYTHON, "-m", "app", "serve"],
+            env={
+                "JSGW_NATS_URL": server.url,
+                "JSGW_HOST": "127.0.0.1",
+                "JSGW_PORT": str(port),
+                "JSGW_ACCESS_LOG": "false",
+                "JSGW_LOG_LEVEL": "warning",
+            },
+            log=work / "gateway.log",
+        )
         wait_http(f"{url}/readyz", gateway)
 
         stream = "BENCH"
@@ -154,29 +182,46 @@ def main() -> int:
         results: list[tuple[str, float]] = []
         out = work / "nats-py"
         out.mkdir()
-        results.append(("nats-py ordered consumer → Parquet (1 process)",
-                        asyncio.run(nats_py_dump(server.url, stream, args.messages, out))))  # fmt: skip
+        results.append(
+            (
+                "nats-py ordered consumer → Parquet (1 process)",
+                asyncio.run(nats_py_dump(server.url, stream, args.messages, out)),
+            )
+        )
         assert rows_in(out) == args.messages
 
         spark = spark_session()
-        jobs.export_stream(spark, url=url, stream="WARMUP", output=str(work / "warmup"), partitions=2)
+        jobs.export_stream(
+            spark, url=url, stream="WARMUP", output=str(work / "warmup"), partitions=2
+        )
         for wire in ("arrow", "ndjson"):
             target = work / f"spark-{wire}"
-            summary = jobs.export_stream(spark, url=url, stream=stream, output=str(target),
-                                         partitions=args.partitions, wire_format=wire)  # fmt: skip
+            summary = jobs.export_stream(
+                spark,
+                url=url,
+                stream=stream,
+                output=str(target),
+                partitions=args.partitions,
+                wire_format=wire,
+            )
             assert summary.rows == rows_in(target) == args.messages, (summary, rows_in(target))
-            label = f"Spark export-stream, {args.partitions} partitions, {'Arrow IPC' if wire == 'arrow' else 'NDJSON'}"
+            wire_name = "Arrow IPC" if wire == "arrow" else "NDJSON"
+            label = f"Spark export-stream, {args.partitions} partitions, {wire_name}"
             results.append((label, summary.seconds))
         spark.stop()
 
         base = results[0][1]
-        print(f"\n### Stream export: {args.messages:,} messages × {args.size} B "
-              f"({megabytes:.0f} MB of payload), 2 cores shared by all\n")  # fmt: skip
+        print(
+            f"\n### Stream export: {args.messages:,} messages × {args.size} B "
+            f"({megabytes:.0f} MB of payload), 2 cores shared by all\n"
+        )
         print("| reader | seconds | messages/s | MB/s | vs nats-py |")
         print("|---|---:|---:|---:|---:|")
         for label, seconds in results:
-            print(f"| {label} | {seconds:.2f} | {args.messages / seconds:,.0f} | "
-                  f"{megabytes / seconds:.1f} | {base / seconds:.0%} |")
+            print(
+                f"| {label} | {seconds:.2f} | {args.messages / seconds:,.0f} | "
+                f"{megabytes / seconds:.1f} | {base / seconds:.0%} |"
+            )
         print(f"\nload average at the end: {os.getloadavg()[0]:.2f} (1 min)")
         return 0
     finally:

@@ -45,7 +45,9 @@ class Client:
     def sink(self, chunk: bytes) -> None:
         if self.status != 200:
             # An error answer (problem+json): keep its start for the report.
-            self.error = ((self.error or f"HTTP {self.status}: ") + chunk.decode(errors="replace"))[:300]
+            self.error = ((self.error or f"HTTP {self.status}: ") + chunk.decode(errors="replace"))[
+                :300
+            ]
             return
         now = time.monotonic()
         buf = self.buf + chunk.replace(b"\r\n", b"\n")

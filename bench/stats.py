@@ -48,8 +48,9 @@ def install_uvloop() -> None:
         pass
 
 
-async def closed_loop(op: Callable[[int], Awaitable[Any]], concurrency: int, duration: float,
-                      warmup: float) -> dict[str, Any]:
+async def closed_loop(
+    op: Callable[[int], Awaitable[Any]], concurrency: int, duration: float, warmup: float
+) -> dict[str, Any]:
     """``concurrency`` tasks each awaiting ``op(i)`` back to back; ops/s over ``duration``
     after ``warmup``. ``i`` walks over the integers, each task its own residue class."""
     state = {"measuring": False, "stop": False, "ok": 0, "errors": 0, "first_error": None}
@@ -88,8 +89,9 @@ async def closed_loop(op: Callable[[int], Awaitable[Any]], concurrency: int, dur
     }
 
 
-async def sequential_latency(op: Callable[[int], Awaitable[Any]], duration: float,
-                             warmup: float) -> dict[str, Any]:
+async def sequential_latency(
+    op: Callable[[int], Awaitable[Any]], duration: float, warmup: float
+) -> dict[str, Any]:
     """One request at a time; per-request latency over ``duration`` after ``warmup``."""
     clock = time.perf_counter_ns
     i = 0

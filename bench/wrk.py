@@ -36,9 +36,12 @@ end
 done = function(summary, latency, requests)
   local e = summary.errors
   io.write(string.format(
-    '\nWRKJSON {"requests":%%d,"duration_us":%%d,"bytes":%%d,"connect":%%d,"read":%%d,"write":%%d,"status":%%d,"timeout":%%d,"p50_us":%%d,"p90_us":%%d,"p99_us":%%d,"mean_us":%%f}\n',
+    '\nWRKJSON {"requests":%%d,"duration_us":%%d,"bytes":%%d,"connect":%%d,"read":%%d,' ..
+    '"write":%%d,"status":%%d,"timeout":%%d,' ..
+    '"p50_us":%%d,"p90_us":%%d,"p99_us":%%d,"mean_us":%%f}\n',
     summary.requests, summary.duration, summary.bytes, e.connect, e.read, e.write, e.status,
-    e.timeout, latency:percentile(50), latency:percentile(90), latency:percentile(99), latency.mean))
+    e.timeout, latency:percentile(50), latency:percentile(90), latency:percentile(99),
+    latency.mean))
 end
 """
 
@@ -56,20 +59,38 @@ def script(requests: list[tuple[str, str, dict[str, str], str | None]], path: Pa
     specs = []
     for method, url_path, headers, body in requests:
         hdrs = "{" + ", ".join(f"[{_lua_str(k)}] = {_lua_str(v)}" for k, v in headers.items()) + "}"
-        specs.append(f"{{{_lua_str(method)}, {_lua_str(url_path)}, {hdrs}, "
-                     f"{_lua_str(body) if body is not None else 'nil'}}}")
+        specs.append(
+            f"{{{_lua_str(method)}, {_lua_str(url_path)}, {hdrs}, "
+            f"{_lua_str(body) if body is not None else 'nil'}}}"
+        )
     path.write_text(_LUA % {"specs": ",\n".join(specs)})
     return path
 
 
-def run(binary: str, url: str, lua: Path, *, threads: int, connections: int, duration: float,
-        timeout: float = 5.0) -> dict:
-    args = [binary, f"-t{threads}", f"-c{connections}", f"-d{max(1, round(duration))}s",
-            f"--timeout={int(timeout)}s", "-s", str(lua), url]
+def run(
+    binary: str,
+    url: str,
+    lua: Path,
+    *,
+    threads: int,
+    connections: int,
+    duration: float,
+    timeout: float = 5.0,
+) -> dict:
+    args = [
+        binary,
+        f"-t{threads}",
+        f"-c{connections}",
+        f"-d{max(1, round(duration))}s",
+        f"--timeout={int(timeout)}s",
+        "-s",
+        str(lua),
+        url,
+    ]
     out = subprocess.run(args, check=False, capture_output=True, text=True, timeout=duration + 60)
     for line in reversed(out.stdout.splitlines()):
         if line.startswith("WRKJSON "):
-            data = json.loads(line[len("WRKJSON "):])
+            data = json.loads(line[len("WRKJSON ") :])
             seconds = data["duration_us"] / 1e6
             errors = data["connect"] + data["read"] + data["write"] + data["timeout"]
             return {
@@ -85,4 +106,6 @@ def run(binary: str, url: str, lua: Path, *, threads: int, connections: int, dur
                 "threads": threads,
                 "connections": connections,
             }
-    raise RuntimeError(f"wrk gave no summary (exit {out.returncode}): {(out.stderr or out.stdout)[-300:]}")
+    raise RuntimeError(
+        f"wrk gave no summary (exit {out.returncode}): {(out.stderr or out.stdout)[-300:]}"
+    )

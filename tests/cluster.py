@@ -58,8 +58,12 @@ async def wait_for_meta_leader(nc: nats.NATS, replicas: int, timeout: float) -> 
     (a meta leader is elected and enough nodes are up)."""
     probe = f"PROBE_{int(time.monotonic() * 1000)}"
     config = json.dumps(
-        {"name": probe, "subjects": [f"probe.{probe}"], "num_replicas": replicas,
-         "storage": "memory"}
+        {
+            "name": probe,
+            "subjects": [f"probe.{probe}"],
+            "num_replicas": replicas,
+            "storage": "memory",
+        }
     ).encode()
     deadline = time.monotonic() + timeout
     last = "no answer"
@@ -77,7 +81,9 @@ async def wait_for_meta_leader(nc: nats.NATS, replicas: int, timeout: float) -> 
     raise AssertionError(f"the cluster had no JetStream meta leader after {timeout}s: {last}")
 
 
-async def wait_for_stream_current(nc: nats.NATS, stream: str, replicas: int, timeout: float) -> dict:
+async def wait_for_stream_current(
+    nc: nats.NATS, stream: str, replicas: int, timeout: float
+) -> dict:
     """Until ``stream`` has a leader and its other ``replicas - 1`` replicas are current and
     online; returns its info."""
     deadline = time.monotonic() + timeout
@@ -115,12 +121,16 @@ class Cluster:
                 base_dir / node / "store",
                 log_file=base_dir / node / "server.log",
                 extra_args=[
-                    "-n", node,
-                    "--cluster_name", name,
-                    "--cluster", f"nats://127.0.0.1:{port}",
-                    "--routes", routes,
+                    "-n",
+                    node,
+                    "--cluster_name",
+                    name,
+                    "--cluster",
+                    f"nats://127.0.0.1:{port}",
+                    "--routes",
+                    routes,
                 ],
-            )  # fmt: skip
+            )
 
     @property
     def urls(self) -> list[str]:

@@ -61,7 +61,9 @@ def lean_paths() -> bool:
 
 
 @pytest.fixture
-async def gateway(nats_server: EmbeddedServer, lean_paths: bool) -> AsyncIterator[httpx.AsyncClient]:
+async def gateway(
+    nats_server: EmbeddedServer, lean_paths: bool
+) -> AsyncIterator[httpx.AsyncClient]:
     async with running_gateway(gateway_settings(nats_server.url, lean_paths=lean_paths)) as client:
         yield client
 

@@ -59,8 +59,13 @@ def served_gateway(settings: Settings, port: int = 0) -> Iterator[str]:
     ``port``: serve on this one instead (to restart a gateway where its clients expect it).
     """
     config = uvicorn.Config(
-        create_app(settings), host="127.0.0.1", port=port, log_level="warning", lifespan="on",
-        timeout_graceful_shutdown=5, **uvicorn_options(),  # as `jsgw serve`
+        create_app(settings),
+        host="127.0.0.1",
+        port=port,
+        log_level="warning",
+        lifespan="on",
+        timeout_graceful_shutdown=5,
+        **uvicorn_options(),  # as `jsgw serve`
     )
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, name="uvicorn-test", daemon=True)

@@ -218,9 +218,12 @@ async def setup_data(url: str, nc: nats.NATS, bucket: str, stream: str, subject:
             assert sent.status_code == 200, sent.text
         consumer = await http.put(
             f"/v1/streams/{stream}/consumers/workers",
-            json={"priority_groups": ["jobs"], "priority_policy": "pinned_client",
-                  "priority_timeout": "1m"},
-        )  # fmt: skip
+            json={
+                "priority_groups": ["jobs"],
+                "priority_policy": "pinned_client",
+                "priority_timeout": "1m",
+            },
+        )
         assert consumer.status_code == 201, consumer.text
         fetched = await http.post(
             f"/v1/streams/{stream}/consumers/workers/fetch",

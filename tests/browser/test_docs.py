@@ -7,9 +7,7 @@ from pathlib import Path
 from playwright.async_api import Page, Route, expect
 
 
-async def test_docs_load_nothing_from_outside(
-    base_url: str, page: Page, screenshots: Path
-) -> None:
+async def test_docs_load_nothing_from_outside(base_url: str, page: Page, screenshots: Path) -> None:
     outside: list[str] = []
     loaded: list[str] = []
 

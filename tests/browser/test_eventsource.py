@@ -52,8 +52,11 @@ async def test_event_source_gets_values_ready_puts_and_deletes(
     ]
     entries = [json.loads(e["data"]) for e in seen if e["kind"] in ("put", "delete")]
     assert [(x["key"], x["operation"], x["revision"]) for x in entries] == [
-        ("a", "PUT", first), ("b", "PUT", second), ("a", "PUT", third), ("b", "DEL", deleted),
-    ]  # fmt: skip
+        ("a", "PUT", first),
+        ("b", "PUT", second),
+        ("a", "PUT", third),
+        ("b", "DEL", deleted),
+    ]
     assert base64.b64decode(entries[2]["value"]) == b"three"
     assert json.loads(next(e for e in seen if e["kind"] == "ready")["data"]) == {"revision": second}
 

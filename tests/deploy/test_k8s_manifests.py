@@ -78,24 +78,35 @@ def test_sidecar() -> None:
     (creds,) = [v for v in spec["volumes"] if v["name"] == "jsgw-nats-creds"]
     assert "items" not in creds["secret"]
     mount = next(m for m in gateway["volumeMounts"] if m["name"] == "jsgw-nats-creds")
-    assert env["JSGW_NATS_CREDS"] == f"{mount['mountPath']}/nats.creds" and mount["readOnly"] is True
+    assert (
+        env["JSGW_NATS_CREDS"] == f"{mount['mountPath']}/nats.creds" and mount["readOnly"] is True
+    )
     assert "--from-file=nats.creds=" in (K8S / "sidecar.yaml").read_text()
     # The app reaches the gateway over loopback, on its port.
     app = container(spec, "app")
     (port,) = [p["containerPort"] for p in gateway["ports"]]
-    assert env_values(app)["JSGW_URL"] == f"http://127.0.0.1:{port}" and env["JSGW_PORT"] == str(port)
+    assert env_values(app)["JSGW_URL"] == f"http://127.0.0.1:{port}" and env["JSGW_PORT"] == str(
+        port
+    )
     assert referenced_secrets(spec) == secrets_created_in_comments("sidecar.yaml")
 
 
 def test_sidecar_probes_run_inside_the_pod() -> None:
     """Loopback-only: the probes are commands in the container, and they work."""
     gateway = container(pod_spec(one(docs_of("sidecar.yaml"), "Deployment")), "jsgw", init=True)
-    probes = {k: gateway[f"{k}Probe"]["exec"]["command"] for k in ("startup", "readiness", "liveness")}
+    probes = {
+        k: gateway[f"{k}Probe"]["exec"]["command"] for k in ("startup", "readiness", "liveness")
+    }
     assert {k: "/readyz" in " ".join(c) for k, c in probes.items()} == {
-        "startup": False, "readiness": True, "liveness": False}
+        "startup": False,
+        "readiness": True,
+        "liveness": False,
+    }
     with stub_server() as server:
-        rewritten = {k: [a.replace("127.0.0.1:8080", f"127.0.0.1:{server.port}") for a in c]
-                     for k, c in probes.items()}
+        rewritten = {
+            k: [a.replace("127.0.0.1:8080", f"127.0.0.1:{server.port}") for a in c]
+            for k, c in probes.items()
+        }
         assert all(run_probe(c) == 0 for c in rewritten.values())
         server.statuses["/readyz"] = 503
         assert run_probe(rewritten["readiness"]) != 0 and run_probe(rewritten["liveness"]) == 0
@@ -116,11 +127,20 @@ def test_standalone() -> None:
     whole_secret_files = [f"{mounts['nats-creds']}/nats.creds", f"{mounts['auth']}/tokens.yaml"]
     assert_file_settings_mounted(gateway, spec["volumes"], whole_secret_files)
     assert "--from-file=tokens.yaml=" in (K8S / "standalone.yaml").read_text()
-    assert {k: probe_target(gateway[f"{k}Probe"]) for k in ("startup", "readiness", "liveness")} == {
-        "startup": ("http", "/healthz"), "readiness": ("http", "/readyz"), "liveness": ("http", "/healthz")}
-    assert selector_matches(service["spec"]["selector"], deployment["spec"]["template"]["metadata"]["labels"])
-    assert selector_matches(deployment["spec"]["selector"]["matchLabels"],
-                            deployment["spec"]["template"]["metadata"]["labels"])
+    assert {
+        k: probe_target(gateway[f"{k}Probe"]) for k in ("startup", "readiness", "liveness")
+    } == {
+        "startup": ("http", "/healthz"),
+        "readiness": ("http", "/readyz"),
+        "liveness": ("http", "/healthz"),
+    }
+    assert selector_matches(
+        service["spec"]["selector"], deployment["spec"]["template"]["metadata"]["labels"]
+    )
+    assert selector_matches(
+        deployment["spec"]["selector"]["matchLabels"],
+        deployment["spec"]["template"]["metadata"]["labels"],
+    )
     (port,) = service["spec"]["ports"]
     assert port["targetPort"] in {p["name"] for p in gateway["ports"]}
     assert referenced_secrets(spec) == secrets_created_in_comments("standalone.yaml")

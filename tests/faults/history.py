@@ -40,9 +40,14 @@ class History:
             body = response.json()
             code, detail = body.get("code"), body.get("detail")
         call = Call(
-            op, response.status_code, code, started, time.monotonic(),
-            response.headers.get("retry-after"), detail,
-        )  # fmt: skip
+            op,
+            response.status_code,
+            code,
+            started,
+            time.monotonic(),
+            response.headers.get("retry-after"),
+            detail,
+        )
         self.calls.append(call)
         return call
 

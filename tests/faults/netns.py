@@ -1,4 +1,4 @@
-"""Network partitions for the fault tests: a 3-node cluster and a real gateway in network namespaces.
+"""Network partitions for fault tests: a 3-node cluster and a real gateway in network namespaces.
 
 Topology (every address in 198.18.0.0/15, the RFC 2544 benchmarking range)::
 
@@ -233,7 +233,10 @@ class Partition:
     def _veth(self, link: Link, prefix_len: int) -> None:
         a = ["name", link.a_if] + (["netns", link.a_ns] if link.a_ns else [])
         _run("ip", "link", "add", *a, "type", "veth", "peer", "name", link.b_if, "netns", link.b_ns)
-        for ns, ifname, addr in ((link.a_ns, link.a_if, link.a_addr), (link.b_ns, link.b_if, link.b_addr)):
+        for ns, ifname, addr in (
+            (link.a_ns, link.a_if, link.a_addr),
+            (link.b_ns, link.b_if, link.b_addr),
+        ):
             prefix = ["ip", "-n", ns] if ns else ["ip"]
             if addr:
                 _run(*prefix, "addr", "add", f"{addr}/{prefix_len}", "dev", ifname)
@@ -256,30 +259,59 @@ class Partition:
             self._netns(sw, "link", "set", f"p{i}", "master", "br0")
             self._links[frozenset((node, "sw"))] = cluster
             # client link gw <-> node: the node's end goes down on a cut
-            client = Link(self.ns["gw"], f"to{node}", self._gw_side[node], ns, "gw",
-                          self._node_gw_side[node], ns, "gw")  # fmt: skip
+            client = Link(
+                self.ns["gw"],
+                f"to{node}",
+                self._gw_side[node],
+                ns,
+                "gw",
+                self._node_gw_side[node],
+                ns,
+                "gw",
+            )
             self._veth(client, 30)
             self._links[frozenset((node, "gw"))] = client
             # root <-> node: the node's end goes down on a cut
-            root = Link(None, f"{root_tag}n{i}", self._root_side[node], ns, "root",
-                        self._node_root_side[node], ns, "root")  # fmt: skip
+            root = Link(
+                None,
+                f"{root_tag}n{i}",
+                self._root_side[node],
+                ns,
+                "root",
+                self._node_root_side[node],
+                ns,
+                "root",
+            )
             self._veth(root, 30)
             self._links[frozenset((node, "root"))] = root
-        gw = Link(None, f"{root_tag}gw", self._root_gw[0], self.ns["gw"], "root",
-                  self._root_gw[1], self.ns["gw"], "root")  # fmt: skip
+        gw = Link(
+            None,
+            f"{root_tag}gw",
+            self._root_gw[0],
+            self.ns["gw"],
+            "root",
+            self._root_gw[1],
+            self.ns["gw"],
+            "root",
+        )
         self._veth(gw, 30)
         self._links[frozenset(("gw", "root"))] = gw
 
     # -- processes --------------------------------------------------------------------------
 
-    def _spawn(self, key: str, ns: str, argv: list[str], log: Path, env: dict[str, str] | None = None) -> None:
+    def _spawn(
+        self, key: str, ns: str, argv: list[str], log: Path, env: dict[str, str] | None = None
+    ) -> None:
         log.parent.mkdir(parents=True, exist_ok=True)
         with open(log, "ab") as out:
             self._procs[key] = subprocess.Popen(
                 ["ip", "netns", "exec", ns, *argv],
-                stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                env=env, preexec_fn=_die_with_parent,
-            )  # fmt: skip
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env=env,
+                preexec_fn=_die_with_parent,
+            )
 
     def start_node(self, node: str) -> None:
         others = [n for n in NODES if n != node]
@@ -287,16 +319,27 @@ class Partition:
         store.mkdir(parents=True, exist_ok=True)
         argv = [
             find_binary(),
-            "-n", node,
-            "-a", "0.0.0.0", "-p", str(CLIENT_PORT),
-            "-m", str(MONITOR_PORT),
-            "-js", "-sd", str(store),
-            "--cluster_name", CLUSTER_NAME,
-            "--cluster", f"nats://0.0.0.0:{CLUSTER_PORT}",
-            "--cluster_advertise", f"{self.cluster_addr[node]}:{CLUSTER_PORT}",
-            "--routes", ",".join(f"nats://{self.cluster_addr[o]}:{CLUSTER_PORT}" for o in others),
+            "-n",
+            node,
+            "-a",
+            "0.0.0.0",
+            "-p",
+            str(CLIENT_PORT),
+            "-m",
+            str(MONITOR_PORT),
+            "-js",
+            "-sd",
+            str(store),
+            "--cluster_name",
+            CLUSTER_NAME,
+            "--cluster",
+            f"nats://0.0.0.0:{CLUSTER_PORT}",
+            "--cluster_advertise",
+            f"{self.cluster_addr[node]}:{CLUSTER_PORT}",
+            "--routes",
+            ",".join(f"nats://{self.cluster_addr[o]}:{CLUSTER_PORT}" for o in others),
             "--no_advertise",
-        ]  # fmt: skip
+        ]
         self._spawn(node, self.ns[node], argv, self.node_log(node))
 
     def _wait_healthy(self, node: str, timeout: float = 20.0) -> None:
@@ -305,13 +348,17 @@ class Partition:
         while time.monotonic() < deadline:
             proc = self._procs.get(node)
             if proc is not None and proc.poll() is not None:
-                raise RuntimeError(f"{node} exited with {proc.returncode}:\n{self.tail(self.node_log(node))}")
+                raise RuntimeError(
+                    f"{node} exited with {proc.returncode}:\n{self.tail(self.node_log(node))}"
+                )
             try:
                 with urllib.request.urlopen(url, timeout=1):
                     return
             except OSError:
                 time.sleep(0.1)
-        raise RuntimeError(f"{node} not healthy after {timeout}s:\n{self.tail(self.node_log(node))}")
+        raise RuntimeError(
+            f"{node} not healthy after {timeout}s:\n{self.tail(self.node_log(node))}"
+        )
 
     def kill_node(self, node: str) -> None:
         self._stop(node, signal.SIGKILL)
@@ -346,8 +393,13 @@ class Partition:
         source = os.environ.get("JSGW_PARTITION_SRC")
         if source:
             env["PYTHONPATH"] = source
-            argv = [str(VENV_BIN / "python"), "-c", "import sys; sys.path.insert(0, sys.argv.pop(1)); "
-                    "from app.cli import main; sys.exit(main(['serve']))", source]  # fmt: skip
+            argv = [
+                str(VENV_BIN / "python"),
+                "-c",
+                "import sys; sys.path.insert(0, sys.argv.pop(1)); "
+                "from app.cli import main; sys.exit(main(['serve']))",
+                source,
+            ]
         self._spawn("gw", self.ns["gw"], argv, self.gateway_log, env=env)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
@@ -360,7 +412,9 @@ class Partition:
             except OSError:
                 pass
             time.sleep(0.1)
-        raise RuntimeError(f"the gateway was not ready after {timeout}s:\n{self.tail(self.gateway_log)}")
+        raise RuntimeError(
+            f"the gateway was not ready after {timeout}s:\n{self.tail(self.gateway_log)}"
+        )
 
     def kill_gateway(self) -> None:
         self._stop("gw", signal.SIGKILL)
@@ -426,8 +480,19 @@ class Partition:
         """Cut or heal two nodes on the bridge: each drops what it receives from the other."""
         for me, peer in ((a, b), (b, a)):
             verb = "add" if add else "del"
-            self._netns(self.ns[me], "rule", verb, "from", self.cluster_addr[peer], "iif", "cl",
-                        "blackhole", "pref", "100", check=add)  # fmt: skip
+            self._netns(
+                self.ns[me],
+                "rule",
+                verb,
+                "from",
+                self.cluster_addr[peer],
+                "iif",
+                "cl",
+                "blackhole",
+                "pref",
+                "100",
+                check=add,
+            )
 
     def cut(self, a: str, b: str) -> None:
         """Cut the link between two endpoints: packets vanish both ways (no RST, no ICMP)."""
@@ -472,8 +537,9 @@ class Partition:
     def cut_links(self) -> list[tuple[str, str]]:
         return sorted(tuple(sorted(k)) for k in self._down)  # type: ignore[misc]
 
-    async def flap(self, link: tuple[str, str], period: float, duration: float,
-                   down_fraction: float = 0.5) -> int:  # fmt: skip
+    async def flap(
+        self, link: tuple[str, str], period: float, duration: float, down_fraction: float = 0.5
+    ) -> int:
         """Cut and heal ``link`` every ``period`` s (down ``down_fraction`` of it) for
         ``duration`` s; it ends healed. Returns how many times it was cut."""
         a, b = link
@@ -485,7 +551,9 @@ class Partition:
                 cuts += 1
                 await asyncio.sleep(min(period * down_fraction, max(0.0, end - time.monotonic())))
                 await asyncio.to_thread(self.heal, a, b)
-                await asyncio.sleep(min(period * (1 - down_fraction), max(0.0, end - time.monotonic())))
+                await asyncio.sleep(
+                    min(period * (1 - down_fraction), max(0.0, end - time.monotonic()))
+                )
         finally:
             self.heal(a, b)
         return cuts
@@ -494,8 +562,9 @@ class Partition:
 
     async def _connect(self, node: str | None = None) -> nats.NATS:
         urls = [self.client_url_from_root(node)] if node else self.client_urls_from_root
-        return await nats.connect(urls, connect_timeout=2, max_reconnect_attempts=-1,
-                                  reconnect_time_wait=0.2)  # fmt: skip
+        return await nats.connect(
+            urls, connect_timeout=2, max_reconnect_attempts=-1, reconnect_time_wait=0.2
+        )
 
     async def wait_for_jetstream(self, timeout: float = 30.0) -> None:
         """Until there is a meta leader that can place an R3 stream."""
@@ -521,8 +590,14 @@ class Partition:
         finally:
             await nc.close()
 
-    async def stream_leader(self, stream: str, *, other_than: str | None = None,
-                            via: str | None = None, timeout: float = 15.0) -> str:  # fmt: skip
+    async def stream_leader(
+        self,
+        stream: str,
+        *,
+        other_than: str | None = None,
+        via: str | None = None,
+        timeout: float = 15.0,
+    ) -> str:
         """The stream's leader as STREAM.INFO reports it (asked from root over nats-py)."""
         deadline = time.monotonic() + timeout
         last: object = None
@@ -538,13 +613,20 @@ class Partition:
             await asyncio.sleep(0.2)
         raise AssertionError(f"no leader for {stream} (other than {other_than}): {last}")
 
-    async def move_leader(self, stream: str, to: str, consumer: str | None = None,
-                          timeout: float = 20.0) -> None:  # fmt: skip
+    async def move_leader(
+        self, stream: str, to: str, consumer: str | None = None, timeout: float = 20.0
+    ) -> None:
         """Step the stream's (or its consumer's) leader down in favour of ``to``."""
-        subject = (f"$JS.API.CONSUMER.LEADER.STEPDOWN.{stream}.{consumer}" if consumer
-                   else f"$JS.API.STREAM.LEADER.STEPDOWN.{stream}")  # fmt: skip
-        info_subject = (f"$JS.API.CONSUMER.INFO.{stream}.{consumer}" if consumer
-                        else f"$JS.API.STREAM.INFO.{stream}")  # fmt: skip
+        subject = (
+            f"$JS.API.CONSUMER.LEADER.STEPDOWN.{stream}.{consumer}"
+            if consumer
+            else f"$JS.API.STREAM.LEADER.STEPDOWN.{stream}"
+        )
+        info_subject = (
+            f"$JS.API.CONSUMER.INFO.{stream}.{consumer}"
+            if consumer
+            else f"$JS.API.STREAM.INFO.{stream}"
+        )
         body = json.dumps({"placement": {"preferred": to}}).encode()
         deadline = time.monotonic() + timeout
         nc = await self._connect()
@@ -582,7 +664,9 @@ class Partition:
         views: dict[str, str | None] = {}
         for node in NODES:
             try:
-                with urllib.request.urlopen(f"{self.monitor_url(node)}/jsz?streams=true", timeout=2) as r:
+                with urllib.request.urlopen(
+                    f"{self.monitor_url(node)}/jsz?streams=true", timeout=2
+                ) as r:
                     data = json.loads(r.read())
             except OSError:
                 views[node] = "?"
@@ -599,7 +683,9 @@ class Partition:
         out = {}
         for node in NODES:
             try:
-                with urllib.request.urlopen(f"{self.monitor_url(node)}/connz?limit=1024", timeout=2) as r:
+                with urllib.request.urlopen(
+                    f"{self.monitor_url(node)}/connz?limit=1024", timeout=2
+                ) as r:
                     conns = json.loads(r.read()).get("connections") or []
             except OSError:
                 out[node] = -1

@@ -65,9 +65,13 @@ async def read(
 
 
 async def cas_writer(
-    http: httpx.AsyncClient, url: str, name: str, stop: asyncio.Event,
-    history: History, seen: Observed,
-) -> None:  # fmt: skip
+    http: httpx.AsyncClient,
+    url: str,
+    name: str,
+    stop: asyncio.Event,
+    history: History,
+    seen: Observed,
+) -> None:
     attempt = 0
     while not stop.is_set():
         current = await read(http, url, history, "kv.get")
@@ -98,9 +102,13 @@ async def cas_writer(
 
 
 async def reader(
-    http: httpx.AsyncClient, url: str, name: str, stop: asyncio.Event,
-    history: History, seen: Observed,
-) -> None:  # fmt: skip
+    http: httpx.AsyncClient,
+    url: str,
+    name: str,
+    stop: asyncio.Event,
+    history: History,
+    seen: Observed,
+) -> None:
     last = 0
     while not stop.is_set():
         current = await read(http, url, history, "kv.read")
@@ -128,9 +136,10 @@ async def test_cas_updates_survive_a_leader_kill(healed: Cluster) -> None:
             assert created.status_code == 201, created.text
             await cluster.wait_stream_current(f"KV_{bucket}")
             first = await http.put(
-                url, content=json.dumps({"n": 1, "id": "init"}).encode(),
+                url,
+                content=json.dumps({"n": 1, "id": "init"}).encode(),
                 headers={"If-None-Match": "*"},
-            )  # fmt: skip
+            )
             assert first.status_code == 201, first.text
             assert first.json()["revision"] == 1
 

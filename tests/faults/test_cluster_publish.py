@@ -62,9 +62,13 @@ async def publish(
 
 
 async def writer(
-    http: httpx.AsyncClient, stream: str, name: str, stop: asyncio.Event,
-    history: History, out: Publishes,
-) -> None:  # fmt: skip
+    http: httpx.AsyncClient,
+    stream: str,
+    name: str,
+    stop: asyncio.Event,
+    history: History,
+    out: Publishes,
+) -> None:
     index = 0
     while not stop.is_set():
         status = await publish(http, f"{stream}.{name}", f"{name}-{index}", history, out)
@@ -97,9 +101,11 @@ async def test_acked_publishes_survive_a_leader_kill(healed: Cluster) -> None:
             async def burst() -> None:
                 # Publishes in flight at the moment of the kill: the likeliest to be unknown.
                 for i in range(BURST):
-                    writers.append(asyncio.create_task(
-                        publish(http, f"{stream}.burst", f"burst-{i}", history, pubs)
-                    ))  # fmt: skip
+                    writers.append(
+                        asyncio.create_task(
+                            publish(http, f"{stream}.burst", f"burst-{i}", history, pubs)
+                        )
+                    )
                 await asyncio.sleep(0.02)
 
             await asyncio.sleep(1.0)
@@ -116,9 +122,10 @@ async def test_acked_publishes_survive_a_leader_kill(healed: Cluster) -> None:
             for msg_id in sorted(pubs.unknown):
                 subject = f"{stream}.{msg_id.split('-')[0]}"
                 again = await http.post(
-                    f"/v1/publish/{subject}", content=msg_id.encode(),
+                    f"/v1/publish/{subject}",
+                    content=msg_id.encode(),
                     headers={"Nats-Msg-Id": msg_id},
-                )  # fmt: skip
+                )
                 assert again.status_code == 200, (msg_id, again.status_code, again.text)
                 retried[msg_id] = again.json()["seq"]
                 stored_before += again.json()["duplicate"]

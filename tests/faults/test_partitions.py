@@ -90,26 +90,40 @@ async def scenario(
 def verdict(harness: Partition, load: Workload, figures: Figures, *, steady: bool = False) -> None:
     """Assert every property at once; the message lists the broken ones with the figures."""
     broken = []
-    for name in ("acked_lost", "duplicate_msg_ids", "duplicate_first_acks", "cas_lost",
-                 "refused_but_stored", "watch_missed", "watch_repeated",
-                 "consume_missing"):  # fmt: skip
+    for name in (
+        "acked_lost",
+        "duplicate_msg_ids",
+        "duplicate_first_acks",
+        "cas_lost",
+        "refused_but_stored",
+        "watch_missed",
+        "watch_repeated",
+        "consume_missing",
+    ):
         if getattr(figures, name):
             broken.append(f"{name} = {getattr(figures, name)}")
     if figures.refused_but_stored_by_count and not figures.refused_but_stored:
         broken.append(f"refused_but_stored_by_count = {figures.refused_but_stored_by_count}")
     if figures.unexpected:
-        broken.append(f"{figures.unexpected} answers other than 2xx / valid 412 / 503 / 504 problem")
+        broken.append(
+            f"{figures.unexpected} answers other than 2xx / valid 412 / 503 / 504 problem"
+        )
     if figures.slow_answers:
-        broken.append(f"{figures.slow_answers} answers after the request timeout + margin "
-                      f"(max {figures.max_latency:.1f}s)")  # fmt: skip
+        broken.append(
+            f"{figures.slow_answers} answers after the request timeout + margin "
+            f"(max {figures.max_latency:.1f}s)"
+        )
     if figures.heal_to_all_success is None or figures.heal_to_all_success > RECOVERY:
-        broken.append(f"not recovered within {RECOVERY}s of the heal: {figures.heal_to_all_success}")
-    if steady:
-        if figures.fault_to_steady is None or figures.fault_to_steady > STEADY:
-            broken.append(f"requests kept failing during the cut although a node was reachable "
-                          f"(fault_to_steady = {figures.fault_to_steady}, bound {STEADY}s; "
-                          f"{figures.full_timeout_waits_late} waited the full timeout "
-                          f"more than 10 s into the cut)")  # fmt: skip
+        broken.append(
+            f"not recovered within {RECOVERY}s of the heal: {figures.heal_to_all_success}"
+        )
+    if steady and (figures.fault_to_steady is None or figures.fault_to_steady > STEADY):
+        broken.append(
+            f"requests kept failing during the cut although a node was reachable "
+            f"(fault_to_steady = {figures.fault_to_steady}, bound {STEADY}s; "
+            f"{figures.full_timeout_waits_late} waited the full timeout "
+            f"more than 10 s into the cut)"
+        )
     if broken:
         pytest.fail(
             f"{figures.scenario}: " + "; ".join(broken) + f"\n{figures.table()}\n"

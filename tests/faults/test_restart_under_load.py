@@ -28,9 +28,14 @@ RECOVERY = 5.0  # seconds after the restart within which every operation must su
 
 
 async def client(
-    http: httpx.AsyncClient, stream: str, index: int, stop: asyncio.Event,
-    history: History, acked: dict[str, int], refused: set[str],
-) -> None:  # fmt: skip
+    http: httpx.AsyncClient,
+    stream: str,
+    index: int,
+    stop: asyncio.Event,
+    history: History,
+    acked: dict[str, int],
+    refused: set[str],
+) -> None:
     step = 0
     while not stop.is_set():
         op = ("publish", "stream.info", "direct.get")[(index + step) % 3]
@@ -39,9 +44,10 @@ async def client(
         if op == "publish":
             msg_id = f"c{index}-{step}"
             response = await http.post(
-                f"/v1/publish/{stream}.c{index}", content=msg_id.encode(),
+                f"/v1/publish/{stream}.c{index}",
+                content=msg_id.encode(),
                 headers={"Nats-Msg-Id": msg_id},
-            )  # fmt: skip
+            )
             if response.status_code == 200:
                 acked[msg_id] = response.json()["seq"]
             elif response.status_code == 503:

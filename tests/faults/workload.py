@@ -218,18 +218,23 @@ class Workload:
 
     def client(self, **kwargs: Any) -> httpx.AsyncClient:
         return httpx.AsyncClient(
-            base_url=self.url, timeout=kwargs.pop("timeout", self.client_timeout),
-            limits=httpx.Limits(max_connections=200, max_keepalive_connections=50), **kwargs,
-        )  # fmt: skip
+            base_url=self.url,
+            timeout=kwargs.pop("timeout", self.client_timeout),
+            limits=httpx.Limits(max_connections=200, max_keepalive_connections=50),
+            **kwargs,
+        )
 
     def _flag(self, op: str, status: int, code: str | None, text: str) -> None:
         self.unexpected.append(f"{op} {status} {code} {text[:160]}")
         self.unexpected_kinds[f"{op} {status} {code}"] += 1
 
     def _record(self, op: str, started: float, response: httpx.Response) -> Call:
-        call = self.history.record(op, started, response) if response.is_success or \
-            response.headers.get("content-type", "").startswith("application/problem+json") \
-            else self._append(op, started, response.status_code, "not-problem+json")  # fmt: skip
+        call = (
+            self.history.record(op, started, response)
+            if response.is_success
+            or response.headers.get("content-type", "").startswith("application/problem+json")
+            else self._append(op, started, response.status_code, "not-problem+json")
+        )
         if response.status_code not in ALLOWED[op] | UNKNOWN or call.code == "not-problem+json":
             self._flag(op, response.status_code, call.code, call.detail or response.text)
         return call
@@ -239,7 +244,9 @@ class Workload:
         self.history.calls.append(call)
         return call
 
-    async def request(self, op: str, method: str, path: str, **kwargs: Any) -> httpx.Response | None:
+    async def request(
+        self, op: str, method: str, path: str, **kwargs: Any
+    ) -> httpx.Response | None:
         """One request, recorded; None when no HTTP answer came (recorded as status 0)."""
         assert self._http is not None
         started = time.monotonic()
@@ -247,8 +254,12 @@ class Workload:
             response = await self._http.request(method, path, **kwargs)
         except httpx.HTTPError as exc:
             self._append(op, started, 0, f"client.{type(exc).__name__}", str(exc)[:200])
-            self._flag(op, 0, f"client.{type(exc).__name__}",
-                       f"no answer after {time.monotonic() - started:.1f}s: {exc!r}")
+            self._flag(
+                op,
+                0,
+                f"client.{type(exc).__name__}",
+                f"no answer after {time.monotonic() - started:.1f}s: {exc!r}",
+            )
             return None
         self._record(op, started, response)
         return response
@@ -257,10 +268,15 @@ class Workload:
 
     async def setup(self) -> None:
         async with self.client(timeout=30) as http:
-            created = await http.put(f"/v1/streams/{self.stream}", json={
-                "subjects": [f"{self.stream}.>"], "num_replicas": 3,
-                "duplicate_window": "2m", "allow_direct": True,
-            })  # fmt: skip
+            created = await http.put(
+                f"/v1/streams/{self.stream}",
+                json={
+                    "subjects": [f"{self.stream}.>"],
+                    "num_replicas": 3,
+                    "duplicate_window": "2m",
+                    "allow_direct": True,
+                },
+            )
             assert created.status_code == 201, created.text
             for bucket in (self.counters, self.watched):
                 made = await http.put(f"/v1/kv/{bucket}", json={"history": 64, "replicas": 3})
@@ -283,8 +299,9 @@ class Workload:
         jobs += [lambda i=i: self._publisher(i) for i in range(self.publishers)]
         jobs += [
             lambda s=s, w=w: self._cas_writer(s, w)
-            for s in range(self.cas_slots) for w in range(self.cas_writers)
-        ]  # fmt: skip
+            for s in range(self.cas_slots)
+            for w in range(self.cas_writers)
+        ]
         jobs += [lambda r=r: self._kv_reader(r) for r in range(self.kv_readers)]
         jobs += [self._leader_reader, self._replica_reader, self._watch_writer, self._watcher]
         jobs += [self._consumer, self._acker]
@@ -309,10 +326,8 @@ class Workload:
             await self._http.aclose()
 
     async def _sleep(self, seconds: float) -> None:
-        try:
+        with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self.stop_event.wait(), seconds)
-        except TimeoutError:
-            pass
 
     async def _publisher(self, index: int) -> None:
         subject = f"{self.stream}.p{index}"
@@ -324,9 +339,12 @@ class Workload:
             while not self.stop_event.is_set():
                 tries += 1
                 response = await self.request(
-                    "publish", "POST", f"/v1/publish/{subject}",
-                    content=msg_id.encode(), headers={"Nats-Msg-Id": msg_id},
-                )  # fmt: skip
+                    "publish",
+                    "POST",
+                    f"/v1/publish/{subject}",
+                    content=msg_id.encode(),
+                    headers={"Nats-Msg-Id": msg_id},
+                )
                 if response is not None and response.status_code == 200:
                     ack = response.json()
                     if ack.get("duplicate") and tries == 1:
@@ -345,9 +363,12 @@ class Workload:
         write_id = uuid.uuid4().hex[:12]
         started = time.monotonic()
         response = await self.request(
-            op, "PUT", f"/v1/kv/{self.counters}/keys/{key}",
-            content=json.dumps({"n": n, "w": write_id}).encode(), headers=headers,
-        )  # fmt: skip
+            op,
+            "PUT",
+            f"/v1/kv/{self.counters}/keys/{key}",
+            content=json.dumps({"n": n, "w": write_id}).encode(),
+            headers=headers,
+        )
         status = response.status_code if response is not None else 0
         last = self.history.calls[-1]
         code, detail = (last.code, last.detail) if status not in (200, 201) else (None, None)
@@ -365,9 +386,11 @@ class Workload:
             gen = self.gen[slot]
             key = self._key(slot)
             response = await self.request(
-                "kv.get", "GET", f"/v1/kv/{self.counters}/keys/{key}",
+                "kv.get",
+                "GET",
+                f"/v1/kv/{self.counters}/keys/{key}",
                 headers={"Accept": "application/json"},
-            )  # fmt: skip
+            )
             if response is None or response.status_code not in (200, 404):
                 await self._sleep(0.1)
                 continue
@@ -386,16 +409,21 @@ class Workload:
     async def _kv_reader(self, index: int) -> None:
         """Odd readers ask for ``consistency=leader`` (read-your-writes), even ones any replica."""
         leader = index % 2 == 1
-        op, stale = ("kv.read.leader", self.stale_kv_leader) if leader else ("kv.read", self.stale_kv)
+        op, stale = (
+            ("kv.read.leader", self.stale_kv_leader) if leader else ("kv.read", self.stale_kv)
+        )
         params = {"consistency": "leader"} if leader else {}
         while not self.stop_event.is_set():
             key = self._key(random.randrange(self.cas_slots))
             started = time.monotonic()
             before = [rev for rev, at in self.acked_revs.get(key, []) if at < started]
             response = await self.request(
-                op, "GET", f"/v1/kv/{self.counters}/keys/{key}", params=params,
+                op,
+                "GET",
+                f"/v1/kv/{self.counters}/keys/{key}",
+                params=params,
                 headers={"Accept": "application/json"},
-            )  # fmt: skip
+            )
             if response is not None and response.status_code in (200, 404):
                 seen = response.json()["revision"] if response.status_code == 200 else 0
                 behind = sum(1 for rev in before if rev > seen)
@@ -411,26 +439,39 @@ class Workload:
                 continue
             seq, msg_id, _ = max(self.acked_order)
             response = await self.request(
-                "direct.leader", "GET", f"/v1/streams/{self.stream}/direct",
-                params={"seq": seq, "consistency": "leader"}, headers={"Accept": "application/json"},
-            )  # fmt: skip
+                "direct.leader",
+                "GET",
+                f"/v1/streams/{self.stream}/direct",
+                params={"seq": seq, "consistency": "leader"},
+                headers={"Accept": "application/json"},
+            )
             if response is not None and response.status_code == 404:
                 self.stale_leader += 1
             elif response is not None and response.status_code == 200:
                 message = response.json()
                 if base64.b64decode(message["data"]).decode() != msg_id:
-                    self._flag("direct.leader", 200, "wrong-message", f"seq {seq}: {message} is not {msg_id}")
+                    self._flag(
+                        "direct.leader",
+                        200,
+                        "wrong-message",
+                        f"seq {seq}: {message} is not {msg_id}",
+                    )
             await self._sleep(self.pace * 2)
 
     async def _replica_reader(self) -> None:
         subject = f"{self.stream}.p0"
         while not self.stop_event.is_set():
             started = time.monotonic()
-            before = [s for s, i, at in list(self.acked_order) if at < started and i.startswith("p0-")]
+            before = [
+                s for s, i, at in list(self.acked_order) if at < started and i.startswith("p0-")
+            ]
             response = await self.request(
-                "direct.replica", "GET", f"/v1/streams/{self.stream}/direct",
-                params={"last_by_subj": subject}, headers={"Accept": "application/json"},
-            )  # fmt: skip
+                "direct.replica",
+                "GET",
+                f"/v1/streams/{self.stream}/direct",
+                params={"last_by_subj": subject},
+                headers={"Accept": "application/json"},
+            )
             if response is not None and response.status_code in (200, 404):
                 seen = response.json()["seq"] if response.status_code == 200 else 0
                 behind = sum(1 for s in before if s > seen)
@@ -442,16 +483,19 @@ class Workload:
         number = 0
         while not self.stop_event.is_set():
             response = await self.request(
-                "watch.put", "PUT", f"/v1/kv/{self.watched}/keys/w{number % 40}",
+                "watch.put",
+                "PUT",
+                f"/v1/kv/{self.watched}/keys/w{number % 40}",
                 content=json.dumps({"j": number}).encode(),
-            )  # fmt: skip
+            )
             number += 1
             if response is not None and response.status_code == 200:
                 self.watch_acked.append(response.json()["revision"])
             await self._sleep(self.pace * 3)
 
-    async def _sse(self, op: str, path: str, params: dict[str, Any], headers: dict[str, str],
-                   watch: bool) -> AsyncIterator[tuple[str | None, str, str]]:  # fmt: skip
+    async def _sse(
+        self, op: str, path: str, params: dict[str, Any], headers: dict[str, str], watch: bool
+    ) -> AsyncIterator[tuple[str | None, str, str]]:
         """One SSE connection: (id, event, data) per event, until it ends or breaks."""
         timeout = httpx.Timeout(self.client_timeout, read=30.0)
         async with self.client(timeout=timeout) as http:
@@ -485,7 +529,9 @@ class Workload:
             except httpx.HTTPError as exc:
                 if time.monotonic() - started < 0.5:
                     self._append(op, started, 0, f"client.{type(exc).__name__}", str(exc)[:200])
-                self.notes.append(f"{op} broke after {time.monotonic() - started:.1f}s: {exc!r}"[:200])
+                self.notes.append(
+                    f"{op} broke after {time.monotonic() - started:.1f}s: {exc!r}"[:200]
+                )
 
     async def _watcher(self) -> None:
         """An EventSource: reconnects with Last-Event-ID, checks revisions only go up. It also
@@ -498,7 +544,9 @@ class Workload:
                 self.watch_reconnects += 1
             first = False
             opened = time.monotonic()
-            events = self._sse("watch.open", f"/v1/kv/{self.watched}/watch", {}, headers, watch=True)
+            events = self._sse(
+                "watch.open", f"/v1/kv/{self.watched}/watch", {}, headers, watch=True
+            )
             async with contextlib.aclosing(events):
                 async for event_id, event, data in events:
                     self._watch_event(event_id, event, data)
@@ -545,10 +593,14 @@ class Workload:
             if not batch:
                 await asyncio.sleep(0.2)
                 continue
-            response = await self.request("ack", "POST", path,
-                                          json={"acks": [{"token": t} for _, t, _ in batch]})  # fmt: skip
-            results = response.json()["results"] if response is not None and \
-                response.status_code == 200 else [{}] * len(batch)  # fmt: skip
+            response = await self.request(
+                "ack", "POST", path, json={"acks": [{"token": t} for _, t, _ in batch]}
+            )
+            results = (
+                response.json()["results"]
+                if response is not None and response.status_code == 200
+                else [{}] * len(batch)
+            )
             retry = []
             for (seq, token, tries), result in zip(batch, results, strict=True):
                 if result.get("ok"):
@@ -562,8 +614,11 @@ class Workload:
     # -- recovery ---------------------------------------------------------------------------
 
     def failures_since(self, since: float) -> list[Call]:
-        return [c for c in self.history.calls
-                if c.started >= since and c.status in FAILED and c.op not in SSE_OPS]  # fmt: skip
+        return [
+            c
+            for c in self.history.calls
+            if c.started >= since and c.status in FAILED and c.op not in SSE_OPS
+        ]
 
     async def until_recovered(self, since: float, bound: float, quiet: float = 2.0) -> float | None:
         """Keep the load on until requests started after ``since`` have all succeeded for
@@ -583,7 +638,9 @@ class Workload:
         """After the writers stopped: let the watch and the consumer see everything."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            watch_ok = not expected_watch or (self.watch_seen and max(self.watch_seen) >= expected_watch)
+            watch_ok = not expected_watch or (
+                self.watch_seen and max(self.watch_seen) >= expected_watch
+            )
             if watch_ok and expected_seqs <= self.delivered.keys() and not self._ack_queue:
                 break
             await asyncio.sleep(0.2)
@@ -600,22 +657,35 @@ class Workload:
         urls = harness.client_urls_from_root
         published = await stored_messages(urls, self.stream)
         watched = await stored_messages(urls, f"KV_{self.watched}")
-        await self.catch_up(max((m["seq"] for m in watched), default=0),
-                            {m["seq"] for m in published}, catch_up)  # fmt: skip
+        await self.catch_up(
+            max((m["seq"] for m in watched), default=0), {m["seq"] for m in published}, catch_up
+        )
         await self.stop()
         counters = await stored_messages(urls, f"KV_{self.counters}")
         figures = self._figures(scenario, published, watched, counters)
         if figures.consume_missing:
             missing = sorted({m["seq"] for m in published} - self.delivered.keys())
             info = await harness.consumer_info(self.stream, self.consumer)
-            state = {k: info.get(k) for k in ("delivered", "ack_floor", "num_ack_pending",
-                                                "num_redelivered", "num_waiting", "num_pending")}
-            figures.notes.append(f"consume missing {missing[:10]} (delivered "
-                                 f"{[self.delivered[s] for s in missing[:10]]}); consumer {state}")
+            state = {
+                k: info.get(k)
+                for k in (
+                    "delivered",
+                    "ack_floor",
+                    "num_ack_pending",
+                    "num_redelivered",
+                    "num_waiting",
+                    "num_pending",
+                )
+            }
+            figures.notes.append(
+                f"consume missing {missing[:10]} (delivered "
+                f"{[self.delivered[s] for s in missing[:10]]}); consumer {state}"
+            )
         return figures
 
-    def _figures(self, scenario: str, published: list[dict], watched: list[dict],
-                 counters: list[dict]) -> Figures:  # fmt: skip
+    def _figures(
+        self, scenario: str, published: list[dict], watched: list[dict], counters: list[dict]
+    ) -> Figures:
         f = Figures(scenario=scenario)
         calls = self.history.calls
         f.requests = len(calls)
@@ -647,36 +717,54 @@ class Workload:
         prefix = f"$KV.{self.counters}."
         for m in counters:
             value = json.loads(m["data"])
-            key = m["subject"][len(prefix):]
+            key = m["subject"][len(prefix) :]
             stored[value["w"]] = {"key": key, "rev": m["seq"], "n": value["n"]}
             by_key[key].append((m["seq"], value["n"], value["w"]))
         f.cas_200 = sum(1 for a in self.attempts if a.status in (200, 201))
         f.cas_412 = sum(1 for a in self.attempts if a.status == 412)
         f.cas_unknown = sum(1 for a in self.attempts if a.status in UNKNOWN or a.status == 0)
         f.cas_stored = len(counters)
-        lost_cas = [a for a in self.attempts if a.status in (200, 201)
-                    and (stored.get(a.id) or {}).get("rev") != a.revision]  # fmt: skip
+        lost_cas = [
+            a
+            for a in self.attempts
+            if a.status in (200, 201) and (stored.get(a.id) or {}).get("rev") != a.revision
+        ]
         same_n = []
         for key, entries in by_key.items():
             ns = [n for _, n, _ in sorted(entries)]
             if ns != list(range(len(ns))):
                 same_n.append((key, ns))
         f.cas_lost = len(lost_cas) + sum(len(ns) - len(set(ns)) for _, ns in same_n)
-        f.examples += [f"acked CAS not stored at its revision: {a} stored={stored.get(a.id)}"
-                       for a in lost_cas[:3]]  # fmt: skip
+        f.examples += [
+            f"acked CAS not stored at its revision: {a} stored={stored.get(a.id)}"
+            for a in lost_cas[:3]
+        ]
         f.examples += [f"key {k} history n={ns[:60]}" for k, ns in same_n[:2]]
-        refused = [answered[w] for w in stored if w in answered
-                   and answered[w].status not in (200, 201) and answered[w].status not in UNKNOWN
-                   and answered[w].status != 0]  # fmt: skip
+        refused = [
+            answered[w]
+            for w in stored
+            if w in answered
+            and answered[w].status not in (200, 201)
+            and answered[w].status not in UNKNOWN
+            and answered[w].status != 0
+        ]
         f.refused_but_stored = len(refused)
         t0 = self.timeline.fault_at or 0.0
-        f.examples += [f"stored although answered {a.status} {a.code} ({a.detail}) at "
-                       f"fault+{a.started - t0:.1f}s..{a.ended - t0:.1f}s: {a.key} n={a.n} rev "
-                       f"{stored[a.id]['rev']}" for a in refused[:4]]  # fmt: skip
+        f.examples += [
+            f"stored although answered {a.status} {a.code} ({a.detail}) at "
+            f"fault+{a.started - t0:.1f}s..{a.ended - t0:.1f}s: {a.key} n={a.n} rev "
+            f"{stored[a.id]['rev']}"
+            for a in refused[:4]
+        ]
         per_key: dict[str, Counter[str]] = defaultdict(Counter)
         for a in self.attempts:
-            per_key[a.key]["ok" if a.status in (200, 201) else
-                           "unknown" if a.status in UNKNOWN or a.status == 0 else "refused"] += 1
+            per_key[a.key][
+                "ok"
+                if a.status in (200, 201)
+                else "unknown"
+                if a.status in UNKNOWN or a.status == 0
+                else "refused"
+            ] += 1
         for key, entries in by_key.items():
             c = per_key[key]
             f.refused_but_stored_by_count += max(0, len(entries) - c["ok"] - c["unknown"])
@@ -713,19 +801,29 @@ class Workload:
         if t.fault_at is not None:
             late = t.fault_at + 10.0
             f.full_timeout_waits_late = sum(
-                1 for c in plain if c.ended - c.started >= self.request_timeout - 0.1
-                and late <= c.started and (t.heal_at is None or c.started < t.heal_at)
-            )  # fmt: skip
+                1
+                for c in plain
+                if c.ended - c.started >= self.request_timeout - 0.1
+                and late <= c.started
+                and (t.heal_at is None or c.started < t.heal_at)
+            )
         slow = [c for c in plain if c.ended - c.started > self.request_timeout + MARGIN]
         f.slow_answers = len(slow)
-        f.examples += [f"slow answer: {c.op} {c.status} {c.code} after {c.ended - c.started:.2f}s "
-                       f"at fault+{c.started - (t.fault_at or 0.0):.1f}s" for c in slow[:3]]  # fmt: skip
+        f.examples += [
+            f"slow answer: {c.op} {c.status} {c.code} after {c.ended - c.started:.2f}s "
+            f"at fault+{c.started - (t.fault_at or 0.0):.1f}s"
+            for c in slow[:3]
+        ]
         f.unexpected = len(self.unexpected)
         f.unexpected_by_kind = dict(self.unexpected_kinds)
         f.examples = self.unexpected[:4] + f.examples
-        f.errors_by_code = dict(sorted(Counter(
-            f"{c.status} {c.code}" for c in calls if c.status >= 500 or c.status == 0
-        ).items()))  # fmt: skip
+        f.errors_by_code = dict(
+            sorted(
+                Counter(
+                    f"{c.status} {c.code}" for c in calls if c.status >= 500 or c.status == 0
+                ).items()
+            )
+        )
         if t.heal_at is not None:
             after = [c.ended for c in plain if 200 <= c.status < 300 and c.ended >= t.heal_at]
             f.heal_to_first_success = (min(after) - t.heal_at) if after else None

@@ -32,7 +32,9 @@ def rendered_docs(chart: helm.Chart, values: dict[str, Any] | None = None) -> li
 def helm_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """Helm's cache/config/data dirs in a temporary place, never the user's."""
     home = tmp_path_factory.mktemp("helm-home")
-    saved = {k: os.environ.get(k) for k in ("HELM_CACHE_HOME", "HELM_CONFIG_HOME", "HELM_DATA_HOME")}
+    saved = {
+        k: os.environ.get(k) for k in ("HELM_CACHE_HOME", "HELM_CONFIG_HOME", "HELM_DATA_HOME")
+    }
     for key in saved:
         os.environ[key] = str(home / key.lower())
     yield home

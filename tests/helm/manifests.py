@@ -138,21 +138,32 @@ def mounted_files(c: Doc, volumes: list[Doc]) -> dict[str, Doc]:
     return files
 
 
-def assert_file_settings_mounted(c: Doc, volumes: list[Doc], extra_files: Iterable[str] = ()) -> None:
+def assert_file_settings_mounted(
+    c: Doc, volumes: list[Doc], extra_files: Iterable[str] = ()
+) -> None:
     """Every path the gateway is told to read (creds, TLS, auth file) is a mounted file."""
     files = set(mounted_files(c, volumes)) | set(extra_files)
-    for name in ("JSGW_NATS_CREDS", "JSGW_NATS_TLS_CA", "JSGW_NATS_TLS_CERT", "JSGW_NATS_TLS_KEY",
-                 "JSGW_AUTH_FILE"):
+    for name in (
+        "JSGW_NATS_CREDS",
+        "JSGW_NATS_TLS_CA",
+        "JSGW_NATS_TLS_CERT",
+        "JSGW_NATS_TLS_KEY",
+        "JSGW_AUTH_FILE",
+    ):
         path = env_values(c).get(name)
         if path is not None:
-            assert path in files, f"{name}={path} is not a file of a mounted Secret ({sorted(files)})"
+            assert path in files, (
+                f"{name}={path} is not a file of a mounted Secret ({sorted(files)})"
+            )
 
 
 def assert_tmp_writable(c: Doc, volumes: list[Doc]) -> None:
     """With a read-only root filesystem, /tmp must be an emptyDir."""
     by_name = {v["name"]: v for v in volumes}
     tmp = [m for m in c.get("volumeMounts", []) if m["mountPath"] == "/tmp"]
-    assert len(tmp) == 1 and "emptyDir" in by_name[tmp[0]["name"]], f"{c['name']}: no emptyDir on /tmp"
+    assert len(tmp) == 1 and "emptyDir" in by_name[tmp[0]["name"]], (
+        f"{c['name']}: no emptyDir on /tmp"
+    )
 
 
 def probe_target(probe: Doc) -> tuple[str, str]:

@@ -19,7 +19,7 @@ class StubServer:
         stub = self
 
         class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:  # noqa: N802 (http.server's naming)
+            def do_GET(self) -> None:  # http.server's naming
                 stub.requests.append(self.path)
                 status = stub.statuses.get(self.path, 404)
                 self.send_response(status)

@@ -54,7 +54,9 @@ VALUE_SETS: dict[str, dict[str, Any]] = {
             "tls": {"enabled": True, "secretName": "nats-client-tls"},
         }
     },
-    "tls-ca-only": {"nats": {"tls": {"enabled": True, "secretName": "nats-ca", "clientCert": False}}},
+    "tls-ca-only": {
+        "nats": {"tls": {"enabled": True, "secretName": "nats-ca", "clientCert": False}}
+    },
     "auth": {"auth": {"enabled": True, "tokensFile": TOKENS_FILE}},
     "no-auth": {"auth": {"enabled": False, "allowUnauthenticated": True}},
     "auth-existing-secrets": {
@@ -63,28 +65,48 @@ VALUE_SETS: dict[str, dict[str, Any]] = {
         "nats": {"credsSecret": {"name": "jsgw-creds", "key": "user.creds"}},
     },
     "autoscaling": {
-        "autoscaling": {"enabled": True, "minReplicas": 3, "maxReplicas": 12,
-                        "targetMemoryUtilizationPercentage": 80},
+        "autoscaling": {
+            "enabled": True,
+            "minReplicas": 3,
+            "maxReplicas": 12,
+            "targetMemoryUtilizationPercentage": 80,
+        },
     },
     "everything": {
         "replicaCount": 3,
-        "image": {"repository": "registry.example.com/jsgw", "tag": "0.1.0-rc1", "pullPolicy": "Always"},
+        "image": {
+            "repository": "registry.example.com/jsgw",
+            "tag": "0.1.0-rc1",
+            "pullPolicy": "Always",
+        },
         "imagePullSecrets": [{"name": "regcred"}],
         "nats": {
             "url": "nats://nats:4222",
             "jsDomain": "hub",
-            "credsSecret": {"content": "-----BEGIN NATS USER JWT-----\neyJ0\n------END NATS USER JWT------\n"},
+            "credsSecret": {
+                "content": "-----BEGIN NATS USER JWT-----\neyJ0\n------END NATS USER JWT------\n"
+            },
         },
         "auth": {"enabled": True, "tokensFile": TOKENS_FILE},
         "ackSecret": {"value": "a-fixed-ack-secret-for-tests"},
-        "config": {"port": 9090, "poolSize": 4, "requestTimeout": 2.5, "logLevel": "debug",
-                   "corsOrigins": ["https://a.example", "https://b.example"], "workers": 2},
+        "config": {
+            "port": 9090,
+            "poolSize": 4,
+            "requestTimeout": 2.5,
+            "logLevel": "debug",
+            "corsOrigins": ["https://a.example", "https://b.example"],
+            "workers": 2,
+        },
         "extraEnv": [{"name": "JSGW_ACCESS_LOG", "value": "false"}],
         "service": {"type": "NodePort", "port": 80, "annotations": {"team": "platform"}},
         "serviceAccount": {"create": True, "name": "gateway", "annotations": {"x": "y"}},
         "pdb": {"enabled": True, "maxUnavailable": "25%"},
-        "serviceMonitor": {"enabled": True, "interval": "15s", "scrapeTimeout": "5s",
-                           "labels": {"release": "prometheus"}},
+        "serviceMonitor": {
+            "enabled": True,
+            "interval": "15s",
+            "scrapeTimeout": "5s",
+            "labels": {"release": "prometheus"},
+        },
         "networkPolicy": {
             "enabled": True,
             "ingressFrom": [{"namespaceSelector": {"matchLabels": {"team": "orders"}}}],
@@ -93,16 +115,34 @@ VALUE_SETS: dict[str, dict[str, Any]] = {
         },
         "podAnnotations": {"example.com/owner": "platform"},
         "nodeSelector": {"kubernetes.io/os": "linux"},
-        "tolerations": [{"key": "dedicated", "operator": "Equal", "value": "nats", "effect": "NoSchedule"}],
-        "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
-            "nodeSelectorTerms": [{"matchExpressions": [
-                {"key": "kubernetes.io/arch", "operator": "In", "values": ["amd64"]}]}]}}},
+        "tolerations": [
+            {"key": "dedicated", "operator": "Equal", "value": "nats", "effect": "NoSchedule"}
+        ],
+        "affinity": {
+            "nodeAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": {
+                    "nodeSelectorTerms": [
+                        {
+                            "matchExpressions": [
+                                {"key": "kubernetes.io/arch", "operator": "In", "values": ["amd64"]}
+                            ]
+                        }
+                    ]
+                }
+            }
+        },
     },
 }
 STANDALONE_SETS = [name for name, values in VALUE_SETS.items() if values.get("mode") != "sidecar"]
 # Secrets the value sets name but do not create: they exist in the cluster beforehand.
-EXTERNAL_SECRETS = {"orders-nats-creds", "nats-client-tls", "nats-ca", "jsgw-tokens", "jsgw-ack",
-                    "jsgw-creds"}
+EXTERNAL_SECRETS = {
+    "orders-nats-creds",
+    "nats-client-tls",
+    "nats-ca",
+    "jsgw-tokens",
+    "jsgw-ack",
+    "jsgw-creds",
+}
 
 
 @pytest.fixture(params=sorted(VALUE_SETS))
@@ -120,13 +160,17 @@ def test_chart_metadata(chart: helm.Chart) -> None:
 def test_helm_lint(helm_home: Path, value_set: tuple[str, dict[str, Any]]) -> None:
     """`helm lint --strict`: no warnings or errors (only the "icon is recommended" info)."""
     _, values = value_set
-    report = helm.lint(CHART, values, strict=True, kube_version=f"v{KUBE_VERSION}", namespace=NAMESPACE)
+    report = helm.lint(
+        CHART, values, strict=True, kube_version=f"v{KUBE_VERSION}", namespace=NAMESPACE
+    )
     assert report["total_charts_linted"] == 1
     problems = [m for m in report["messages"] if m["severity"] >= 2]
     assert not problems and not report["errors"], problems or report["errors"]
 
 
-def test_every_manifest_is_valid_kubernetes(render: Render, value_set: tuple[str, dict[str, Any]]) -> None:
+def test_every_manifest_is_valid_kubernetes(
+    render: Render, value_set: tuple[str, dict[str, Any]]
+) -> None:
     _, values = value_set
     docs = render(values)
     assert docs
@@ -188,7 +232,9 @@ def test_standalone_pods(render: Render, name: str) -> None:
         "readiness": ("http", "/readyz"),
         "liveness": ("http", "/healthz"),
     }
-    assert all(c[f"{k}Probe"]["httpGet"]["port"] == "http" for k in ("startup", "readiness", "liveness"))
+    assert all(
+        c[f"{k}Probe"]["httpGet"]["port"] == "http" for k in ("startup", "readiness", "liveness")
+    )
     assert "restartPolicy" not in c
     assert spec["serviceAccountName"] == one(docs, "ServiceAccount")["metadata"]["name"]
 
@@ -206,8 +252,15 @@ def test_standalone_pods(render: Render, name: str) -> None:
 def test_default_values(render: Render, tmp_path: Path) -> None:
     docs = render()
     kinds = sorted(d["kind"] for d in docs)
-    assert kinds == ["ConfigMap", "Deployment", "PodDisruptionBudget", "Secret", "Secret", "Service",
-                     "ServiceAccount"]
+    assert kinds == [
+        "ConfigMap",
+        "Deployment",
+        "PodDisruptionBudget",
+        "Secret",
+        "Secret",
+        "Service",
+        "ServiceAccount",
+    ]
     deployment = one(docs, "Deployment")
     assert deployment["spec"]["replicas"] == 2
     c = container(pod_spec(deployment), "jsgw")
@@ -234,12 +287,17 @@ def test_default_values(render: Render, tmp_path: Path) -> None:
     assert load_policy(tokens_file).authenticate(token + "x") is None
     assert one(docs, "PodDisruptionBudget")["spec"]["minAvailable"] == 1
     # Soft anti-affinity spreads replicas over nodes.
-    anti = pod_spec(deployment)["affinity"]["podAntiAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"]
+    anti = pod_spec(deployment)["affinity"]["podAntiAffinity"][
+        "preferredDuringSchedulingIgnoredDuringExecution"
+    ]
     assert anti[0]["podAffinityTerm"]["topologyKey"] == "kubernetes.io/hostname"
 
 
 def test_rendered_settings_are_accepted_by_the_gateway(
-    render: Render, value_set: tuple[str, dict[str, Any]], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    render: Render,
+    value_set: tuple[str, dict[str, Any]],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """The ConfigMap and env the chart writes make a valid Settings.
 
@@ -262,8 +320,14 @@ def test_rendered_settings_are_accepted_by_the_gateway(
             (item,) = [i for i in volume["secret"]["items"] if path.endswith("/" + i["path"])]
             data = rendered.get(volume["secret"]["secretName"])
             files[path] = base64.b64decode(data[item["key"]]).decode() if data else "x"
-        if "JSGW_AUTH_FILE" in env and env["JSGW_AUTH_FILE"] in files and files[env["JSGW_AUTH_FILE"]] == "x":
-            files[env["JSGW_AUTH_FILE"]] = json.dumps(yaml.safe_load(TOKENS_FILE))  # the user's file
+        if (
+            "JSGW_AUTH_FILE" in env
+            and env["JSGW_AUTH_FILE"] in files
+            and files[env["JSGW_AUTH_FILE"]] == "x"
+        ):
+            files[env["JSGW_AUTH_FILE"]] = json.dumps(
+                yaml.safe_load(TOKENS_FILE)
+            )  # the user's file
     assert_known_env(env)
     for key, value in env.items():
         if value.startswith("/etc/jsgw/"):
@@ -285,18 +349,24 @@ def test_sidecar_mode_renders_no_workload(render: Render) -> None:
     docs = render(VALUE_SETS["sidecar"])
     # Only what the app's pods mount: the settings, the ack secret and the token file.
     assert sorted((d["kind"], d["metadata"]["name"]) for d in docs) == [
-        ("ConfigMap", FULLNAME), ("Secret", f"{FULLNAME}-ack"), ("Secret", f"{FULLNAME}-auth")]
+        ("ConfigMap", FULLNAME),
+        ("Secret", f"{FULLNAME}-ack"),
+        ("Secret", f"{FULLNAME}-auth"),
+    ]
 
 
 def test_sidecar_template_refuses_standalone_mode(tmp_path: Path, helm_home: Path) -> None:
     """jsgw.sidecar fails loudly when the values would also deploy the gateway on its own."""
     parent = _parent_chart(tmp_path, {"jsgw": {"mode": "standalone"}})
-    with helm.Chart.load(parent) as loaded, pytest.raises(helm.HelmRenderError, match="mode: sidecar"):
+    with (
+        helm.Chart.load(parent) as loaded,
+        pytest.raises(helm.HelmRenderError, match="mode: sidecar"),
+    ):
         loaded.render(name=RELEASE)
 
 
 def _parent_chart(tmp_path: Path, values: dict[str, Any]) -> Path:
-    """A minimal app chart with the jsgw chart vendored in charts/, as `helm dependency build` does."""
+    """A minimal app chart with the jsgw chart vendored in charts/ (as `helm dependency build`)."""
     root = tmp_path / "app"
     (root / "templates").mkdir(parents=True)
     shutil.copytree(CHART, root / "charts" / "jsgw")
@@ -307,9 +377,9 @@ def _parent_chart(tmp_path: Path, values: dict[str, Any]) -> Path:
     (root / "values.yaml").write_text(yaml.safe_dump(values))
     (root / "templates" / "pod.yaml").write_text(
         "apiVersion: v1\nkind: Pod\nmetadata:\n  name: app\nspec:\n"
-        "  initContainers:\n    {{- include \"jsgw.sidecar\" .Subcharts.jsgw | nindent 4 }}\n"
+        '  initContainers:\n    {{- include "jsgw.sidecar" .Subcharts.jsgw | nindent 4 }}\n'
         "  containers:\n    - name: app\n      image: app:1\n"
-        "  volumes:\n    {{- include \"jsgw.volumes\" .Subcharts.jsgw | nindent 4 }}\n"
+        '  volumes:\n    {{- include "jsgw.volumes" .Subcharts.jsgw | nindent 4 }}\n'
     )
     return root
 
@@ -318,10 +388,15 @@ def test_tls(render: Render) -> None:
     c = container(pod_spec(one(render(VALUE_SETS["tls"]), "Deployment")), "jsgw")
     env = env_values(c)
     assert (env["JSGW_NATS_TLS_CA"], env["JSGW_NATS_TLS_CERT"], env["JSGW_NATS_TLS_KEY"]) == (
-        "/etc/jsgw/nats-tls/ca.crt", "/etc/jsgw/nats-tls/tls.crt", "/etc/jsgw/nats-tls/tls.key")
+        "/etc/jsgw/nats-tls/ca.crt",
+        "/etc/jsgw/nats-tls/tls.crt",
+        "/etc/jsgw/nats-tls/tls.key",
+    )
     ca_only = container(pod_spec(one(render(VALUE_SETS["tls-ca-only"]), "Deployment")), "jsgw")
     assert "JSGW_NATS_TLS_CA" in env_values(ca_only)
-    assert "JSGW_NATS_TLS_CERT" not in env_values(ca_only) and "JSGW_NATS_TLS_KEY" not in env_values(ca_only)
+    assert "JSGW_NATS_TLS_CERT" not in env_values(
+        ca_only
+    ) and "JSGW_NATS_TLS_KEY" not in env_values(ca_only)
 
 
 def test_auth(render: Render) -> None:
@@ -350,10 +425,16 @@ def test_autoscaling(render: Render) -> None:
     deployment = one(docs, "Deployment")
     assert "replicas" not in deployment["spec"]  # the HPA owns the replica count
     hpa = one(docs, "HorizontalPodAutoscaler")
-    assert hpa["spec"]["scaleTargetRef"] == {"apiVersion": "apps/v1", "kind": "Deployment",
-                                             "name": deployment["metadata"]["name"]}
+    assert hpa["spec"]["scaleTargetRef"] == {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "name": deployment["metadata"]["name"],
+    }
     assert (hpa["spec"]["minReplicas"], hpa["spec"]["maxReplicas"]) == (3, 12)
-    targets = {m["resource"]["name"]: m["resource"]["target"]["averageUtilization"] for m in hpa["spec"]["metrics"]}
+    targets = {
+        m["resource"]["name"]: m["resource"]["target"]["averageUtilization"]
+        for m in hpa["spec"]["metrics"]
+    }
     assert targets == {"cpu": 70, "memory": 80}
     pdb = one(docs, "PodDisruptionBudget")
     assert pdb["spec"]["selector"]["matchLabels"] == deployment["spec"]["selector"]["matchLabels"]
@@ -373,30 +454,52 @@ def test_everything(render: Render) -> None:
     assert c["image"] == "registry.example.com/jsgw:0.1.0-rc1" and c["imagePullPolicy"] == "Always"
     assert spec["imagePullSecrets"] == [{"name": "regcred"}]
     assert spec["serviceAccountName"] == "gateway"
-    assert spec["nodeSelector"] == values["nodeSelector"] and spec["tolerations"] == values["tolerations"]
+    assert (
+        spec["nodeSelector"] == values["nodeSelector"]
+        and spec["tolerations"] == values["tolerations"]
+    )
     assert spec["affinity"] == values["affinity"]
-    assert deployment["spec"]["template"]["metadata"]["annotations"]["example.com/owner"] == "platform"
+    assert (
+        deployment["spec"]["template"]["metadata"]["annotations"]["example.com/owner"] == "platform"
+    )
     assert env_values(c)["JSGW_ACCESS_LOG"] == "false"
 
     data = one(docs, "ConfigMap")["data"]
     assert data["JSGW_CORS_ORIGINS"] == "https://a.example,https://b.example"
-    assert data["JSGW_JS_DOMAIN"] == "hub" and data["JSGW_WORKERS"] == "2" and data["JSGW_PORT"] == "9090"
+    assert (
+        data["JSGW_JS_DOMAIN"] == "hub"
+        and data["JSGW_WORKERS"] == "2"
+        and data["JSGW_PORT"] == "9090"
+    )
 
     secrets = {d["metadata"]["name"]: d for d in by_kind(docs, "Secret")}
-    assert base64.b64decode(secrets[f"{FULLNAME}-ack"]["data"]["ack-secret"]) == b"a-fixed-ack-secret-for-tests"
-    assert base64.b64decode(secrets[f"{FULLNAME}-nats-creds"]["data"]["nats.creds"]).decode() == (
-        values["nats"]["credsSecret"]["content"])
+    assert (
+        base64.b64decode(secrets[f"{FULLNAME}-ack"]["data"]["ack-secret"])
+        == b"a-fixed-ack-secret-for-tests"
+    )
+    assert (
+        base64.b64decode(secrets[f"{FULLNAME}-nats-creds"]["data"]["nats.creds"]).decode()
+        == (values["nats"]["credsSecret"]["content"])
+    )
 
     assert one(docs, "PodDisruptionBudget")["spec"] == {
-        "maxUnavailable": "25%", "selector": deployment["spec"]["selector"]}
+        "maxUnavailable": "25%",
+        "selector": deployment["spec"]["selector"],
+    }
 
     service = one(docs, "Service")
     monitor = one(docs, "ServiceMonitor")
     assert monitor["metadata"]["labels"]["release"] == "prometheus"
-    assert selector_matches(monitor["spec"]["selector"]["matchLabels"], service["metadata"]["labels"])
+    assert selector_matches(
+        monitor["spec"]["selector"]["matchLabels"], service["metadata"]["labels"]
+    )
     (endpoint,) = monitor["spec"]["endpoints"]
     assert endpoint["port"] in {p["name"] for p in service["spec"]["ports"]}
-    assert (endpoint["path"], endpoint["interval"], endpoint["scrapeTimeout"]) == ("/metrics", "15s", "5s")
+    assert (endpoint["path"], endpoint["interval"], endpoint["scrapeTimeout"]) == (
+        "/metrics",
+        "15s",
+        "5s",
+    )
 
     policy = one(docs, "NetworkPolicy")
     assert selector_matches(policy["spec"]["podSelector"]["matchLabels"], pod_labels)
@@ -408,13 +511,17 @@ def test_everything(render: Render) -> None:
     nats_rule, dns_rule = policy["spec"]["egress"]
     assert [p["port"] for p in nats_rule["ports"]] == [4222, 7422]
     assert nats_rule["to"] == values["networkPolicy"]["natsEgressTo"]
-    assert sorted((p["port"], p["protocol"]) for p in dns_rule["ports"]) == [(53, "TCP"), (53, "UDP")]
+    assert sorted((p["port"], p["protocol"]) for p in dns_rule["ports"]) == [
+        (53, "TCP"),
+        (53, "UDP"),
+    ]
 
 
 def test_config_change_rolls_the_pods(render: Render) -> None:
     def checksum(values: dict[str, Any]) -> str:
         return one(render(values), "Deployment")["spec"]["template"]["metadata"]["annotations"][
-            "checksum/jsgw-config"]
+            "checksum/jsgw-config"
+        ]
 
     assert checksum({}) == checksum({})
     assert checksum({}) != checksum({"config": {"logLevel": "debug"}})
@@ -422,7 +529,9 @@ def test_config_change_rolls_the_pods(render: Render) -> None:
 
 def test_ack_secret_is_generated_per_install(render: Render) -> None:
     def ack(values: dict[str, Any]) -> bytes:
-        secret = next(d for d in by_kind(render(values), "Secret") if d["metadata"]["name"].endswith("-ack"))
+        secret = next(
+            d for d in by_kind(render(values), "Secret") if d["metadata"]["name"].endswith("-ack")
+        )
         return base64.b64decode(secret["data"]["ack-secret"])
 
     assert ack({}) != ack({})  # random when not given (and kept from the cluster on upgrade)
@@ -438,7 +547,9 @@ def test_ack_secret_is_generated_per_install(render: Render) -> None:
         ({"auth": {"enabled": True, "existingSecret": "a", "tokensFile": "b"}}, "not both"),
     ],
 )
-def test_inconsistent_values_fail_to_render(chart: helm.Chart, values: dict[str, Any], message: str) -> None:
+def test_inconsistent_values_fail_to_render(
+    chart: helm.Chart, values: dict[str, Any], message: str
+) -> None:
     with pytest.raises(helm.HelmRenderError, match=message):
         chart.render(values, name=RELEASE)
 
@@ -446,10 +557,10 @@ def test_inconsistent_values_fail_to_render(chart: helm.Chart, values: dict[str,
 @pytest.mark.parametrize(
     ("values", "where"),
     [
-        ({"replicaCont": 3}, "replicaCont"),                                # misspelt top-level key
-        ({"nats": {"tls": {"enabeld": True}}}, "enabeld"),                  # misspelt nested key
+        ({"replicaCont": 3}, "replicaCont"),  # misspelt top-level key
+        ({"nats": {"tls": {"enabeld": True}}}, "enabeld"),  # misspelt nested key
         ({"config": {"logLevl": "debug"}}, "logLevl"),
-        ({"probes": {"readiness": {"path": "/healthz"}}}, "path"),          # not configurable
+        ({"probes": {"readiness": {"path": "/healthz"}}}, "path"),  # not configurable
         ({"mode": "daemonset"}, "mode"),
         ({"replicaCount": "two"}, "replicaCount"),
         ({"config": {"logLevel": "verbose"}}, "logLevel"),
@@ -457,7 +568,9 @@ def test_inconsistent_values_fail_to_render(chart: helm.Chart, values: dict[str,
         ({"pdb": {"minAvailable": "half"}}, "minAvailable"),
     ],
 )
-def test_schema_rejects_bad_values(chart: helm.Chart, helm_home: Path, values: dict[str, Any], where: str) -> None:
+def test_schema_rejects_bad_values(
+    chart: helm.Chart, helm_home: Path, values: dict[str, Any], where: str
+) -> None:
     with pytest.raises(helm.HelmValuesError, match=where):
         chart.validate_schema(values)
     with pytest.raises(helm.HelmValuesError):
@@ -480,7 +593,7 @@ def test_schema_is_strict_everywhere() -> None:
 
 
 def test_values_yaml_is_documented_value_by_value() -> None:
-    """Every value in values.yaml has a comment (above or inline), and every schema key a default."""
+    """Every value in values.yaml has a comment (above or inline); every schema key, a default."""
     schema = json.loads((CHART / "values.schema.json").read_text())
     text = (CHART / "values.yaml").read_text()
     lines = text.splitlines()
@@ -494,11 +607,13 @@ def test_values_yaml_is_documented_value_by_value() -> None:
                 continue
             assert name in keys, f"{path}{name} is in the schema but has no default in values.yaml"
             key, value = keys[name]
-            if child_schema.get("additionalProperties") is False and isinstance(value, yaml.MappingNode):
+            if child_schema.get("additionalProperties") is False and isinstance(
+                value, yaml.MappingNode
+            ):
                 walk(value, child_schema, f"{path}{name}.")
                 continue
             above = lines[key.start_mark.line - 1].strip() if key.start_mark.line else ""
-            inline = "#" in lines[key.start_mark.line][value.end_mark.column:]
+            inline = "#" in lines[key.start_mark.line][value.end_mark.column :]
             if not (above.startswith("#") or inline):
                 undocumented.append(f"{path}{name}")
 

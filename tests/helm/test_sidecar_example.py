@@ -72,7 +72,9 @@ def sidecar_of(docs: list[Doc]) -> tuple[Doc, Doc]:
     return spec, container(spec, "jsgw", init=True)
 
 
-def test_dependency_resolves_to_this_repositorys_chart(example_dir: Path, example: helm.Chart) -> None:
+def test_dependency_resolves_to_this_repositorys_chart(
+    example_dir: Path, example: helm.Chart
+) -> None:
     (dep,) = helm.dependency_list(example_dir)
     assert dep["status"] == "ok" and dep["repository"] == "file://../../helm/jsgw"
     (loaded,) = example.dependencies
@@ -92,15 +94,18 @@ def test_manifests_are_valid_kubernetes(docs: list[Doc]) -> None:
         validate_k8s(doc)
     for doc in docs:
         if doc["metadata"]["name"].startswith(FULLNAME):  # the jsgw chart's own objects
-            assert all(label in doc["metadata"]["labels"] for label in RECOMMENDED_LABELS), doc["metadata"]
+            assert all(label in doc["metadata"]["labels"] for label in RECOMMENDED_LABELS), doc[
+                "metadata"
+            ]
 
 
 def test_only_the_apps_workload_is_rendered(docs: list[Doc]) -> None:
     """In sidecar mode the jsgw chart adds configuration, not a Deployment or Service."""
     assert [d["metadata"]["name"] for d in by_kind(docs, "Deployment")] == [f"{RELEASE}-orders-app"]
     assert by_kind(docs, "Service") == [] and by_kind(docs, "ServiceAccount") == []
-    assert sorted((d["kind"], d["metadata"]["name"]) for d in docs if d["kind"] != "Deployment") == [
-        ("ConfigMap", FULLNAME), ("Secret", f"{FULLNAME}-ack")]
+    assert sorted(
+        (d["kind"], d["metadata"]["name"]) for d in docs if d["kind"] != "Deployment"
+    ) == [("ConfigMap", FULLNAME), ("Secret", f"{FULLNAME}-ack")]
 
 
 def test_native_sidecar(docs: list[Doc]) -> None:
@@ -115,7 +120,10 @@ def test_native_sidecar(docs: list[Doc]) -> None:
     assert_tmp_writable(c, spec["volumes"])
     assert_file_settings_mounted(c, spec["volumes"])
     assert {k: probe_target(c[f"{k}Probe"])[0] for k in ("startup", "readiness", "liveness")} == {
-        "startup": "exec", "readiness": "exec", "liveness": "exec"}
+        "startup": "exec",
+        "readiness": "exec",
+        "liveness": "exec",
+    }
 
     # The app reaches the gateway on localhost, at the port the gateway listens on.
     app = container(spec, "app")
@@ -167,7 +175,9 @@ def test_probes_work_against_a_loopback_server(example: helm.Chart) -> None:
     with stub_server() as server:
         docs = rendered_docs(example, {"jsgw": {"config": {"port": server.port}}})
         _, c = sidecar_of(docs)
-        probes = {k: c[f"{k}Probe"]["exec"]["command"] for k in ("startup", "readiness", "liveness")}
+        probes = {
+            k: c[f"{k}Probe"]["exec"]["command"] for k in ("startup", "readiness", "liveness")
+        }
         assert all(run_probe(cmd) == 0 for cmd in probes.values())
         assert sorted(server.requests) == ["/healthz", "/healthz", "/readyz"]
 
@@ -187,11 +197,19 @@ def test_config_change_rolls_the_apps_pods(example: helm.Chart) -> None:
 
 
 def test_sidecar_with_auth_tls_and_generated_secrets(example: helm.Chart, tmp_path: Path) -> None:
-    docs = rendered_docs(example, {"jsgw": {
-        "auth": {"enabled": True},
-        "ackSecret": {"value": "shared-by-every-pod"},
-        "nats": {"url": "tls://nats:4222", "tls": {"enabled": True, "secretName": "nats-tls"}},
-    }})
+    docs = rendered_docs(
+        example,
+        {
+            "jsgw": {
+                "auth": {"enabled": True},
+                "ackSecret": {"value": "shared-by-every-pod"},
+                "nats": {
+                    "url": "tls://nats:4222",
+                    "tls": {"enabled": True, "secretName": "nats-tls"},
+                },
+            }
+        },
+    )
     for doc in docs:
         validate_k8s(doc)
     spec, c = sidecar_of(docs)

@@ -29,8 +29,9 @@ async def publish(gw: httpx.AsyncClient, prefix: str, count: int, start: int = 0
         assert response.status_code == 200, response.text
 
 
-async def fetch(gw: httpx.AsyncClient, stream: str, consumer: str = "C", pin: str | None = None,
-                **body: object) -> httpx.Response:  # fmt: skip
+async def fetch(
+    gw: httpx.AsyncClient, stream: str, consumer: str = "C", pin: str | None = None, **body: object
+) -> httpx.Response:
     headers = {"Nats-Pin-Id": pin} if pin else {}
     return await gw.post(
         f"/v1/streams/{stream}/consumers/{consumer}/fetch", json=body, headers=headers

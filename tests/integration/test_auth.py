@@ -7,7 +7,6 @@ import os
 import time
 from pathlib import Path
 
-import httpx
 import nats
 import pytest
 
@@ -58,17 +57,26 @@ async def test_tokens_and_grants(nats_server: EmbeddedServer, auth_file: Path, n
         problem(await gw.get("/v1/streams", headers=bearer("wrong-token-000000000")), 401)
         problem(await gw.get("/v1/streams", headers={"Authorization": "Basic eDp5"}), 401)
 
-        created = await gw.put(f"/v1/streams/{name}", json={"subjects": [f"{low}.>"],
-                                                           "allow_direct": True},
-                               headers=bearer(ADMIN))
+        created = await gw.put(
+            f"/v1/streams/{name}",
+            json={"subjects": [f"{low}.>"], "allow_direct": True},
+            headers=bearer(ADMIN),
+        )
         assert created.status_code == 201
         # The app token may write and read orders.eu.*, nothing else, and is no admin.
-        problem(await gw.put(f"/v1/streams/{name}", json={"subjects": [f"{low}.>"]},
-                             headers=bearer(APP)), 403, "auth.forbidden")
+        problem(
+            await gw.put(
+                f"/v1/streams/{name}", json={"subjects": [f"{low}.>"]}, headers=bearer(APP)
+            ),
+            403,
+            "auth.forbidden",
+        )
         ok = await gw.post(f"/v1/publish/{low}.eu.1", content=b"eu", headers=bearer(APP))
         assert ok.status_code == 200, ok.text
         problem(await gw.post(f"/v1/publish/{low}.us.1", content=b"us", headers=bearer(APP)), 403)
-        problem(await gw.post(f"/v1/publish/{low}.eu.secret", content=b"s", headers=bearer(APP)), 403)
+        problem(
+            await gw.post(f"/v1/publish/{low}.eu.secret", content=b"s", headers=bearer(APP)), 403
+        )
         batch = {"messages": [{"subject": f"{low}.eu.2"}, {"subject": f"{low}.us.2"}]}
         problem(await gw.post("/v1/publish", json=batch, headers=bearer(APP)), 403)
         await gw.post(f"/v1/publish/{low}.us.1", content=b"us", headers=bearer(ADMIN))
@@ -78,26 +86,35 @@ async def test_tokens_and_grants(nats_server: EmbeddedServer, auth_file: Path, n
         assert got.content == b"eu"
         problem(await gw.get(f"/v1/streams/{name}/last/{low}.us.1", headers=bearer(APP)), 403)
         # Denied the same way whether or not the thing exists.
-        a = problem(await gw.get(f"/v1/streams/{name}/last/{low}.us.nothing", headers=bearer(APP)), 403)
+        a = problem(
+            await gw.get(f"/v1/streams/{name}/last/{low}.us.nothing", headers=bearer(APP)), 403
+        )
         b = problem(await gw.get("/v1/streams/NO_SUCH/last/x", headers=bearer(APP)), 403)
         assert a["detail"] == b["detail"]
         # Seq reads need the whole stream.
-        problem(await gw.get(f"/v1/streams/{name}/direct", params={"seq": 1}, headers=bearer(APP)), 403)
+        problem(
+            await gw.get(f"/v1/streams/{name}/direct", params={"seq": 1}, headers=bearer(APP)), 403
+        )
 
-        multi = await gw.post(f"/v1/streams/{name}/direct/multi", json={"subjects": [f"{low}.>"]},
-                              headers=bearer(APP))
+        multi = await gw.post(
+            f"/v1/streams/{name}/direct/multi", json={"subjects": [f"{low}.>"]}, headers=bearer(APP)
+        )
         assert multi.status_code == 200
         assert [m["subject"] for m in multi.json()["messages"]] == [f"{low}.eu.1"]
-        every = await gw.post(f"/v1/streams/{name}/direct/multi", json={"subjects": [f"{low}.>"]},
-                              headers=bearer(ADMIN))
+        every = await gw.post(
+            f"/v1/streams/{name}/direct/multi",
+            json={"subjects": [f"{low}.>"]},
+            headers=bearer(ADMIN),
+        )
         assert len(every.json()["messages"]) == 3
 
         listed = (await gw.get("/v1/streams", headers=bearer(APP))).json()
         assert [s["name"] for s in listed["streams"]] == [name]
 
 
-async def test_auth_file_reload_on_change(nats_server: EmbeddedServer, auth_file: Path,
-                                          name: str) -> None:
+async def test_auth_file_reload_on_change(
+    nats_server: EmbeddedServer, auth_file: Path, name: str
+) -> None:
     settings = gateway_settings(nats_server.url, auth_file=auth_file)
     async with running_gateway(settings) as gw:
         assert (await gw.get("/v1/info", headers=bearer(APP))).status_code == 200
@@ -105,12 +122,16 @@ async def test_auth_file_reload_on_change(nats_server: EmbeddedServer, auth_file
         os.utime(auth_file, ns=(time.time_ns() + 10**9, time.time_ns() + 10**9))
         await asyncio.sleep(1.1)
         problem(await gw.get("/v1/info", headers=bearer(APP)), 401)
-        assert (await gw.get("/v1/info", headers=bearer("rotated-token-0123456789"))).status_code == 200
+        assert (
+            await gw.get("/v1/info", headers=bearer("rotated-token-0123456789"))
+        ).status_code == 200
         # A broken file keeps the tokens in force.
         auth_file.write_text("{broken")
         os.utime(auth_file, ns=(time.time_ns() + 3 * 10**9, time.time_ns() + 3 * 10**9))
         await asyncio.sleep(1.1)
-        assert (await gw.get("/v1/info", headers=bearer("rotated-token-0123456789"))).status_code == 200
+        assert (
+            await gw.get("/v1/info", headers=bearer("rotated-token-0123456789"))
+        ).status_code == 200
 
 
 async def test_sse_token(nats_server: EmbeddedServer, auth_file: Path) -> None:
@@ -162,12 +183,17 @@ def test_public_bind_without_auth_is_refused() -> None:
     assert Settings(host="0.0.0.0", allow_unauthenticated=True).host == "0.0.0.0"
 
 
-async def test_nats_untouched_by_denied_requests(nats_server: EmbeddedServer, auth_file: Path,
-                                                 name: str) -> None:
+async def test_nats_untouched_by_denied_requests(
+    nats_server: EmbeddedServer, auth_file: Path, name: str
+) -> None:
     settings = gateway_settings(nats_server.url, auth_file=auth_file)
     async with running_gateway(settings) as gw:
-        problem(await gw.put(f"/v1/streams/{name}", json={"subjects": [f"{name}.>"]},
-                             headers=bearer(APP)), 403)
+        problem(
+            await gw.put(
+                f"/v1/streams/{name}", json={"subjects": [f"{name}.>"]}, headers=bearer(APP)
+            ),
+            403,
+        )
     nc = await nats.connect(nats_server.url)
     try:
         with pytest.raises(nats.js.errors.NotFoundError):
@@ -183,9 +209,11 @@ async def test_a_bucket_made_through_the_gateway_is_writable_at_once(
     creating a bucket (or stream) through the gateway drops that cache at once."""
     writer = "kv-writer-token-0123456"
     path = tmp_path / "auth.yaml"
-    path.write_text(POLICY.format(admin=ADMIN, app=APP, s=name, lower=name.lower())
-                    + f'  - name: writer\n    token: "{writer}"\n    rules:\n'
-                    f'      - {{resource: "stream:KV_{name}", actions: [write]}}\n')
+    path.write_text(
+        POLICY.format(admin=ADMIN, app=APP, s=name, lower=name.lower())
+        + f'  - name: writer\n    token: "{writer}"\n    rules:\n'
+        f'      - {{resource: "stream:KV_{name}", actions: [write]}}\n'
+    )
     async with running_gateway(gateway_settings(nats_server.url, auth_file=path)) as gw:
         subject = f"$KV.{name}.k"
         # No stream captures the subject yet: refused (and that answer is now cached).

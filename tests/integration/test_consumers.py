@@ -53,15 +53,21 @@ async def test_admin_lifecycle(gateway: httpx.AsyncClient, nc: nats.NATS, name: 
     problem(await gateway.get(f"/v1/streams/{name}/consumers/C"), 404, "consumer.not_found")
     problem(await gateway.delete(f"/v1/streams/{name}/consumers/C"), 404, "consumer.not_found")
     problem(await gateway.get("/v1/streams/NOPE_STREAM/consumers/C"), 404, "stream.not_found")
-    problem(await gateway.put("/v1/streams/NOPE_STREAM/consumers/C", json={}), 404,
-            "stream.not_found")  # fmt: skip
+    problem(
+        await gateway.put("/v1/streams/NOPE_STREAM/consumers/C", json={}), 404, "stream.not_found"
+    )
 
 
 async def test_priority_config_and_server_state_shape(
     gateway: httpx.AsyncClient, name: str
 ) -> None:
-    await setup(gateway, name, priority_groups=["jobs"], priority_policy="pinned_client",
-                priority_timeout="1m")  # fmt: skip
+    await setup(
+        gateway,
+        name,
+        priority_groups=["jobs"],
+        priority_policy="pinned_client",
+        priority_timeout="1m",
+    )
     created = await info(gateway, name)
     assert created["config"]["priority_timeout"] == 60
     assert created["config"]["priority_policy"] == "pinned_client"
@@ -86,10 +92,14 @@ async def test_bad_configs_create_nothing(gateway: httpx.AsyncClient, name: str)
         ({"priority_groups": ["jobs"]}, "consumer.priority_policy_required"),
         ({"priority_timeout": 5}, "consumer.priority_policy_required"),
         ({"priority_policy": "pinned_client"}, "consumer.priority_groups_required"),
-        ({"priority_groups": ["a", "a"], "priority_policy": "overflow"},
-         "consumer.group_name_invalid"),
-        ({"priority_groups": ["jobs"], "priority_policy": "overflow", "ack_policy": "none"},
-         "consumer.explicit_ack_required"),
+        (
+            {"priority_groups": ["a", "a"], "priority_policy": "overflow"},
+            "consumer.group_name_invalid",
+        ),
+        (
+            {"priority_groups": ["jobs"], "priority_policy": "overflow", "ack_policy": "none"},
+            "consumer.explicit_ack_required",
+        ),
         ({"priority_groups": ["jobs"], "priority_policy": "sticky"}, "request.invalid"),
         ({"deliver_subject": "push.here"}, "request.invalid"),
         ({"idle_heartbeat": 5}, "request.invalid"),
@@ -98,13 +108,19 @@ async def test_bad_configs_create_nothing(gateway: httpx.AsyncClient, name: str)
         ({"opt_start_time": "yesterday"}, "request.invalid"),
         ({"filter_subject": "a b"}, "request.invalid"),
         ({"unknown_field": 1}, "request.invalid"),
-    ]  # fmt: skip
+    ]
     for body, code in cases:
         problem(await gateway.put(url, json=body), 400, code)
-    problem(await gateway.put(f"/v1/streams/{name}/consumers/a.b", json={}), 400,
-            "consumer.name_invalid")  # fmt: skip
-    problem(await gateway.put(f"/v1/streams/{name}/consumers/a%0A", json={}), 400,
-            "consumer.name_invalid")  # fmt: skip
+    problem(
+        await gateway.put(f"/v1/streams/{name}/consumers/a.b", json={}),
+        400,
+        "consumer.name_invalid",
+    )
+    problem(
+        await gateway.put(f"/v1/streams/{name}/consumers/a%0A", json={}),
+        400,
+        "consumer.name_invalid",
+    )
     assert (await gateway.get(f"/v1/streams/{name}/consumers")).json()["total"] == 0
 
 
@@ -112,14 +128,19 @@ async def test_server_refusals_map_by_err_code(gateway: httpx.AsyncClient, name:
     await setup(gateway, name)
     body = problem(
         await gateway.put(f"/v1/streams/{name}/consumers/C", json={"deliver_policy": "new"}),
-        409, "consumer.not_updatable",
-    )  # fmt: skip
+        409,
+        "consumer.not_updatable",
+    )
     assert body["nats"]["err_code"] == 10012
-    await gateway.put(f"/v1/streams/{name}W", json={"subjects": [f"{name.lower()}w.>"],
-                                                    "retention": "workqueue"})  # fmt: skip
+    await gateway.put(
+        f"/v1/streams/{name}W", json={"subjects": [f"{name.lower()}w.>"], "retention": "workqueue"}
+    )
     await gateway.put(f"/v1/streams/{name}W/consumers/A", json={})
-    body = problem(await gateway.put(f"/v1/streams/{name}W/consumers/B", json={}), 409,
-                   "consumer.workqueue_overlap")  # fmt: skip
+    body = problem(
+        await gateway.put(f"/v1/streams/{name}W/consumers/B", json={}),
+        409,
+        "consumer.workqueue_overlap",
+    )
     assert body["nats"]["err_code"] == 10099
 
 
@@ -228,10 +249,14 @@ async def test_bad_pulls_are_4xx_and_deliver_nothing(gateway: httpx.AsyncClient,
     for pin in ("abc\r\nX-Evil: 1", "abc\n"):  # refused in any header (app.middleware)
         problem(await fetch(gateway, name, pin=pin, group="jobs"), 400, "header.invalid")
     problem(await fetch(gateway, name, pin="abc"), 400, "consumer.group_required")
-    problem(await fetch(gateway, f"{name}P", consumer="C", group="other"), 400,
-            "consumer.group_invalid")  # fmt: skip
-    problem(await fetch(gateway, f"{name}P", consumer="C", max_messages=1), 400,
-            "consumer.group_required")  # fmt: skip
+    problem(
+        await fetch(gateway, f"{name}P", consumer="C", group="other"), 400, "consumer.group_invalid"
+    )
+    problem(
+        await fetch(gateway, f"{name}P", consumer="C", max_messages=1),
+        400,
+        "consumer.group_required",
+    )
     problem(await fetch(gateway, name, consumer="a.b"), 400, "consumer.name_invalid")
     # None of these delivered anything.
     for stream in (name, f"{name}P"):
@@ -247,8 +272,10 @@ async def test_pull_refusals_from_the_server(
     problem(await fetch(gateway, "MISSING_STREAM"), 404, "stream.not_found")
     # A push consumer (the gateway refuses to make one, so make it directly).
     config = {"durable_name": "PUSH", "ack_policy": "explicit", "deliver_subject": "push.x"}
-    await nc.request(f"$JS.API.CONSUMER.CREATE.{name}.PUSH",
-                     orjson.dumps({"stream_name": name, "config": config}))  # fmt: skip
+    await nc.request(
+        f"$JS.API.CONSUMER.CREATE.{name}.PUSH",
+        orjson.dumps({"stream_name": name, "config": config}),
+    )
     problem(await fetch(gateway, name, consumer="PUSH"), 409, "consumer.push_based")
 
     async def delete_soon() -> None:
@@ -381,11 +408,17 @@ async def test_forged_or_foreign_tokens_publish_nothing(
         await ack(gateway, name, [{"token": token}], consumer="OTHER"), 403, "ack.token_foreign"
     )
     # One bad token rejects the whole batch: the good one is not acked either.
-    problem(await ack(gateway, name, [{"token": token}, {"token": forgeries[1]}]), 400,
-            "ack.token_invalid")  # fmt: skip
+    problem(
+        await ack(gateway, name, [{"token": token}, {"token": forgeries[1]}]),
+        400,
+        "ack.token_invalid",
+    )
     problem(await ack(gateway, name, [{"token": token, "delay": 1}]), 400, "ack.invalid")
-    problem(await ack(gateway, name, [{"token": token, "kind": "term", "reason": "a\r\nb"}]), 400,
-            "ack.invalid")  # fmt: skip
+    problem(
+        await ack(gateway, name, [{"token": token, "kind": "term", "reason": "a\r\nb"}]),
+        400,
+        "ack.invalid",
+    )
     problem(await ack(gateway, name, [{"token": token, "kind": "maybe"}]), 400, "request.invalid")
     problem(await ack(gateway, name, []), 400, "request.invalid")
     await nc.flush()

@@ -114,8 +114,9 @@ async def test_disconnect_stops_pulling_and_acks_nothing(
         delivered_to_gateway = before["delivered"]["stream_seq"]
         assert delivered_to_gateway >= 1
         # What the gateway had but the client never saw comes back after ack_wait.
-        response = await http.post(f"/v1/streams/{name}/consumers/C/fetch",
-                                   json={"max_messages": 6, "expires": 4})  # fmt: skip
+        response = await http.post(
+            f"/v1/streams/{name}/consumers/C/fetch", json={"max_messages": 6, "expires": 4}
+        )
         got = {m["seq"]: m["delivered"] for m in response.json()["messages"]}
         assert got == {seq: 2 if seq <= delivered_to_gateway else 1 for seq in range(1, 7)}
 
@@ -184,8 +185,9 @@ async def test_consume_refuses_bad_input_before_streaming(
     # (CR/LF in any header is refused before routing, as header.invalid: see app.middleware)
     bad_pin = await gateway.get(url, params={"max_messages": 4}, headers={"Nats-Pin-Id": "a b"})
     problem(bad_pin, 400, "consumer.pin_id_invalid")
-    problem(await gateway.get(f"/v1/streams/{name}/consumers/NOPE/consume"), 404,
-            "consumer.not_found")  # fmt: skip
+    problem(
+        await gateway.get(f"/v1/streams/{name}/consumers/NOPE/consume"), 404, "consumer.not_found"
+    )
     state = (await gateway.get(f"/v1/streams/{name}/consumers/C")).json()
     assert state["delivered"]["consumer_seq"] == 0 and state["num_waiting"] == 0
 
@@ -210,10 +212,15 @@ async def test_consume_survives_a_server_restart(
             # The un-acked 3 and 4 come back, then 5; the acked 1 and 2 never do.
             after = await events.messages(3, timeout=15)
             assert sorted((m["seq"], m["delivered"]) for m in after) == [(3, 2), (4, 2), (5, 1)]
-            assert {"event": "warning", "data": {
-                "code": "nats.disconnected",
-                "detail": "the gateway lost its NATS connection; pulling resumes when it is back",
-            }} in events.others  # fmt: skip
+            assert {
+                "event": "warning",
+                "data": {
+                    "code": "nats.disconnected",
+                    "detail": (
+                        "the gateway lost its NATS connection; pulling resumes when it is back"
+                    ),
+                },
+            } in events.others
             assert not any(e["event"] == "error" for e in events.others)
             done = await ack(http, name, [{"token": m["ack_token"]} for m in after])
             assert all(r["ok"] for r in done.json()["results"]), done.text

@@ -26,21 +26,26 @@ async def test_overflow_serves_a_pull_only_above_its_thresholds(
     await publish(gateway, prefix, 2, start=5)
     nothing = await fetch(gateway, name, group="jobs", min_pending=10, min_ack_pending=4, expires=1)
     assert nothing.json()["messages"] == []
-    served = await fetch(gateway, name, group="jobs", min_pending=10, min_ack_pending=3,
-                         max_messages=2, expires=1)  # fmt: skip
+    served = await fetch(
+        gateway, name, group="jobs", min_pending=10, min_ack_pending=3, max_messages=2, expires=1
+    )
     assert [m["seq"] for m in served.json()["messages"]] == [4, 5]
     # Pulls must name one of the consumer's groups.
     problem(await fetch(gateway, name, group="other", expires=1), 400, "consumer.group_invalid")
     problem(await fetch(gateway, name, expires=1), 400, "consumer.group_required")
-    problem(await fetch(gateway, name, group="jobs", pin="abc", expires=1), 400,
-            "consumer.not_pinned_client")  # fmt: skip
+    problem(
+        await fetch(gateway, name, group="jobs", pin="abc", expires=1),
+        400,
+        "consumer.not_pinned_client",
+    )
 
 
 async def test_pinned_client_holds_the_others_then_fails_over(
     gateway: httpx.AsyncClient, name: str
 ) -> None:
-    prefix = await setup(gateway, name, priority_groups=["jobs"], priority_policy="pinned_client",
-                         priority_timeout=2)  # fmt: skip
+    prefix = await setup(
+        gateway, name, priority_groups=["jobs"], priority_policy="pinned_client", priority_timeout=2
+    )
     await publish(gateway, prefix, 3)
     first = await fetch(gateway, name, group="jobs", expires=1)
     pin = first.json()["pin_id"]
@@ -69,8 +74,9 @@ async def test_pinned_client_holds_the_others_then_fails_over(
     new_pin = takeover.json()["pin_id"]
     assert [m["seq"] for m in takeover.json()["messages"]] == [3]
     assert new_pin and new_pin != pin
-    body = problem(await fetch(gateway, name, pin=pin, group="jobs", expires=1), 423,
-                   "consumer.pin_mismatch")  # fmt: skip
+    body = problem(
+        await fetch(gateway, name, pin=pin, group="jobs", expires=1), 423, "consumer.pin_mismatch"
+    )
     assert body["nats"]["code"] == 423
     next_one = await gateway.post(
         f"/v1/streams/{name}/consumers/C/next",
@@ -102,16 +108,20 @@ async def test_unpin_moves_the_pin(gateway: httpx.AsyncClient, name: str) -> Non
     assert [m["seq"] for m in moved.json()["messages"]] == [2]
     assert moved.json()["pin_id"] not in (None, pin)
     assert time.monotonic() - started < 1.0  # not the 2 minute default priority_timeout
-    problem(await fetch(gateway, name, pin=pin, group="jobs", expires=1), 423,
-            "consumer.pin_mismatch")  # fmt: skip
+    problem(
+        await fetch(gateway, name, pin=pin, group="jobs", expires=1), 423, "consumer.pin_mismatch"
+    )
 
     url = f"/v1/streams/{name}/consumers/C/unpin"
     problem(await gateway.post(url, json={"group": "other"}), 400, "consumer.group_invalid")
     problem(await gateway.post(url, json={"group": "a b"}), 400, "request.invalid")
     problem(await gateway.post(url, json={"group": "x" * 17}), 400, "request.invalid")
     problem(await gateway.post(url, json={}), 400, "request.invalid")
-    problem(await gateway.post(f"/v1/streams/{name}/consumers/NOPE/unpin", json={"group": "jobs"}),
-            404, "consumer.not_found")  # fmt: skip
+    problem(
+        await gateway.post(f"/v1/streams/{name}/consumers/NOPE/unpin", json={"group": "jobs"}),
+        404,
+        "consumer.not_found",
+    )
 
 
 async def test_prioritized_serves_the_lowest_priority_first(

@@ -74,18 +74,27 @@ async def test_arrow_batch_carries_what_ndjson_carries(
         b"last_seq": str(eob["last_seq"]).encode(),
     }
     for row, line in zip(rows, lines, strict=False):
-        assert (row["stream"], row["subject"], row["seq"]) == (line["stream"], line["subject"], line["seq"])
+        assert (row["stream"], row["subject"], row["seq"]) == (
+            line["stream"],
+            line["subject"],
+            line["seq"],
+        )
         assert row["data"] == base64.b64decode(line["data"])
         assert dict(row["headers"] or []) == line["headers"]
         assert row["time"] == rfc3339_ns(line["time"])
 
-    only = await gateway.get(f"/v1/streams/{name}/direct", headers={"Accept": ARROW},
-                             params={"seq": 1, "batch": 5, "next_by_subj": f"{name}.2"})  # fmt: skip
+    only = await gateway.get(
+        f"/v1/streams/{name}/direct",
+        headers={"Accept": ARROW},
+        params={"seq": 1, "batch": 5, "next_by_subj": f"{name}.2"},
+    )
     rows, marker = arrow_answer(only)
     assert [r["seq"] for r in rows] == [3, 6, 9, 12, 15] and marker[b"jsgw"] == b"eob"
 
 
-async def test_arrow_batch_of_nothing_is_just_the_marker(gateway: httpx.AsyncClient, name: str) -> None:
+async def test_arrow_batch_of_nothing_is_just_the_marker(
+    gateway: httpx.AsyncClient, name: str
+) -> None:
     await make_stream(gateway, name)
     answer = await gateway.get(
         f"/v1/streams/{name}/direct", params={"seq": 1, "batch": 10}, headers={"Accept": ARROW}
@@ -101,9 +110,14 @@ async def test_without_pyarrow_arrow_only_is_406_and_ndjson_is_the_fallback(
     assert (await gateway.post(f"/v1/publish/{name}.a", content=b"x")).status_code == 200
     monkeypatch.setattr(app.direct.arrow, "pa", None)  # an install without the optional pyarrow
     params = {"seq": 1, "batch": 10}
-    refused = await gateway.get(f"/v1/streams/{name}/direct", params=params, headers={"Accept": ARROW})
+    refused = await gateway.get(
+        f"/v1/streams/{name}/direct", params=params, headers={"Accept": ARROW}
+    )
     problem(refused, 406, "direct.arrow_unavailable")
-    fallback = await gateway.get(f"/v1/streams/{name}/direct", params=params,
-                                 headers={"Accept": f"{ARROW}, application/x-ndjson;q=0.5"})  # fmt: skip
+    fallback = await gateway.get(
+        f"/v1/streams/{name}/direct",
+        params=params,
+        headers={"Accept": f"{ARROW}, application/x-ndjson;q=0.5"},
+    )
     assert fallback.headers["content-type"].startswith("application/x-ndjson")
     assert [json.loads(x).get("seq") for x in fallback.text.splitlines()] == [1, None]

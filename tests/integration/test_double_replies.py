@@ -69,7 +69,9 @@ async def test_a_pubAck_after_a_refusal_wins(lean: LeanClient, name: str, resend
     assert lean.replies.extra_replies["second"] >= 1
 
 
-async def test_a_refusal_after_a_pubAck_is_counted_not_believed(lean: LeanClient, name: str) -> None:
+async def test_a_refusal_after_a_pubAck_is_counted_not_believed(
+    lean: LeanClient, name: str
+) -> None:
     subject = f"{name}.w"
     await responders(lean, subject, after(0.02, REFUSAL), after(0, ACK))
     seconds: list[str] = []
@@ -84,7 +86,9 @@ async def test_a_refusal_after_a_pubAck_is_counted_not_believed(lean: LeanClient
     assert not lean.replies._writes  # nothing left behind
 
 
-async def test_a_resent_write_found_stored_is_its_duplicate_pubAck(lean: LeanClient, name: str) -> None:
+async def test_a_resent_write_found_stored_is_its_duplicate_pubAck(
+    lean: LeanClient, name: str
+) -> None:
     """Only a stale responder answers the first attempt; the copy is answered as the stream
     answers a duplicate Nats-Msg-Id: stored, with the sequence it was stored at."""
     subject = f"{name}.w"
@@ -98,7 +102,9 @@ async def test_a_resent_write_found_stored_is_its_duplicate_pubAck(lean: LeanCli
     assert got == [[b"v", b"v"]]
 
 
-async def test_a_refusal_nothing_contradicts_stands_after_the_grace(lean: LeanClient, name: str) -> None:
+async def test_a_refusal_nothing_contradicts_stands_after_the_grace(
+    lean: LeanClient, name: str
+) -> None:
     subject = f"{name}.w"
     got = await responders(lean, subject, after(0, REFUSAL))
     loop = asyncio.get_running_loop()

@@ -11,7 +11,6 @@ import httpx
 import pytest
 
 from app import fastpath
-
 from app.nats.embedded import EmbeddedServer
 from tests.helpers import gateway_settings, running_gateway
 
@@ -30,8 +29,17 @@ def lean_calls(monkeypatch: pytest.MonkeyPatch) -> list[str]:
 
     monkeypatch.setattr(fastpath.LeanPaths, "__call__", spy)
     return calls
-SAME_HEADERS = ("content-type", "content-length", "etag", "kv-revision", "kv-operation", "kv-created",
-                "www-authenticate")
+
+
+SAME_HEADERS = (
+    "content-type",
+    "content-length",
+    "etag",
+    "kv-revision",
+    "kv-operation",
+    "kv-created",
+    "www-authenticate",
+)
 
 
 def same(fast: httpx.Response, slow: httpx.Response) -> None:
@@ -47,8 +55,9 @@ def same(fast: httpx.Response, slow: httpx.Response) -> None:
         assert fast.content == slow.content
 
 
-async def test_both_paths_answer_alike(gateway: httpx.AsyncClient, name: str,
-                                       lean_calls: list[str]) -> None:
+async def test_both_paths_answer_alike(
+    gateway: httpx.AsyncClient, name: str, lean_calls: list[str]
+) -> None:
     assert (await gateway.put(f"/v1/kv/{name}", json={"history": 3})).status_code == 201
     await gateway.put(f"/v1/kv/{name}/keys/a.b", content=b"\x00value")
     await gateway.put(f"/v1/kv/{name}/keys/gone", content=b"x")
@@ -81,13 +90,16 @@ async def test_both_paths_answer_alike(gateway: httpx.AsyncClient, name: str,
     assert line in metrics
 
 
-async def test_both_paths_authorize_alike(nats_server: EmbeddedServer, tmp_path: Path,
-                                          name: str) -> None:
+async def test_both_paths_authorize_alike(
+    nats_server: EmbeddedServer, tmp_path: Path, name: str
+) -> None:
     auth = tmp_path / "auth.yaml"
     auth.write_text(
         "tokens:\n"
-        "  - {name: admin, token: admin-token-0123456789, rules: [{resource: 'kv:*', actions: [read, write, admin]}]}\n"
-        f"  - {{name: app, token: app-token-0123456789ab, rules: [{{resource: 'kv:{name}/pub.', actions: [read]}}]}}\n"
+        "  - {name: admin, token: admin-token-0123456789,"
+        " rules: [{resource: 'kv:*', actions: [read, write, admin]}]}\n"
+        "  - {name: app, token: app-token-0123456789ab,"
+        f" rules: [{{resource: 'kv:{name}/pub.', actions: [read]}}]}}\n"
     )
     async with running_gateway(gateway_settings(nats_server.url, auth_file=auth)) as gw:
         admin = {"Authorization": "Bearer admin-token-0123456789"}
@@ -124,23 +136,31 @@ def alike(fast: httpx.Response, slow: httpx.Response, *, differ: tuple[str, ...]
     assert a == b
 
 
-async def test_both_paths_write_alike(gateway: httpx.AsyncClient, nc, name: str,
-                                      lean_calls: list[str]) -> None:
+async def test_both_paths_write_alike(
+    gateway: httpx.AsyncClient, nc, name: str, lean_calls: list[str]
+) -> None:
     assert (await gateway.put(f"/v1/kv/{name}", json={"max_value_size": 64})).status_code == 201
     cases: list[tuple[dict[str, str], bytes]] = [
-        ({}, b"v"),                                # put: 200
-        ({"If-None-Match": "*"}, b"v"),            # create over a value: 412 kv.key_exists
-        ({"If-Match": '"999"'}, b"v"),             # no such revision: 504 outcome unknown
-        ({}, b"x" * 65),                           # over max_value_size: 413
+        ({}, b"v"),  # put: 200
+        ({"If-None-Match": "*"}, b"v"),  # create over a value: 412 kv.key_exists
+        ({"If-Match": '"999"'}, b"v"),  # no such revision: 504 outcome unknown
+        ({}, b"x" * 65),  # over max_value_size: 413
     ]
     for headers, body in cases:
         fast = await gateway.put(f"/v1/kv/{name}/keys/fast", content=body, headers=headers)
-        slow = await gateway.put(f"/v1/kv/{name}/keys/slow", content=body, headers=headers,
-                                 params=IGNORED)
+        slow = await gateway.put(
+            f"/v1/kv/{name}/keys/slow", content=body, headers=headers, params=IGNORED
+        )
         alike(fast, slow, differ=("revision",))
-    created = [await gateway.put(f"/v1/kv/{name}/keys/new.{way}", content=b"v",
-                                 headers={"If-None-Match": "*"}, params=params)
-               for way, params in (("fast", {}), ("slow", IGNORED))]
+    created = [
+        await gateway.put(
+            f"/v1/kv/{name}/keys/new.{way}",
+            content=b"v",
+            headers={"If-None-Match": "*"},
+            params=params,
+        )
+        for way, params in (("fast", {}), ("slow", IGNORED))
+    ]
     alike(*created, differ=("revision",))
     assert created[0].status_code == 201
     assert created[0].headers["location"] == f"/v1/kv/{name}/keys/new.fast"
@@ -154,14 +174,24 @@ async def test_both_paths_write_alike(gateway: httpx.AsyncClient, nc, name: str,
 
     js = nc.jetstream()
     await js.add_stream(name=name, subjects=[f"{name}.>"])
-    for headers in ({}, {"Nats-Msg-Id": "one"}, {"Nats-Msg-Id": "one"},
-                    {"Nats-Expected-Last-Sequence": "999"}, {"Nats-Expected-Last-Sequence": "x"}):
-        fast = await gateway.post(f"/v1/publish/{name}.fast", content=b"m",
-                                  headers={k: f"{v}-fast" if k == "Nats-Msg-Id" else v
-                                           for k, v in headers.items()})
-        slow = await gateway.post(f"/v1/publish/{name}.slow", content=b"m", params=IGNORED,
-                                  headers={k: f"{v}-slow" if k == "Nats-Msg-Id" else v
-                                           for k, v in headers.items()})
+    for headers in (
+        {},
+        {"Nats-Msg-Id": "one"},
+        {"Nats-Msg-Id": "one"},
+        {"Nats-Expected-Last-Sequence": "999"},
+        {"Nats-Expected-Last-Sequence": "x"},
+    ):
+        fast = await gateway.post(
+            f"/v1/publish/{name}.fast",
+            content=b"m",
+            headers={k: f"{v}-fast" if k == "Nats-Msg-Id" else v for k, v in headers.items()},
+        )
+        slow = await gateway.post(
+            f"/v1/publish/{name}.slow",
+            content=b"m",
+            params=IGNORED,
+            headers={k: f"{v}-slow" if k == "Nats-Msg-Id" else v for k, v in headers.items()},
+        )
         alike(fast, slow, differ=("seq",))
     for subject in ("nowhere.x", f"{name}.*", f"{name}..x"):
         fast = await gateway.post(f"/v1/publish/{subject}", content=b"m")
@@ -196,9 +226,11 @@ async def _publish_then_leave(nats_server: EmbeddedServer, name: str) -> None:
 
     with served_gateway(gateway_settings(nats_server.url)) as url:
         host, port = url.removeprefix("http://").split(":")
-        reader, writer = await asyncio.open_connection(host, int(port))
-        writer.write(f"POST /v1/publish/{name}.a HTTP/1.1\r\nHost: x\r\n"
-                     "Transfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n".encode())
+        _reader, writer = await asyncio.open_connection(host, int(port))
+        writer.write(
+            f"POST /v1/publish/{name}.a HTTP/1.1\r\nHost: x\r\n"
+            "Transfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n".encode()
+        )
         await writer.drain()
         await asyncio.sleep(0.2)
         writer.close()
@@ -207,8 +239,9 @@ async def _publish_then_leave(nats_server: EmbeddedServer, name: str) -> None:
             assert (await http.post(f"/v1/publish/{name}.b", content=b"x")).status_code == 200
 
 
-async def test_the_setting_sends_everything_to_fastapi(nats_server: EmbeddedServer, name: str,
-                                                       lean_calls: list[str]) -> None:
+async def test_the_setting_sends_everything_to_fastapi(
+    nats_server: EmbeddedServer, name: str, lean_calls: list[str]
+) -> None:
     async with running_gateway(gateway_settings(nats_server.url, lean_paths=False)) as gw:
         assert (await gw.put(f"/v1/kv/{name}", json={})).status_code == 201
         assert (await gw.put(f"/v1/kv/{name}/keys/a", content=b"v")).status_code == 200

@@ -44,7 +44,9 @@ class Connection:
         head_bytes, _, self.buffer = self.buffer.partition(b"\r\n\r\n")
         lines = head_bytes.decode("latin-1").split("\r\n")
         length = next(
-            int(line.split(":", 1)[1]) for line in lines if line.lower().startswith("content-length:")
+            int(line.split(":", 1)[1])
+            for line in lines
+            if line.lower().startswith("content-length:")
         )
         while len(self.buffer) < length:
             self.buffer += self._recv()

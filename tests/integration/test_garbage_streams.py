@@ -46,11 +46,20 @@ class App:
     async def get(self, path: str, query: str = "", *, first_chunk_only: bool = False) -> int:
         """GET, as a client that reads the response (or only its first chunk, then leaves)."""
         scope = {
-            "type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "GET",
-            "scheme": "http", "path": path, "raw_path": path.encode(), "root_path": "",
-            "query_string": query.encode(), "headers": [(b"host", b"gateway")],
-            "client": ("127.0.0.1", 50000), "server": ("127.0.0.1", 80), "state": self.state,
-        }  # fmt: skip
+            "type": "http",
+            "asgi": {"version": "3.0"},
+            "http_version": "1.1",
+            "method": "GET",
+            "scheme": "http",
+            "path": path,
+            "raw_path": path.encode(),
+            "root_path": "",
+            "query_string": query.encode(),
+            "headers": [(b"host", b"gateway")],
+            "client": ("127.0.0.1", 50000),
+            "server": ("127.0.0.1", 80),
+            "state": self.state,
+        }
         done = asyncio.Event()
         status = 0
         asked = False

@@ -58,8 +58,11 @@ async def test_create_with_every_option_makes_the_adr8_stream(
     assert config["allow_msg_ttl"] is True
     assert config["subject_delete_marker_ttl"] == 5 * 10**9
     assert config["description"] == "users"
-    assert config["republish"] == {"src": f"$KV.{name}.>", "dest": f"repub.{name}.>",
-                                   "headers_only": True}
+    assert config["republish"] == {
+        "src": f"$KV.{name}.>",
+        "dest": f"repub.{name}.>",
+        "headers_only": True,
+    }
     assert status["bucket"] == name and status["history"] == 7 and status["ttl"] == 90
     assert status["is_compressed"] is True and status["backing_store"] == "JetStream"
     assert status["limit_marker_ttl"] == 5 and status["storage"] == "memory"
@@ -88,8 +91,15 @@ async def test_defaults_update_status_list_delete(
     status = (await gateway.get(f"/v1/kv/{name}")).json()
     assert (status["values"], status["history"], status["ttl"]) == (2, 10, 3600)
     assert status["bytes"] > 0 and status["last_revision"] == 2
-    assert set(status) >= {"bucket", "values", "history", "ttl", "bytes", "is_compressed",
-                           "backing_store"}
+    assert set(status) >= {
+        "bucket",
+        "values",
+        "history",
+        "ttl",
+        "bytes",
+        "is_compressed",
+        "backing_store",
+    }
 
     listing = (await gateway.get("/v1/kv")).json()["buckets"]
     assert name in [b["bucket"] for b in listing]
@@ -112,8 +122,9 @@ async def test_limit_markers_cannot_be_turned_off(gateway: httpx.AsyncClient, na
     await make_bucket(gateway, name)
     enabled = await gateway.put(f"/v1/kv/{name}", json={"limit_marker_ttl": 2})
     assert enabled.status_code == 200 and enabled.json()["limit_marker_ttl"] == 2
-    problem(await gateway.put(f"/v1/kv/{name}", json={"history": 3}), 409,
-            "kv.limit_markers_locked")
+    problem(
+        await gateway.put(f"/v1/kv/{name}", json={"history": 3}), 409, "kv.limit_markers_locked"
+    )
     assert (await gateway.get(f"/v1/kv/{name}")).json()["history"] == 1
 
 
@@ -130,8 +141,17 @@ async def test_bad_bucket_input_creates_nothing(gateway: httpx.AsyncClient, name
         problem(await gateway.put(f"/v1/kv/{bad}", json={}), 400, "kv.bucket_invalid")
         problem(await gateway.get(f"/v1/kv/{bad}"), 400, "kv.bucket_invalid")
         problem(await gateway.get(f"/v1/kv/{bad}/keys/k"), 400, "kv.bucket_invalid")
-    for body in [{"history": 0}, {"history": 65}, {"ttl": "soon"}, {"ttl": -1},
-                 {"max_value_size": 0}, {"limit_marker_ttl": 0.5}, {"storage": "disk"},
-                 {"compression": "zstd"}, {"nope": 1}, ["history"]]:
+    for body in [
+        {"history": 0},
+        {"history": 65},
+        {"ttl": "soon"},
+        {"ttl": -1},
+        {"max_value_size": 0},
+        {"limit_marker_ttl": 0.5},
+        {"storage": "disk"},
+        {"compression": "zstd"},
+        {"nope": 1},
+        ["history"],
+    ]:
         problem(await gateway.put(f"/v1/kv/{name}", json=body), 400, "request.invalid")
     problem(await gateway.get(f"/v1/kv/{name}"), 404, "kv.bucket_not_found")

@@ -176,9 +176,12 @@ PURGE_HEARTBEAT = 0.5
 
 @pytest.mark.parametrize("purge", ["stream", "subject", "purge_deletes"])
 async def test_a_purge_by_other_means_is_seen_within_two_heartbeats(
-    nats_server: EmbeddedServer, nc: nats.NATS, name: str, purge: str,
+    nats_server: EmbeddedServer,
+    nc: nats.NATS,
+    name: str,
+    purge: str,
     caplog: pytest.LogCaptureFixture,
-) -> None:  # fmt: skip
+) -> None:
     """A stream purge tells consumers nothing: the cache stops answering what it removed
     within the bound the README gives (two JSGW_KV_WATCH_HEARTBEAT intervals), then caches
     again."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import itertools
 
 import httpx
 import nats
@@ -46,9 +47,14 @@ async def test_put_then_get_raw_json_and_head(gateway: httpx.AsyncClient, name: 
 
     entry = (await gateway.get(f"/v1/kv/{name}/keys/app/conf=1.x_y-z", headers=JSON_ACCEPT)).json()
     assert entry == {
-        "bucket": name, "key": "app/conf=1.x_y-z", "value": base64.b64encode(b"\x00\xffbin").decode(),
-        "revision": 1, "created": raw.headers["kv-created"], "delta": 0, "operation": "PUT",
-    }  # fmt: skip
+        "bucket": name,
+        "key": "app/conf=1.x_y-z",
+        "value": base64.b64encode(b"\x00\xffbin").decode(),
+        "revision": 1,
+        "created": raw.headers["kv-created"],
+        "delta": 0,
+        "operation": "PUT",
+    }
 
     head = await gateway.head(f"/v1/kv/{name}/keys/app/conf=1.x_y-z")
     assert head.status_code == 200 and head.content == b""
@@ -63,7 +69,9 @@ async def test_conditional_get(gateway: httpx.AsyncClient, name: str) -> None:
     unchanged = await gateway.get(f"/v1/kv/{name}/keys/k", headers={"If-None-Match": '"1"'})
     assert unchanged.status_code == 304 and unchanged.content == b""
     assert unchanged.headers["etag"] == '"1"'
-    assert (await gateway.head(f"/v1/kv/{name}/keys/k", headers={"If-None-Match": "*"})).status_code == 304
+    assert (
+        await gateway.head(f"/v1/kv/{name}/keys/k", headers={"If-None-Match": "*"})
+    ).status_code == 304
     await put(gateway, name, "k", b"two")
     changed = await gateway.get(f"/v1/kv/{name}/keys/k", headers={"If-None-Match": '"1"'})
     assert changed.status_code == 200 and changed.content == b"two"
@@ -79,8 +87,9 @@ async def test_create_succeeds_only_over_nothing_or_a_delete(
     assert created.status_code == 201 and created.json() == {"revision": 1}
     assert created.headers["location"] == url
 
-    exists = problem(await gateway.put(url, content=b"v2", headers={"If-None-Match": "*"}),
-                     412, "kv.key_exists")
+    exists = problem(
+        await gateway.put(url, content=b"v2", headers={"If-None-Match": "*"}), 412, "kv.key_exists"
+    )
     assert exists["revision"] == 1
 
     assert (await gateway.delete(url)).status_code == 204  # revision 2: a DEL marker
@@ -101,19 +110,28 @@ async def test_update_with_if_match(gateway: httpx.AsyncClient, nc: nats.NATS, n
     updated = await gateway.put(url, content=b"b", headers={"If-Match": '"1"'})
     assert updated.status_code == 200 and updated.json() == {"revision": 2}
 
-    stale = problem(await gateway.put(url, content=b"c", headers={"If-Match": '"1"'}),
-                    412, "kv.revision_mismatch")
+    stale = problem(
+        await gateway.put(url, content=b"c", headers={"If-Match": '"1"'}),
+        412,
+        "kv.revision_mismatch",
+    )
     assert stale["revision"] == 2 and stale["operation"] == "PUT"
-    missing = problem(await gateway.put(f"/v1/kv/{name}/keys/nope", content=b"c",
-                                        headers={"If-Match": '"2"'}), 412, "kv.revision_mismatch")
+    missing = problem(
+        await gateway.put(f"/v1/kv/{name}/keys/nope", content=b"c", headers={"If-Match": '"2"'}),
+        412,
+        "kv.revision_mismatch",
+    )
     assert missing["revision"] == 0
     assert await stored(nc, name) == (2, 2)
 
     # If-Match: * needs a current value; a deleted key has none.
-    assert (await gateway.put(url, content=b"d", headers={"If-Match": "*"})).json() == {"revision": 3}
+    assert (await gateway.put(url, content=b"d", headers={"If-Match": "*"})).json() == {
+        "revision": 3
+    }
     await gateway.delete(url, headers={"If-Match": '"3"'})
-    deleted = problem(await gateway.put(url, content=b"e", headers={"If-Match": "*"}),
-                      412, "kv.revision_mismatch")
+    deleted = problem(
+        await gateway.put(url, content=b"e", headers={"If-Match": "*"}), 412, "kv.revision_mismatch"
+    )
     assert deleted == deleted | {"revision": 4, "operation": "DEL"}
     problem(await gateway.delete(url, headers={"If-Match": '"3"'}), 412, "kv.revision_mismatch")
 
@@ -131,7 +149,9 @@ async def test_delete_keeps_history_and_purge_drops_it(
 
     history = (await gateway.get(f"/v1/kv/{name}/history/k")).json()["entries"]
     assert [(e["revision"], e["operation"], e["delta"]) for e in history] == [
-        (1, "PUT", 2), (2, "PUT", 1), (3, "DEL", 0)
+        (1, "PUT", 2),
+        (2, "PUT", 1),
+        (3, "DEL", 0),
     ]
     assert [base64.b64decode(e["value"]) for e in history] == [b"1", b"2", b""]
 
@@ -144,7 +164,9 @@ async def test_delete_keeps_history_and_purge_drops_it(
     problem(await gateway.get(f"/v1/kv/{name}/history/never"), 404, "kv.key_not_found")
 
 
-async def test_a_revision_of_another_key_is_not_found(gateway: httpx.AsyncClient, name: str) -> None:
+async def test_a_revision_of_another_key_is_not_found(
+    gateway: httpx.AsyncClient, name: str
+) -> None:
     await make_bucket(gateway, name, history=5)
     await put(gateway, name, "secret", b"s3cr3t")  # revision 1
     await put(gateway, name, "public", b"hello")  # revision 2
@@ -167,8 +189,12 @@ async def test_seed_users_bucket_read_back_at_every_revision(
     bucket = "USERS"
     await make_bucket(gateway, bucket, history=5)
     try:
-        writes = [("1234.name", b"Bob"), ("1234.surname", b"Smith"),
-                  ("1234.address", b"1 Main Street"), ("1234.address", b"10 Oak Lane")]
+        writes = [
+            ("1234.name", b"Bob"),
+            ("1234.surname", b"Smith"),
+            ("1234.address", b"1 Main Street"),
+            ("1234.address", b"10 Oak Lane"),
+        ]
         for expected, (key, value) in enumerate(writes, start=1):
             assert await put(gateway, bucket, key, value) == expected
         kv = await nc.jetstream().key_value(bucket)
@@ -184,14 +210,16 @@ async def test_seed_users_bucket_read_back_at_every_revision(
                 assert entry["revision"] == revision and entry["key"] == key
                 # nats-py reads the same revision the same way.
                 assert (await kv.get(key, revision=revision)).value == value
-        address = (await gateway.get(f"/v1/kv/{bucket}/keys/1234.address?revision=3",
-                                     headers=JSON_ACCEPT)).json()
+        address = (
+            await gateway.get(f"/v1/kv/{bucket}/keys/1234.address?revision=3", headers=JSON_ACCEPT)
+        ).json()
         assert address["delta"] == 1  # one newer revision of this key
         latest = await gateway.get(f"/v1/kv/{bucket}/keys/1234.address")
         assert latest.content == b"10 Oak Lane" and latest.headers["etag"] == '"4"'
         history = (await gateway.get(f"/v1/kv/{bucket}/history/1234.address")).json()["entries"]
         assert [(e["revision"], base64.b64decode(e["value"])) for e in history] == [
-            (3, b"1 Main Street"), (4, b"10 Oak Lane")
+            (3, b"1 Main Street"),
+            (4, b"10 Oak Lane"),
         ]
         keys = (await gateway.get(f"/v1/kv/{bucket}/keys", params={"filter": "1234.>"})).json()
         assert sorted(keys["keys"]) == ["1234.address", "1234.name", "1234.surname"]
@@ -217,8 +245,9 @@ async def test_concurrent_if_match_updates_lose_nothing(
             current = await gateway.get(url)
             value, revision = int(current.content), int(current.headers["kv-revision"])
             await asyncio.sleep(0)
-            written = await gateway.put(url, content=str(value + 1).encode(),
-                                        headers={"If-Match": f'"{revision}"'})
+            written = await gateway.put(
+                url, content=str(value + 1).encode(), headers={"If-Match": f'"{revision}"'}
+            )
             if written.status_code == 412:
                 assert written.json()["revision"] > revision
                 conflicts += 1
@@ -233,7 +262,7 @@ async def test_concurrent_if_match_updates_lose_nothing(
     assert len({read for read, _ in wins}) == len(wins)  # one winner per base revision
     chain = sorted(wins)
     assert chain[0][0] == first
-    assert all(a[1] == b[0] for a, b in zip(chain, chain[1:], strict=False))  # a linear chain
+    assert all(a[1] == b[0] for a, b in itertools.pairwise(chain))  # a linear chain
     assert conflicts > 0  # the clients did race
     assert (await stored(nc, name))[1] == 1 + clients * increments
 
@@ -263,8 +292,13 @@ async def test_bad_keys_write_nothing(
 ) -> None:
     await make_bucket(gateway, name)
     problem(await gateway.put(f"/v1/kv/{name}/keys/{key}", content=b"x"), 400, code)
-    problem(await gateway.put(f"/v1/kv/{name}/keys/{key}", content=b"x",
-                              headers={"If-None-Match": "*"}), 400, code)
+    problem(
+        await gateway.put(
+            f"/v1/kv/{name}/keys/{key}", content=b"x", headers={"If-None-Match": "*"}
+        ),
+        400,
+        code,
+    )
     problem(await gateway.delete(f"/v1/kv/{name}/keys/{key}"), 400, code)
     if code == "kv.key_invalid":
         problem(await gateway.get(f"/v1/kv/{name}/keys/{key}"), 400, code)
@@ -276,22 +310,39 @@ async def test_bad_preconditions_and_ttls_write_nothing(
 ) -> None:
     await make_bucket(gateway, name)
     url = f"/v1/kv/{name}/keys/k"
-    for value in ['"abc"', '"0"', "W/\"1\"", '"1", "2"', '"1.5"', '"-1"']:
-        problem(await gateway.put(url, content=b"x", headers={"If-Match": value}),
-                400, "kv.revision_invalid")
+    for value in ['"abc"', '"0"', 'W/"1"', '"1", "2"', '"1.5"', '"-1"']:
+        problem(
+            await gateway.put(url, content=b"x", headers={"If-Match": value}),
+            400,
+            "kv.revision_invalid",
+        )
         problem(await gateway.delete(url, headers={"If-Match": value}), 400, "kv.revision_invalid")
-    problem(await gateway.put(url, content=b"x", headers={"If-None-Match": '"1"'}),
-            400, "kv.precondition_invalid")
-    problem(await gateway.put(url, content=b"x", headers={"If-None-Match": "*", "If-Match": '"1"'}),
-            400, "kv.precondition_invalid")
+    problem(
+        await gateway.put(url, content=b"x", headers={"If-None-Match": '"1"'}),
+        400,
+        "kv.precondition_invalid",
+    )
+    problem(
+        await gateway.put(url, content=b"x", headers={"If-None-Match": "*", "If-Match": '"1"'}),
+        400,
+        "kv.precondition_invalid",
+    )
     problem(await gateway.put(url, content=b"x", params={"ttl": "10s"}), 400, "kv.ttl_not_allowed")
     problem(await gateway.delete(url, params={"ttl": "10s"}), 400, "kv.ttl_not_allowed")
     for ttl in ("soon", "0.5", "-1"):
-        problem(await gateway.put(url, content=b"x", params={"ttl": ttl},
-                                  headers={"If-None-Match": "*"}), 400, "kv.ttl_invalid")
+        problem(
+            await gateway.put(
+                url, content=b"x", params={"ttl": ttl}, headers={"If-None-Match": "*"}
+            ),
+            400,
+            "kv.ttl_invalid",
+        )
     # A bucket without limit markers refuses per-key TTLs (the server does; nothing stored).
-    problem(await gateway.put(url, content=b"x", params={"ttl": "10s"},
-                              headers={"If-None-Match": "*"}), 400, "kv.ttl_disabled")
+    problem(
+        await gateway.put(url, content=b"x", params={"ttl": "10s"}, headers={"If-None-Match": "*"}),
+        400,
+        "kv.ttl_disabled",
+    )
     assert await stored(nc, name) == (0, 0)
 
 
@@ -302,8 +353,11 @@ async def test_values_over_the_limits_write_nothing(
     url = f"/v1/kv/{name}/keys/k"
     assert (await gateway.put(url, content=b"x" * 1000)).status_code == 200
     problem(await gateway.put(url, content=b"x" * 1025), 413, "kv.value_too_large")
-    problem(await gateway.put(url, content=b"x" * 1025, headers={"If-None-Match": "*"}),
-            413, "kv.value_too_large")
+    problem(
+        await gateway.put(url, content=b"x" * 1025, headers={"If-None-Match": "*"}),
+        413,
+        "kv.value_too_large",
+    )
     info = (await gateway.get("/v1/info")).json()
     max_payload = info["server"]["max_payload"]
     big = await gateway.put(f"/v1/kv/{name}/keys/big", content=b"x" * (max_payload + 1))
@@ -318,11 +372,13 @@ async def test_per_key_ttl_with_limit_markers(
     """ADR-48: a TTL on create; the expiry leaves a MaxAge marker; the key can be created again."""
     await make_bucket(gateway, name, limit_marker_ttl="30s")
     url = f"/v1/kv/{name}/keys/session"
-    created = await gateway.put(url, content=b"token", params={"ttl": "1s"},
-                                headers={"If-None-Match": "*"})
+    created = await gateway.put(
+        url, content=b"token", params={"ttl": "1s"}, headers={"If-None-Match": "*"}
+    )
     assert created.status_code == 201
-    stored_message = await nc.request(f"$JS.API.DIRECT.GET.KV_{name}.$KV.{name}.session", b"",
-                                      timeout=2)
+    stored_message = await nc.request(
+        f"$JS.API.DIRECT.GET.KV_{name}.$KV.{name}.session", b"", timeout=2
+    )
     assert stored_message.headers["Nats-TTL"] == "1s"
     await put(gateway, name, "other", b"stays")
     for _ in range(60):
@@ -361,12 +417,19 @@ async def test_leader_reads_and_conditional_writes_carry_their_own_msg_id(
     js = nc.jetstream()
     plain, conditional = [await js.get_msg(f"KV_{name}", seq) for seq in (1, 2)]
     assert "Nats-Msg-Id" not in (plain.headers or {})
-    assert conditional.headers is not None and conditional.headers["Nats-Msg-Id"].startswith("jsgw-")
+    assert conditional.headers is not None and conditional.headers["Nats-Msg-Id"].startswith(
+        "jsgw-"
+    )
 
     await gateway.delete(url)
-    gone = problem(await gateway.get(url, params={"consistency": "leader"}), 404, "kv.key_not_found")
+    gone = problem(
+        await gateway.get(url, params={"consistency": "leader"}), 404, "kv.key_not_found"
+    )
     assert gone["operation"] == "DEL"
     problem(await gateway.get(url, params={"consistency": "leader", "revision": "1"}), 400)
     problem(await gateway.get(url, params={"consistency": "nearest"}), 400)
-    problem(await gateway.get(f"/v1/kv/{name}x/keys/k", params={"consistency": "leader"}),
-            404, "kv.bucket_not_found")
+    problem(
+        await gateway.get(f"/v1/kv/{name}x/keys/k", params={"consistency": "leader"}),
+        404,
+        "kv.bucket_not_found",
+    )

@@ -31,11 +31,15 @@ async def test_gateway_writes_read_by_nats_py(
     entry = await kv.get("cfg.db")
     assert (entry.revision, entry.value) == (revision["revision"], b"postgres://")
 
-    created = await gateway.put(f"/v1/kv/{name}/keys/cfg.new", content=b"n",
-                                headers={"If-None-Match": "*"})
+    created = await gateway.put(
+        f"/v1/kv/{name}/keys/cfg.new", content=b"n", headers={"If-None-Match": "*"}
+    )
     assert (await kv.get("cfg.new")).revision == created.json()["revision"]
-    await gateway.put(f"/v1/kv/{name}/keys/cfg.db", content=b"mysql://",
-                      headers={"If-Match": f'"{revision["revision"]}"'})
+    await gateway.put(
+        f"/v1/kv/{name}/keys/cfg.db",
+        content=b"mysql://",
+        headers={"If-Match": f'"{revision["revision"]}"'},
+    )
     assert (await kv.get("cfg.db")).value == b"mysql://"
 
     await gateway.delete(f"/v1/kv/{name}/keys/cfg.new")
@@ -69,16 +73,24 @@ async def test_nats_py_writes_read_by_the_gateway(
     history = (await gateway.get(f"/v1/kv/{name}/history/user.2")).json()["entries"]
     assert [e["operation"] for e in history] == ["PUT", "DEL"]
     assert (await gateway.get(f"/v1/kv/{name}/keys")).json()["keys"] == ["user.1"]
-    stale = problem(await gateway.put(f"/v1/kv/{name}/keys/user.1", content=b"x",
-                                      headers={"If-Match": f'"{one}"'}), 412, "kv.revision_mismatch")
+    stale = problem(
+        await gateway.put(
+            f"/v1/kv/{name}/keys/user.1", content=b"x", headers={"If-Match": f'"{one}"'}
+        ),
+        412,
+        "kv.revision_mismatch",
+    )
     assert stale["revision"] == two
-    recreated = await gateway.put(f"/v1/kv/{name}/keys/user.3", content=b"c",
-                                  headers={"If-None-Match": "*"})
+    recreated = await gateway.put(
+        f"/v1/kv/{name}/keys/user.3", content=b"c", headers={"If-None-Match": "*"}
+    )
     assert recreated.status_code == 201
 
 
 async def test_watch_sees_nats_py_writes_and_nats_py_sees_gateway_writes(
-    client: httpx.AsyncClient, nc: nats.NATS, name: str
+    client: httpx.AsyncClient,  # noqa: F811 - test_kv_watch's fixture, imported above
+    nc: nats.NATS,
+    name: str,
 ) -> None:
     await make_served_bucket(client, name)
     kv = await nc.jetstream().key_value(name)
@@ -96,7 +108,9 @@ async def test_watch_sees_nats_py_writes_and_nats_py_sees_gateway_writes(
         written = await client.put(f"/v1/kv/{name}/keys/from.gateway", content=b"yo")
         seen = [await watcher.updates(timeout=2) for _ in range(3)]
         assert [(e.key, e.operation) for e in seen] == [
-            ("from.nats-py", None), ("from.nats-py", "DEL"), ("from.gateway", None)
+            ("from.nats-py", None),
+            ("from.nats-py", "DEL"),
+            ("from.gateway", None),
         ]
         assert seen[-1].revision == written.json()["revision"] and seen[-1].value == b"yo"
         assert (await sse.next()).json["key"] == "from.gateway"
@@ -118,14 +132,16 @@ async def test_a_bucket_made_by_nats_py_without_direct_get(
 
     assert (await gateway.get(f"/v1/kv/{name}/keys/a")).content == b"2"
     assert (await gateway.get(f"/v1/kv/{name}/keys/a", params={"revision": first})).content == b"1"
-    problem(await gateway.get(f"/v1/kv/{name}/keys/a", params={"revision": 3}), 404,
-            "kv.key_not_found")
+    problem(
+        await gateway.get(f"/v1/kv/{name}/keys/a", params={"revision": 3}), 404, "kv.key_not_found"
+    )
     problem(await gateway.get(f"/v1/kv/{name}/keys/b"), 404, "kv.key_not_found")
     history = (await gateway.get(f"/v1/kv/{name}/history/a")).json()["entries"]
     assert [(e["revision"], e["delta"]) for e in history] == [(1, 1), (2, 0)]
     assert (await gateway.get(f"/v1/kv/{name}/keys")).json()["keys"] == ["a"]
-    created = await gateway.put(f"/v1/kv/{name}/keys/b", content=b"y",
-                                headers={"If-None-Match": "*"})
+    created = await gateway.put(
+        f"/v1/kv/{name}/keys/b", content=b"y", headers={"If-None-Match": "*"}
+    )
     assert created.status_code == 201
     assert (await kv.get("b")).value == b"y"
 
@@ -138,7 +154,9 @@ async def test_a_bucket_made_by_nats_py_without_direct_get(
 
 
 async def test_watch_on_a_bucket_without_direct_get(
-    client: httpx.AsyncClient, nc: nats.NATS, name: str
+    client: httpx.AsyncClient,  # noqa: F811 - test_kv_watch's fixture, imported above
+    nc: nats.NATS,
+    name: str,
 ) -> None:
     kv = await nc.jetstream().create_key_value(KeyValueConfig(bucket=name))
     await kv.put("k", b"v")

@@ -57,23 +57,32 @@ async def test_filters_and_deleted_keys(gateway: httpx.AsyncClient, name: str) -
     assert everything["next_cursor"] is None
     assert sorted((await gateway.get(f"/v1/kv/{name}/keys?filter=a.*")).json()["keys"]) == ["a.1"]
     assert sorted((await gateway.get(f"/v1/kv/{name}/keys?filter=a.>")).json()["keys"]) == [
-        "a.1", "a.b.3"
+        "a.1",
+        "a.b.3",
     ]
     assert (await gateway.get(f"/v1/kv/{name}/keys?filter=*.1")).json()["keys"] == ["a.1", "b.1"]
     assert (await gateway.get(f"/v1/kv/{name}/keys?filter=b.1")).json()["keys"] == ["b.1"]
     assert (await gateway.get(f"/v1/kv/{name}/keys?filter=zzz")).json() == {
-        "keys": [], "next_cursor": None
+        "keys": [],
+        "next_cursor": None,
     }
     await gateway.put(f"/v1/kv/{name}/keys/a.2", content=b"back")
     assert sorted((await gateway.get(f"/v1/kv/{name}/keys?filter=a.*")).json()["keys"]) == [
-        "a.1", "a.2"
+        "a.1",
+        "a.2",
     ]
     for bad in ("a.>.b", "a b", ".a", "a..b", "a.%0A", "*x"):
-        problem(await gateway.get(f"/v1/kv/{name}/keys", params={"filter": bad}),
-                400, "kv.key_filter_invalid")
+        problem(
+            await gateway.get(f"/v1/kv/{name}/keys", params={"filter": bad}),
+            400,
+            "kv.key_filter_invalid",
+        )
     for bad in ("x", "-1", "1.5", "1\n", str(2**64 - 1)):
-        problem(await gateway.get(f"/v1/kv/{name}/keys", params={"cursor": bad}),
-                400, "kv.cursor_invalid")
+        problem(
+            await gateway.get(f"/v1/kv/{name}/keys", params={"cursor": bad}),
+            400,
+            "kv.cursor_invalid",
+        )
     for bad in ("0", "10001", "x"):
         problem(await gateway.get(f"/v1/kv/{name}/keys", params={"limit": bad}), 400)
 

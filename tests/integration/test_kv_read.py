@@ -35,8 +35,11 @@ async def test_users_example_at_every_revision(gateway: httpx.AsyncClient, name:
 
     at3 = await read(at_revision=3)
     assert at3["revision"] == 3
-    assert values(at3) == {"1234.name": "Bob", "1234.surname": "Smith",
-                           "1234.address": "1 Main Street"}
+    assert values(at3) == {
+        "1234.name": "Bob",
+        "1234.surname": "Smith",
+        "1234.address": "1 Main Street",
+    }
     at4 = await read(at_revision=4)
     assert values(at4)["1234.address"] == "10 Oak Lane"
     now = await read()
@@ -47,8 +50,9 @@ async def test_users_example_at_every_revision(gateway: httpx.AsyncClient, name:
     assert surname["operation"] == "DEL" and "value" not in surname and surname["revision"] == 5
     by_time = await read(at_time=middle.isoformat())
     assert by_time["revision"] == 3 and values(by_time)["1234.address"] == "1 Main Street"
-    explicit = await gateway.post(f"/v1/kv/{name}/read",
-                                  json={"keys": ["1234.name", "1234.nobody"], "at_revision": 2})
+    explicit = await gateway.post(
+        f"/v1/kv/{name}/read", json={"keys": ["1234.name", "1234.nobody"], "at_revision": 2}
+    )
     assert values(explicit.json()) == {"1234.name": "Bob"}
     entry = explicit.json()["entries"][0]
     assert set(entry) >= {"bucket", "key", "value", "revision", "created", "operation"}
@@ -57,13 +61,16 @@ async def test_users_example_at_every_revision(gateway: httpx.AsyncClient, name:
 async def test_more_keys_than_one_server_request(gateway: httpx.AsyncClient, name: str) -> None:
     assert (await gateway.put(f"/v1/kv/{name}", json={})).status_code == 201
     keys = [f"k.{i}" for i in range(1500)]
-    batch = [{"subject": f"$KV.{name}.{k}", "data": base64.b64encode(k.encode()).decode()}
-             for k in keys]
+    batch = [
+        {"subject": f"$KV.{name}.{k}", "data": base64.b64encode(k.encode()).decode()} for k in keys
+    ]
     for start in range(0, 1500, 500):
-        response = await gateway.post("/v1/publish", json={"messages": batch[start:start + 500]})
+        response = await gateway.post("/v1/publish", json={"messages": batch[start : start + 500]})
         assert all(r["ok"] for r in response.json()["results"])
     at = 1000
-    body = (await gateway.post(f"/v1/kv/{name}/read", json={"keys": keys, "at_revision": at})).json()
+    body = (
+        await gateway.post(f"/v1/kv/{name}/read", json={"keys": keys, "at_revision": at})
+    ).json()
     assert body["revision"] == at
     assert values(body) == {k: k for k in keys[:at]}
 
@@ -71,11 +78,21 @@ async def test_more_keys_than_one_server_request(gateway: httpx.AsyncClient, nam
 async def test_bad_reads(gateway: httpx.AsyncClient, name: str) -> None:
     assert (await gateway.put(f"/v1/kv/{name}", json={})).status_code == 201
     path = f"/v1/kv/{name}/read"
-    for body in ({"keys": []}, {"keys": ["a b"]}, {"keys": ["a.>.b"]}, {"keys": ["a\n"]},
-                 {"keys": ["a"], "at_revision": 0}, {"keys": ["a"], "at_time": "soon"},
-                 {"keys": ["a"], "at_revision": 1, "at_time": "2024-01-01T00:00:00Z"},
-                 {"keys": "a"}, {"keys": ["a"], "extra": 1}):
+    for body in (
+        {"keys": []},
+        {"keys": ["a b"]},
+        {"keys": ["a.>.b"]},
+        {"keys": ["a\n"]},
+        {"keys": ["a"], "at_revision": 0},
+        {"keys": ["a"], "at_time": "soon"},
+        {"keys": ["a"], "at_revision": 1, "at_time": "2024-01-01T00:00:00Z"},
+        {"keys": "a"},
+        {"keys": ["a"], "extra": 1},
+    ):
         problem(await gateway.post(path, json=body), 400)
-    problem(await gateway.post("/v1/kv/NOPE_NO_BUCKET/read", json={"keys": ["a"]}), 404,
-            "kv.bucket_not_found")
+    problem(
+        await gateway.post("/v1/kv/NOPE_NO_BUCKET/read", json={"keys": ["a"]}),
+        404,
+        "kv.bucket_not_found",
+    )
     problem(await gateway.post("/v1/kv/bad.name/read", json={"keys": ["a"]}), 400)

@@ -226,7 +226,10 @@ async def test_resume_after_disconnect_sees_every_revision_once(
     assert second == sorted(second)
     async with watching(client, name, since=total - 3) as sse:
         assert [e.id for e in await sse.until("ready")] == [
-            str(total - 2), str(total - 1), str(total), str(total)
+            str(total - 2),
+            str(total - 1),
+            str(total),
+            str(total),
         ]
 
 
@@ -278,8 +281,7 @@ async def test_watchers_of_the_same_keys_share_one_consumer(
     for i in range(5):
         await put(client, name, f"k{i}", b"old")
     await client.delete(f"/v1/kv/{name}/keys/k4")  # revision 6
-    kinds = [{}, {"history": True}, {"updates_only": True}, {"ignore_deletes": True},
-             {"since": 3}]
+    kinds = [{}, {"history": True}, {"updates_only": True}, {"ignore_deletes": True}, {"since": 3}]
     async with contextlib.AsyncExitStack() as stack:
         watchers = []
         for i in range(20):

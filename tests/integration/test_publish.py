@@ -31,8 +31,12 @@ async def test_dedup_with_msg_id_and_idempotency_key(
 ) -> None:
     await make_stream(gateway, name)
     subject = f"{name.lower()}.a"
-    first = await gateway.post(f"/v1/publish/{subject}", content=b"1", headers={"Nats-Msg-Id": "m1"})
-    again = await gateway.post(f"/v1/publish/{subject}", content=b"1", headers={"Nats-Msg-Id": "m1"})
+    first = await gateway.post(
+        f"/v1/publish/{subject}", content=b"1", headers={"Nats-Msg-Id": "m1"}
+    )
+    again = await gateway.post(
+        f"/v1/publish/{subject}", content=b"1", headers={"Nats-Msg-Id": "m1"}
+    )
     alias = await gateway.post(
         f"/v1/publish/{subject}", content=b"1", headers={"Idempotency-Key": "m1"}
     )
@@ -47,34 +51,52 @@ async def test_expected_sequences_and_ids(
 ) -> None:
     await make_stream(gateway, name)
     subject = f"{name.lower()}.a"
-    ok = await gateway.post(f"/v1/publish/{subject}", content=b"1",
-                            headers={"Nats-Expected-Last-Sequence": "0", "Nats-Msg-Id": "x1"})
+    ok = await gateway.post(
+        f"/v1/publish/{subject}",
+        content=b"1",
+        headers={"Nats-Expected-Last-Sequence": "0", "Nats-Msg-Id": "x1"},
+    )
     assert ok.status_code == 200
     body = problem(
-        await gateway.post(f"/v1/publish/{subject}", content=b"2",
-                           headers={"Nats-Expected-Last-Sequence": "5"}),
-        412, "publish.wrong_last_sequence",
+        await gateway.post(
+            f"/v1/publish/{subject}", content=b"2", headers={"Nats-Expected-Last-Sequence": "5"}
+        ),
+        412,
+        "publish.wrong_last_sequence",
     )
     assert body["nats"]["err_code"] == 10071
     problem(
-        await gateway.post(f"/v1/publish/{subject}", content=b"2",
-                           headers={"Nats-Expected-Last-Subject-Sequence": "7"}),
-        412, "publish.wrong_last_sequence",
+        await gateway.post(
+            f"/v1/publish/{subject}",
+            content=b"2",
+            headers={"Nats-Expected-Last-Subject-Sequence": "7"},
+        ),
+        412,
+        "publish.wrong_last_sequence",
     )
     problem(
-        await gateway.post(f"/v1/publish/{subject}", content=b"2",
-                           headers={"Nats-Expected-Last-Msg-Id": "nope"}),
-        412, "publish.wrong_last_msg_id",
+        await gateway.post(
+            f"/v1/publish/{subject}", content=b"2", headers={"Nats-Expected-Last-Msg-Id": "nope"}
+        ),
+        412,
+        "publish.wrong_last_msg_id",
     )
     problem(
-        await gateway.post(f"/v1/publish/{subject}", content=b"2",
-                           headers={"Nats-Expected-Stream": "OTHER"}),
-        412, "publish.wrong_stream",
+        await gateway.post(
+            f"/v1/publish/{subject}", content=b"2", headers={"Nats-Expected-Stream": "OTHER"}
+        ),
+        412,
+        "publish.wrong_stream",
     )
-    good = await gateway.post(f"/v1/publish/{subject}", content=b"2",
-                              headers={"Nats-Expected-Last-Subject-Sequence": "1",
-                                       "Nats-Expected-Last-Msg-Id": "x1",
-                                       "Nats-Expected-Stream": name})
+    good = await gateway.post(
+        f"/v1/publish/{subject}",
+        content=b"2",
+        headers={
+            "Nats-Expected-Last-Subject-Sequence": "1",
+            "Nats-Expected-Last-Msg-Id": "x1",
+            "Nats-Expected-Stream": name,
+        },
+    )
     assert good.json()["seq"] == 2
     assert await stored(nc, name) == 2
 
@@ -84,17 +106,36 @@ async def test_user_headers_pass_and_reserved_ones_do_not(
 ) -> None:
     await make_stream(gateway, name)
     subject = f"{name.lower()}.h"
-    ok = await gateway.post(f"/v1/publish/{subject}", content=b"x",
-                            headers={"Nats-Header-Tenant": "acme", "X-Other": "dropped"})
+    ok = await gateway.post(
+        f"/v1/publish/{subject}",
+        content=b"x",
+        headers={"Nats-Header-Tenant": "acme", "X-Other": "dropped"},
+    )
     msg = await nc.jetstream().get_msg(name, ok.json()["seq"])
     assert msg.headers == {"Tenant": "acme"}
-    problem(await gateway.post(f"/v1/publish/{subject}", content=b"x",
-                               headers={"Nats-Header-Nats-Rollup": "all"}), 400, "header.reserved")
-    problem(await gateway.post(f"/v1/publish/{subject}", content=b"x",
-                               headers={"Nats-Expected-Last-Sequence": "abc"}), 400, "header.invalid")
-    problem(await gateway.post(f"/v1/publish/{subject}", content=b"x",
-                               headers=[("Nats-Msg-Id", "a"), ("Nats-Msg-Id", "b")]),
-            400, "header.duplicate")
+    problem(
+        await gateway.post(
+            f"/v1/publish/{subject}", content=b"x", headers={"Nats-Header-Nats-Rollup": "all"}
+        ),
+        400,
+        "header.reserved",
+    )
+    problem(
+        await gateway.post(
+            f"/v1/publish/{subject}", content=b"x", headers={"Nats-Expected-Last-Sequence": "abc"}
+        ),
+        400,
+        "header.invalid",
+    )
+    problem(
+        await gateway.post(
+            f"/v1/publish/{subject}",
+            content=b"x",
+            headers=[("Nats-Msg-Id", "a"), ("Nats-Msg-Id", "b")],
+        ),
+        400,
+        "header.duplicate",
+    )
     assert await stored(nc, name) == 1
 
 
@@ -115,11 +156,20 @@ async def test_header_value_with_control_characters_is_refused(
 async def test_bad_subjects(gateway: httpx.AsyncClient, nc: nats.NATS, name: str) -> None:
     await make_stream(gateway, name)
     base = name.lower()
-    for bad in [f"{base}.*", f"{base}.>", f"{base}..x", f"{base}.", f"{base}.a%20b",
-                f"{base}.a%0D%0Ab", f"{base}.a%09b"]:
+    for bad in [
+        f"{base}.*",
+        f"{base}.>",
+        f"{base}..x",
+        f"{base}.",
+        f"{base}.a%20b",
+        f"{base}.a%0D%0Ab",
+        f"{base}.a%09b",
+    ]:
         problem(await gateway.post(f"/v1/publish/{bad}", content=b"x"), 400, "subject.invalid")
     for reserved in ["$JS.API.STREAM.DELETE.X", "$SYS.REQ.SERVER.PING", "_INBOX.abc", "$JSC.x"]:
-        problem(await gateway.post(f"/v1/publish/{reserved}", content=b"x"), 400, "subject.reserved")
+        problem(
+            await gateway.post(f"/v1/publish/{reserved}", content=b"x"), 400, "subject.reserved"
+        )
     assert await stored(nc, name) == 0
 
 
@@ -131,24 +181,37 @@ async def test_body_over_max_payload(gateway: httpx.AsyncClient, nc: nats.NATS, 
     await make_stream(gateway, name)
     big = b"x" * (nc.max_payload + 1)
     problem(await gateway.post(f"/v1/publish/{name.lower()}.a", content=big), 413)
+
     async def chunks():
         for _ in range(20):
             yield b"y" * 65536
+
     problem(await gateway.post(f"/v1/publish/{name.lower()}.a", content=chunks()), 413)
     assert await stored(nc, name) == 0
 
 
 async def test_ttl_header(gateway: httpx.AsyncClient, nc: nats.NATS, name: str) -> None:
     await make_stream(gateway, name, allow_msg_ttl=True)
-    ok = await gateway.post(f"/v1/publish/{name.lower()}.t", content=b"x",
-                            headers={"Nats-TTL": "1m"})
+    ok = await gateway.post(
+        f"/v1/publish/{name.lower()}.t", content=b"x", headers={"Nats-TTL": "1m"}
+    )
     assert ok.status_code == 200
     msg = await nc.jetstream().get_msg(name, ok.json()["seq"])
     assert msg.headers["Nats-TTL"] == "60s"
-    problem(await gateway.post(f"/v1/publish/{name.lower()}.t", content=b"x",
-                               headers={"Nats-TTL": "soon"}), 400, "header.invalid")
-    problem(await gateway.post(f"/v1/publish/{name.lower()}.t", content=b"x",
-                               headers={"Nats-TTL": "10ms"}), 400, "header.invalid")
+    problem(
+        await gateway.post(
+            f"/v1/publish/{name.lower()}.t", content=b"x", headers={"Nats-TTL": "soon"}
+        ),
+        400,
+        "header.invalid",
+    )
+    problem(
+        await gateway.post(
+            f"/v1/publish/{name.lower()}.t", content=b"x", headers={"Nats-TTL": "10ms"}
+        ),
+        400,
+        "header.invalid",
+    )
 
 
 async def test_batch_one_result_per_message(
@@ -158,8 +221,11 @@ async def test_batch_one_result_per_message(
     base = name.lower()
     messages = [
         {"subject": f"{base}.1", "data": base64.b64encode(b"one").decode(), "msg_id": "b1"},
-        {"subject": f"{base}.2", "data": base64.b64encode(b"two").decode(),
-         "headers": {"Nats-Expected-Last-Sequence": "99"}},
+        {
+            "subject": f"{base}.2",
+            "data": base64.b64encode(b"two").decode(),
+            "headers": {"Nats-Expected-Last-Sequence": "99"},
+        },
         {"subject": f"{base}.3", "headers": {"Tenant": "acme"}},
         {"subject": f"{name}.unrouted.x"},
         {"subject": f"{base}.1", "data": base64.b64encode(b"one").decode(), "msg_id": "b1"},
@@ -213,8 +279,9 @@ async def test_unconfirmed_write_is_outcome_unknown(nats_server: EmbeddedServer,
     await silent.flush()
     try:
         async with running_gateway(gateway_settings(nats_server.url, request_timeout=0.3)) as gw:
-            response = await gw.post(f"/v1/publish/{name}.silent", content=b"x",
-                                     headers={"Nats-Msg-Id": "u1"})
+            response = await gw.post(
+                f"/v1/publish/{name}.silent", content=b"x", headers={"Nats-Msg-Id": "u1"}
+            )
             body = problem(response, 504, "nats.outcome_unknown")
             assert "Nats-Msg-Id" in body["detail"]
             assert received == [b"x"]  # it did go out: the outcome really is unknown

@@ -44,7 +44,11 @@ async def test_config_reaches_nats_in_nanoseconds(
     gateway: httpx.AsyncClient, nc: nats.NATS, name: str
 ) -> None:
     await make_stream(
-        gateway, name, max_age="2m", consumer_limits={"inactive_threshold": "1.5s"}, allow_direct=True
+        gateway,
+        name,
+        max_age="2m",
+        consumer_limits={"inactive_threshold": "1.5s"},
+        allow_direct=True,
     )
     info = await nc.jetstream().stream_info(name)
     assert info.config.max_age == 120.0  # nats-py reports seconds, from 120e9 ns on the wire
@@ -61,8 +65,15 @@ async def test_list_filters_by_subject_and_pages(gateway: httpx.AsyncClient, nam
     assert listing.status_code == 200
     assert [s["name"] for s in listing.json()["streams"]] == [names[1]]
     summary = listing.json()["streams"][0]
-    assert set(summary) >= {"name", "subjects", "messages", "bytes", "first_seq", "last_seq",
-                            "consumer_count"}
+    assert set(summary) >= {
+        "name",
+        "subjects",
+        "messages",
+        "bytes",
+        "first_seq",
+        "last_seq",
+        "consumer_count",
+    }
     everything = (await gateway.get("/v1/streams", params={"limit": 1000})).json()
     assert set(names) <= {s["name"] for s in everything["streams"]}
     page = (await gateway.get("/v1/streams", params={"limit": 1, "offset": 1})).json()
@@ -86,7 +97,8 @@ async def test_purge_variants(gateway: httpx.AsyncClient, name: str) -> None:
         "request.invalid",
     )
     problem(
-        await gateway.post(f"/v1/streams/{name}/purge", json={"filter": "a b"}), 400,
+        await gateway.post(f"/v1/streams/{name}/purge", json={"filter": "a b"}),
+        400,
         "request.invalid",
     )
 
@@ -103,7 +115,9 @@ async def test_message_get_and_delete(gateway: httpx.AsyncClient, name: str) -> 
     assert base64.b64decode(message["data"]) == b"\x00\x01bin"
     assert message["headers"]["Trace"] == ["t1"]
     assert message["time"].endswith("Z")
-    assert (await gateway.delete(f"/v1/streams/{name}/messages/{seq}?erase=true")).status_code == 204
+    assert (
+        await gateway.delete(f"/v1/streams/{name}/messages/{seq}?erase=true")
+    ).status_code == 204
     problem(await gateway.get(f"/v1/streams/{name}/messages/{seq}"), 404, "message.not_found")
     problem(await gateway.get(f"/v1/streams/{name}/messages/0"), 400)
     problem(await gateway.get(f"/v1/streams/{name}/messages/-1"), 400)
@@ -114,15 +128,24 @@ async def test_bad_stream_input(gateway: httpx.AsyncClient, name: str) -> None:
     for bad in ["a.b", "a b", "a*", ">", "x" * 256, "a%0A"]:
         problem(await gateway.get(f"/v1/streams/{bad}"), 400, "stream.name_invalid")
     problem(await gateway.put(f"/v1/streams/{name}", json={"subjects": ["a"], "nope": 1}), 400)
-    problem(await gateway.put(f"/v1/streams/{name}", content=b"{not json",
-                              headers={"content-type": "application/json"}), 400)
+    problem(
+        await gateway.put(
+            f"/v1/streams/{name}",
+            content=b"{not json",
+            headers={"content-type": "application/json"},
+        ),
+        400,
+    )
     problem(await gateway.put(f"/v1/streams/{name}", json={"subjects": ["a b"]}), 400)
     problem(await gateway.put(f"/v1/streams/{name}", json={"subjects": ["a.>.b"]}), 400)
     problem(await gateway.put(f"/v1/streams/{name}", json={"max_age": "soon"}), 400)
     problem(await gateway.put(f"/v1/streams/{name}", json={"max_age": -1}), 400)
     problem(await gateway.put(f"/v1/streams/{name}", json={"retention": "forever"}), 400)
-    problem(await gateway.put(f"/v1/streams/{name}", json={"name": "other"}), 400,
-            "stream.name_mismatch")
+    problem(
+        await gateway.put(f"/v1/streams/{name}", json={"name": "other"}),
+        400,
+        "stream.name_mismatch",
+    )
     problem(await gateway.put(f"/v1/streams/{name}", json=["subjects"]), 400)
     # Nothing was created by any of these.
     problem(await gateway.get(f"/v1/streams/{name}"), 404, "stream.not_found")

@@ -60,9 +60,7 @@ async def test_openapi_and_docs_are_served(gateway: httpx.AsyncClient) -> None:
     assert (await gateway.get("/docs")).status_code == 200
 
 
-async def test_js_domain_is_applied_to_api_subjects(
-    nats_server: EmbeddedServer, name: str
-) -> None:
+async def test_js_domain_is_applied_to_api_subjects(nats_server: EmbeddedServer, name: str) -> None:
     """With a domain that this server does not have, JetStream API calls reach nobody."""
     async with running_gateway(gateway_settings(nats_server.url, js_domain="elsewhere")) as gw:
         body = problem(await gw.get(f"/v1/streams/{name}"), 503, "jetstream.unavailable")

@@ -23,13 +23,41 @@ def openssl(*args: str, cwd: Path) -> None:
 
 
 def issue(cwd: Path, ca: str, name: str, subject: str, *, server: bool = False) -> None:
-    openssl("req", "-newkey", "rsa:2048", "-nodes", "-keyout", f"{name}.key", "-subj", subject,
-            "-out", f"{name}.csr", cwd=cwd)
+    openssl(
+        "req",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-keyout",
+        f"{name}.key",
+        "-subj",
+        subject,
+        "-out",
+        f"{name}.csr",
+        cwd=cwd,
+    )
     ext = cwd / f"{name}.ext"
-    ext.write_text("subjectAltName=IP:127.0.0.1,DNS:localhost\n" if server
-                   else "extendedKeyUsage=clientAuth\n")
-    openssl("x509", "-req", "-in", f"{name}.csr", "-CA", f"{ca}.pem", "-CAkey", f"{ca}.key",
-            "-CAcreateserial", "-days", "2", "-out", f"{name}.pem", "-extfile", ext.name, cwd=cwd)
+    ext.write_text(
+        "subjectAltName=IP:127.0.0.1,DNS:localhost\n" if server else "extendedKeyUsage=clientAuth\n"
+    )
+    openssl(
+        "x509",
+        "-req",
+        "-in",
+        f"{name}.csr",
+        "-CA",
+        f"{ca}.pem",
+        "-CAkey",
+        f"{ca}.key",
+        "-CAcreateserial",
+        "-days",
+        "2",
+        "-out",
+        f"{name}.pem",
+        "-extfile",
+        ext.name,
+        cwd=cwd,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -38,8 +66,22 @@ def pki(tmp_path_factory: pytest.TempPathFactory) -> Path:
         pytest.skip("openssl is needed to make test certificates")
     d = tmp_path_factory.mktemp("pki")
     for ca in ("ca", "other-ca"):
-        openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", f"{ca}.key",
-                "-subj", f"/CN={ca}", "-days", "2", "-out", f"{ca}.pem", cwd=d)
+        openssl(
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-keyout",
+            f"{ca}.key",
+            "-subj",
+            f"/CN={ca}",
+            "-days",
+            "2",
+            "-out",
+            f"{ca}.pem",
+            cwd=d,
+        )
     issue(d, "ca", "server", "/CN=localhost", server=True)
     issue(d, "ca", "orders", "/O=Example/CN=orders-service")
     issue(d, "ca", "stranger", "/CN=stranger")
@@ -47,8 +89,9 @@ def pki(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return d
 
 
-def test_client_certificates_authenticate(pki: Path, nats_server: EmbeddedServer,
-                                          tmp_path: Path) -> None:
+def test_client_certificates_authenticate(
+    pki: Path, nats_server: EmbeddedServer, tmp_path: Path
+) -> None:
     auth = tmp_path / "auth.yaml"
     auth.write_text(
         "tokens:\n"
@@ -61,13 +104,22 @@ def test_client_certificates_authenticate(pki: Path, nats_server: EmbeddedServer
     )
     port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("JSGW_")}
-    env.update({
-        "JSGW_PORT": str(port), "JSGW_NATS_URL": nats_server.url, "JSGW_AUTH_FILE": str(auth),
-        "JSGW_TLS_CERT": str(pki / "server.pem"), "JSGW_TLS_KEY": str(pki / "server.key"),
-        "JSGW_TLS_CLIENT_CA": str(pki / "ca.pem"),
-    })
-    proc = subprocess.Popen([sys.executable, "-m", "app", "serve"], env=env,
-                            stdout=subprocess.DEVNULL, stderr=open(tmp_path / "gw.log", "wb"))  # noqa: SIM115
+    env.update(
+        {
+            "JSGW_PORT": str(port),
+            "JSGW_NATS_URL": nats_server.url,
+            "JSGW_AUTH_FILE": str(auth),
+            "JSGW_TLS_CERT": str(pki / "server.pem"),
+            "JSGW_TLS_KEY": str(pki / "server.key"),
+            "JSGW_TLS_CLIENT_CA": str(pki / "ca.pem"),
+        }
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "app", "serve"],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=open(tmp_path / "gw.log", "wb"),  # noqa: SIM115
+    )
     base = f"https://127.0.0.1:{port}"
     ca = ssl.create_default_context(cafile=str(pki / "ca.pem"))
 
@@ -85,7 +137,9 @@ def test_client_certificates_authenticate(pki: Path, nats_server: EmbeddedServer
                     break
             except httpx.HTTPError:
                 pass
-            assert proc.poll() is None and time.monotonic() < deadline, (tmp_path / "gw.log").read_text()
+            assert proc.poll() is None and time.monotonic() < deadline, (
+                tmp_path / "gw.log"
+            ).read_text()
             time.sleep(0.1)
 
         with client("orders") as orders:

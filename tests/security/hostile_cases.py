@@ -282,14 +282,25 @@ def path_key_cases() -> Iterator[Case]:
 
 def subject_cases() -> Iterator[Case]:
     for label, subject in SUBJECT_VARIANTS:
-        yield _case(f"/v1/publish/{{subject}} subject={label}", "POST",
-                    f"/v1/publish/{subject}", content=b"hostile")  # fmt: skip
-        yield _case(f"/last/{{subject}} subject={label}", "GET",
-                    f"/v1/streams/{STREAM}/last/{subject}")  # fmt: skip
-        yield _case(f"/direct last_by_subj={label}", "GET",
-                    f"/v1/streams/{STREAM}/direct?last_by_subj={subject}")  # fmt: skip
-        yield _case(f"/direct next_by_subj={label}", "GET",
-                    f"/v1/streams/{STREAM}/direct?seq=1&next_by_subj={subject}")  # fmt: skip
+        yield _case(
+            f"/v1/publish/{{subject}} subject={label}",
+            "POST",
+            f"/v1/publish/{subject}",
+            content=b"hostile",
+        )
+        yield _case(
+            f"/last/{{subject}} subject={label}", "GET", f"/v1/streams/{STREAM}/last/{subject}"
+        )
+        yield _case(
+            f"/direct last_by_subj={label}",
+            "GET",
+            f"/v1/streams/{STREAM}/direct?last_by_subj={subject}",
+        )
+        yield _case(
+            f"/direct next_by_subj={label}",
+            "GET",
+            f"/v1/streams/{STREAM}/direct?seq=1&next_by_subj={subject}",
+        )
         text = _decoded(subject)
         if text is not None:
             batch = {"messages": [{"subject": f"{STREAM_SUBJECT}"}, {"subject": text}]}
@@ -298,28 +309,36 @@ def subject_cases() -> Iterator[Case]:
         yield _case(f"/v1/streams subject={label}", "GET", f"/v1/streams?subject={subject}")
         text = _decoded(subject)
         if text is not None:
-            yield _case(f"/purge filter={label}", "POST", f"/v1/streams/{STREAM}/purge",
-                        body={"filter": text})  # fmt: skip
+            yield _case(
+                f"/purge filter={label}",
+                "POST",
+                f"/v1/streams/{STREAM}/purge",
+                body={"filter": text},
+            )
             multi = f"/v1/streams/{STREAM}/direct/multi"
             yield _case(f"/direct/multi subjects={label}", "POST", multi, body={"subjects": [text]})
     for label, key_filter in KEY_FILTER_VARIANTS:
         yield _case(f"/keys filter={label}", "GET", f"/v1/kv/{BUCKET}/keys?filter={key_filter}")
-        yield _case(f"/watch key={label}", "GET", f"/v1/kv/{BUCKET}/watch?key={key_filter}",
-                    sse=True)  # fmt: skip
+        yield _case(
+            f"/watch key={label}", "GET", f"/v1/kv/{BUCKET}/watch?key={key_filter}", sse=True
+        )
         text = _decoded(key_filter)
         if text is not None:
-            yield _case(f"/read keys={label}", "POST", f"/v1/kv/{BUCKET}/read",
-                        body={"keys": [KEY, text]})  # fmt: skip
+            yield _case(
+                f"/read keys={label}", "POST", f"/v1/kv/{BUCKET}/read", body={"keys": [KEY, text]}
+            )
 
 
 def sequence_cases() -> Iterator[Case]:
     for label, seq in SEQUENCE_VARIANTS:
         for method in ("GET", "DELETE"):
-            yield _case(f"/messages/{{seq}} seq={label}", method,
-                        f"/v1/streams/{STREAM}/messages/{seq}")  # fmt: skip
+            yield _case(
+                f"/messages/{{seq}} seq={label}", method, f"/v1/streams/{STREAM}/messages/{seq}"
+            )
         yield _case(f"/direct seq={label}", "GET", f"/v1/streams/{STREAM}/direct?seq={seq}")
-        yield _case(f"/keys/{{key}} revision={label}", "GET",
-                    f"/v1/kv/{BUCKET}/keys/{KEY}?revision={seq}")  # fmt: skip
+        yield _case(
+            f"/keys/{{key}} revision={label}", "GET", f"/v1/kv/{BUCKET}/keys/{KEY}?revision={seq}"
+        )
 
 
 # -- query parameters -------------------------------------------------------------------------
@@ -352,10 +371,16 @@ _QUERY: list[tuple[str, str, str]] = [
     ("keys cursor=crlf", "GET", f"/v1/kv/{BUCKET}/keys?cursor=1%0D%0A"),
     ("direct none", "GET", f"/v1/streams/{STREAM}/direct"),
     ("direct last_by_subj=empty", "GET", f"/v1/streams/{STREAM}/direct?last_by_subj="),
-    ("direct last_by_subj+seq", "GET",
-     f"/v1/streams/{STREAM}/direct?seq=1&last_by_subj={STREAM_SUBJECT}"),
-    ("direct seq+start_time", "GET",
-     f"/v1/streams/{STREAM}/direct?seq=1&start_time=2020-01-01T00:00:00Z"),
+    (
+        "direct last_by_subj+seq",
+        "GET",
+        f"/v1/streams/{STREAM}/direct?seq=1&last_by_subj={STREAM_SUBJECT}",
+    ),
+    (
+        "direct seq+start_time",
+        "GET",
+        f"/v1/streams/{STREAM}/direct?seq=1&start_time=2020-01-01T00:00:00Z",
+    ),
     ("direct batch=0", "GET", f"/v1/streams/{STREAM}/direct?seq=1&batch=0"),
     ("direct batch=-1", "GET", f"/v1/streams/{STREAM}/direct?seq=1&batch=-1"),
     ("direct batch=2^70", "GET", f"/v1/streams/{STREAM}/direct?seq=1&batch={2**70}"),
@@ -363,25 +388,49 @@ _QUERY: list[tuple[str, str, str]] = [
     ("direct batch=abc", "GET", f"/v1/streams/{STREAM}/direct?seq=1&batch=abc"),
     ("direct max_bytes=0", "GET", f"/v1/streams/{STREAM}/direct?seq=1&max_bytes=0"),
     ("direct max_bytes=-1", "GET", f"/v1/streams/{STREAM}/direct?seq=1&max_bytes=-1"),
-    ("direct batch+last_by_subj", "GET",
-     f"/v1/streams/{STREAM}/direct?batch=2&last_by_subj={STREAM_SUBJECT}"),
+    (
+        "direct batch+last_by_subj",
+        "GET",
+        f"/v1/streams/{STREAM}/direct?batch=2&last_by_subj={STREAM_SUBJECT}",
+    ),
     ("direct batch+leader", "GET", f"/v1/streams/{STREAM}/direct?seq=1&batch=2&consistency=leader"),
-    ("direct consistency=follower", "GET",
-     f"/v1/streams/{STREAM}/direct?seq=1&consistency=follower"),
-    ("direct consistency=crlf", "GET",
-     f"/v1/streams/{STREAM}/direct?seq=1&consistency=leader%0D%0A"),
+    (
+        "direct consistency=follower",
+        "GET",
+        f"/v1/streams/{STREAM}/direct?seq=1&consistency=follower",
+    ),
+    (
+        "direct consistency=crlf",
+        "GET",
+        f"/v1/streams/{STREAM}/direct?seq=1&consistency=leader%0D%0A",
+    ),
     ("direct start_time=word", "GET", f"/v1/streams/{STREAM}/direct?start_time=yesterday"),
     ("direct start_time=nul", "GET", f"/v1/streams/{STREAM}/direct?start_time=%00"),
-    ("direct start_time=month-13", "GET",
-     f"/v1/streams/{STREAM}/direct?start_time=2020-13-01T00:00:00Z"),
-    ("direct start_time=naive", "GET",
-     f"/v1/streams/{STREAM}/direct?start_time=2020-01-01T00:00:00"),
-    ("direct start_time=year-99999", "GET",
-     f"/v1/streams/{STREAM}/direct?start_time=99999-01-01T00:00:00Z"),
-    ("direct start_time=offset+99", "GET",
-     f"/v1/streams/{STREAM}/direct?start_time=2020-01-01T00:00:00%2B99:00"),
-    ("direct start_time=year-1", "GET",
-     f"/v1/streams/{STREAM}/direct?start_time=0001-01-01T00:00:00Z"),
+    (
+        "direct start_time=month-13",
+        "GET",
+        f"/v1/streams/{STREAM}/direct?start_time=2020-13-01T00:00:00Z",
+    ),
+    (
+        "direct start_time=naive",
+        "GET",
+        f"/v1/streams/{STREAM}/direct?start_time=2020-01-01T00:00:00",
+    ),
+    (
+        "direct start_time=year-99999",
+        "GET",
+        f"/v1/streams/{STREAM}/direct?start_time=99999-01-01T00:00:00Z",
+    ),
+    (
+        "direct start_time=offset+99",
+        "GET",
+        f"/v1/streams/{STREAM}/direct?start_time=2020-01-01T00:00:00%2B99:00",
+    ),
+    (
+        "direct start_time=year-1",
+        "GET",
+        f"/v1/streams/{STREAM}/direct?start_time=0001-01-01T00:00:00Z",
+    ),
     ("direct start_time=empty", "GET", f"/v1/streams/{STREAM}/direct?start_time="),
     ("messages erase=maybe", "DELETE", f"/v1/streams/{STREAM}/messages/1?erase=maybe"),
     ("keys/{key} purge=maybe", "DELETE", f"/v1/kv/{BUCKET}/keys/{KEY}?purge=maybe"),
@@ -399,25 +448,39 @@ _QUERY_SSE: list[tuple[str, str]] = [
     ("watch ignore_deletes=2", f"/v1/kv/{BUCKET}/watch?ignore_deletes=2"),
     ("watch history+updates_only", f"/v1/kv/{BUCKET}/watch?history=true&updates_only=true"),
     ("consume max_messages=0", f"/v1/streams/{STREAM}/consumers/{CONSUMER}/consume?max_messages=0"),
-    ("consume max_messages=-1",
-     f"/v1/streams/{STREAM}/consumers/{CONSUMER}/consume?max_messages=-1"),
-    ("consume max_messages=2^70",
-     f"/v1/streams/{STREAM}/consumers/{CONSUMER}/consume?max_messages={2**70}"),
-    ("consume max_messages=non-utf8",
-     f"/v1/streams/{STREAM}/consumers/{CONSUMER}/consume?max_messages=%FF"),
-    ("consume max_messages+max_bytes",
-     f"/v1/streams/{STREAM}/consumers/{CONSUMER}/consume?max_messages=5&max_bytes=5"),
-    ("consume threshold>max",
-     f"/v1/streams/{STREAM}/consumers/{CONSUMER}/consume?max_messages=10&threshold_messages=50"),
+    (
+        "consume max_messages=-1",
+        f"/v1/streams/{STREAM}/consumers/{CONSUMER}/consume?max_messages=-1",
+    ),
+    (
+        "consume max_messages=2^70",
+        f"/v1/streams/{STREAM}/consumers/{CONSUMER}/consume?max_messages={2**70}",
+    ),
+    (
+        "consume max_messages=non-utf8",
+        f"/v1/streams/{STREAM}/consumers/{CONSUMER}/consume?max_messages=%FF",
+    ),
+    (
+        "consume max_messages+max_bytes",
+        f"/v1/streams/{STREAM}/consumers/{CONSUMER}/consume?max_messages=5&max_bytes=5",
+    ),
+    (
+        "consume threshold>max",
+        f"/v1/streams/{STREAM}/consumers/{CONSUMER}/consume?max_messages=10&threshold_messages=50",
+    ),
     ("consume expires=abc", f"/v1/streams/{STREAM}/consumers/{CONSUMER}/consume?expires=abc"),
     ("consume expires=0.1", f"/v1/streams/{STREAM}/consumers/{CONSUMER}/consume?expires=0.1"),
     ("consume expires=1e9", f"/v1/streams/{STREAM}/consumers/{CONSUMER}/consume?expires=1e9"),
-    ("consume idle_heartbeat=100",
-     f"/v1/streams/{STREAM}/consumers/{CONSUMER}/consume?idle_heartbeat=100"),
+    (
+        "consume idle_heartbeat=100",
+        f"/v1/streams/{STREAM}/consumers/{CONSUMER}/consume?idle_heartbeat=100",
+    ),
     ("consume group=space", f"/v1/streams/{STREAM}/consumers/{CONSUMER}/consume?group=a%20b"),
     ("consume group=unknown", f"/v1/streams/{STREAM}/consumers/{CONSUMER}/consume?group=x"),
-    ("consume priority=10",
-     f"/v1/streams/{STREAM}/consumers/{GROUPED}/consume?group={GROUP}&priority=10"),
+    (
+        "consume priority=10",
+        f"/v1/streams/{STREAM}/consumers/{GROUPED}/consume?group={GROUP}&priority=10",
+    ),
     ("consume unknown param", f"/v1/streams/{STREAM}/consumers/{CONSUMER}/consume?bogus=1"),
     ("consume grouped without group", f"/v1/streams/{STREAM}/consumers/{GROUPED}/consume"),
 ]
@@ -427,15 +490,24 @@ def query_cases() -> Iterator[Case]:
     for label, method, path in _QUERY:
         yield _case(label, method, path)
     for ttl in _QUERY_PUT_TTL:
-        yield _case(f"keys/{{key}} create ttl={ttl}", "PUT",
-                    f"/v1/kv/{BUCKET}/keys/new-key?ttl={ttl}", content=b"x",
-                    headers=(("If-None-Match", "*"),))  # fmt: skip
+        yield _case(
+            f"keys/{{key}} create ttl={ttl}",
+            "PUT",
+            f"/v1/kv/{BUCKET}/keys/new-key?ttl={ttl}",
+            content=b"x",
+            headers=(("If-None-Match", "*"),),
+        )
     # A valid ttl, but on a plain put (ADR-48), or on a bucket without limit markers.
-    yield _case("keys/{key} put ttl=never", "PUT", f"/v1/kv/{BUCKET}/keys/{KEY}?ttl=never",
-                content=b"x")  # fmt: skip
-    yield _case("keys/{key} create ttl=5s no-markers", "PUT",
-                f"/v1/kv/{BUCKET}/keys/new-key?ttl=5s", content=b"x",
-                headers=(("If-None-Match", "*"),))  # fmt: skip
+    yield _case(
+        "keys/{key} put ttl=never", "PUT", f"/v1/kv/{BUCKET}/keys/{KEY}?ttl=never", content=b"x"
+    )
+    yield _case(
+        "keys/{key} create ttl=5s no-markers",
+        "PUT",
+        f"/v1/kv/{BUCKET}/keys/new-key?ttl=5s",
+        content=b"x",
+        headers=(("If-None-Match", "*"),),
+    )
     for label, path in _QUERY_SSE:
         yield _case(label, "GET", path, sse=True)
 
@@ -541,47 +613,99 @@ _LAST_EVENT_IDS: list[tuple[str, list[tuple[str | bytes, str | bytes]]]] = [
 
 def header_cases() -> Iterator[Case]:
     for label, headers in _PUBLISH_HEADERS:
-        yield _case(f"/v1/publish/{{subject}} {label}", "POST", _PUBLISH,
-                    headers=tuple(headers), content=b"hostile")  # fmt: skip
+        yield _case(
+            f"/v1/publish/{{subject}} {label}",
+            "POST",
+            _PUBLISH,
+            headers=tuple(headers),
+            content=b"hostile",
+        )
     for label, method, headers in _KV_CONDITIONS:
         path = _KV_PUT if "absent" not in label else f"/v1/kv/{BUCKET}/keys/absent-key"
         content = b"hostile" if method == "PUT" else None
-        yield _case(f"/keys/{{key}} {label}", method, path, headers=tuple(headers),
-                    content=content)  # fmt: skip
+        yield _case(f"/keys/{{key}} {label}", method, path, headers=tuple(headers), content=content)
     for label, pin in _PIN_IDS:
         header = (("Nats-Pin-Id", pin),)
-        yield _case(f"/fetch pin={label}", "POST", _FETCH, headers=header,
-                    body={"no_wait": True})  # fmt: skip
-        yield _case(f"/fetch grouped pin={label}", "POST", _GROUPED_FETCH, headers=header,
-                    body={"no_wait": True, "group": GROUP})  # fmt: skip
-        yield _case(f"/consume pin={label}", "GET",
-                    f"/v1/streams/{STREAM}/consumers/{GROUPED}/consume?group={GROUP}",
-                    headers=header, sse=True)  # fmt: skip
-    yield _case("/fetch pin twice", "POST", _GROUPED_FETCH,
-                headers=(("Nats-Pin-Id", "a"), ("Nats-Pin-Id", "b")),
-                body={"no_wait": True, "group": GROUP})  # fmt: skip
+        yield _case(f"/fetch pin={label}", "POST", _FETCH, headers=header, body={"no_wait": True})
+        yield _case(
+            f"/fetch grouped pin={label}",
+            "POST",
+            _GROUPED_FETCH,
+            headers=header,
+            body={"no_wait": True, "group": GROUP},
+        )
+        yield _case(
+            f"/consume pin={label}",
+            "GET",
+            f"/v1/streams/{STREAM}/consumers/{GROUPED}/consume?group={GROUP}",
+            headers=header,
+            sse=True,
+        )
+    yield _case(
+        "/fetch pin twice",
+        "POST",
+        _GROUPED_FETCH,
+        headers=(("Nats-Pin-Id", "a"), ("Nats-Pin-Id", "b")),
+        body={"no_wait": True, "group": GROUP},
+    )
     # A well-formed pin id that is not the group's pin: 423, nothing delivered.
-    yield _case("/fetch grouped pin=unknown", "POST", _GROUPED_FETCH,
-                headers=(("Nats-Pin-Id", "NotThePinId0123456789"),),
-                body={"no_wait": True, "group": GROUP})  # fmt: skip
-    yield _case("/next pin=crlf", "POST",
-                f"/v1/streams/{STREAM}/consumers/{CONSUMER}/next",
-                headers=(("Nats-Pin-Id", b"a\r\nb"),), body={"no_wait": True})  # fmt: skip
+    yield _case(
+        "/fetch grouped pin=unknown",
+        "POST",
+        _GROUPED_FETCH,
+        headers=(("Nats-Pin-Id", "NotThePinId0123456789"),),
+        body={"no_wait": True, "group": GROUP},
+    )
+    yield _case(
+        "/next pin=crlf",
+        "POST",
+        f"/v1/streams/{STREAM}/consumers/{CONSUMER}/next",
+        headers=(("Nats-Pin-Id", b"a\r\nb"),),
+        body={"no_wait": True},
+    )
     for label, headers in _LAST_EVENT_IDS:
-        yield _case(f"/watch last-event-id={label}", "GET", f"/v1/kv/{BUCKET}/watch",
-                    headers=tuple(headers), sse=True)  # fmt: skip
+        yield _case(
+            f"/watch last-event-id={label}",
+            "GET",
+            f"/v1/kv/{BUCKET}/watch",
+            headers=tuple(headers),
+            sse=True,
+        )
     # X-Request-ID is never reflected unless it is safe; the key makes the request a 400.
-    for label, rid in [("crlf", b"abc\r\nSet-Cookie: x=1"), ("long", "r" * 500),
-                       ("markup", "<script>"), ("non-utf8", b"\xff\xfe")]:  # fmt: skip
-        yield _case(f"/keys/{{key}} x-request-id={label}", "GET",
-                    f"/v1/kv/{BUCKET}/keys/%2A", headers=(("X-Request-ID", rid),))  # fmt: skip
+    for label, rid in [
+        ("crlf", b"abc\r\nSet-Cookie: x=1"),
+        ("long", "r" * 500),
+        ("markup", "<script>"),
+        ("non-utf8", b"\xff\xfe"),
+    ]:
+        yield _case(
+            f"/keys/{{key}} x-request-id={label}",
+            "GET",
+            f"/v1/kv/{BUCKET}/keys/%2A",
+            headers=(("X-Request-ID", rid),),
+        )
     # Two Authorization headers: ambiguous even when auth is off.
-    yield _case("/keys/{key} authorization twice", "PUT", _KV_PUT, content=b"hostile",
-                headers=(("Authorization", "Bearer a"), ("Authorization", "Bearer b")))  # fmt: skip
-    yield _case("/keys/{key} content-length word", "PUT", _KV_PUT, content=b"hostile",
-                headers=(("Content-Length", "seven"),))  # fmt: skip
-    yield _case("/v1/publish/{subject} content-length negative", "POST", _PUBLISH,
-                content=b"hostile", headers=(("Content-Length", "-7"),))  # fmt: skip
+    yield _case(
+        "/keys/{key} authorization twice",
+        "PUT",
+        _KV_PUT,
+        content=b"hostile",
+        headers=(("Authorization", "Bearer a"), ("Authorization", "Bearer b")),
+    )
+    yield _case(
+        "/keys/{key} content-length word",
+        "PUT",
+        _KV_PUT,
+        content=b"hostile",
+        headers=(("Content-Length", "seven"),),
+    )
+    yield _case(
+        "/v1/publish/{subject} content-length negative",
+        "POST",
+        _PUBLISH,
+        content=b"hostile",
+        headers=(("Content-Length", "-7"),),
+    )
 
 
 # -- JSON bodies --------------------------------------------------------------------------------
@@ -589,7 +713,6 @@ def header_cases() -> Iterator[Case]:
 _DEEP = {"a": 1}
 for _ in range(200):
     _DEEP = {"a": _DEEP}
-
 
 
 def _ack(tokens: dict[str, str], **fields: Any) -> dict[str, Any]:
@@ -659,8 +782,10 @@ _BODIES: dict[tuple[str, str], list[tuple[str, Any]]] = {
         ("batch 0", {"subjects": ["host.>"], "batch": 0}),
         ("batch 10^6", {"subjects": ["host.>"], "batch": 10**6}),
         ("up_to_time word", {"subjects": ["host.>"], "up_to_time": "yesterday"}),
-        ("up_to_seq and up_to_time",
-         {"subjects": ["host.>"], "up_to_seq": 1, "up_to_time": "2020-01-01T00:00:00Z"}),
+        (
+            "up_to_seq and up_to_time",
+            {"subjects": ["host.>"], "up_to_seq": 1, "up_to_time": "2020-01-01T00:00:00Z"},
+        ),
         ("too many subjects", {"subjects": [f"host.s.{i}" for i in range(1025)]}),
         ("unknown field", {"subjects": ["host.>"], "bogus": 1}),
         ("null", None),
@@ -677,21 +802,38 @@ _BODIES: dict[tuple[str, str], list[tuple[str, Any]]] = {
         ("headers value int", {"messages": [{"subject": STREAM_SUBJECT, "headers": {"X": 1}}]}),
         ("headers list", {"messages": [{"subject": STREAM_SUBJECT, "headers": [["X", "1"]]}]}),
         ("header name space", {"messages": [{"subject": STREAM_SUBJECT, "headers": {"a b": "1"}}]}),
-        ("header reserved",
-         {"messages": [{"subject": STREAM_SUBJECT, "headers": {"Nats-Rollup": "all"}}]}),
-        ("header crlf",
-         {"messages": [{"subject": STREAM_SUBJECT, "headers": {"X": "a\r\nNats-Rollup: all"}}]}),
+        (
+            "header reserved",
+            {"messages": [{"subject": STREAM_SUBJECT, "headers": {"Nats-Rollup": "all"}}]},
+        ),
+        (
+            "header crlf",
+            {"messages": [{"subject": STREAM_SUBJECT, "headers": {"X": "a\r\nNats-Rollup: all"}}]},
+        ),
         ("header nul", {"messages": [{"subject": STREAM_SUBJECT, "headers": {"X": "\u0000"}}]}),
         ("msg_id empty", {"messages": [{"subject": STREAM_SUBJECT, "msg_id": ""}]}),
         ("msg_id lf", {"messages": [{"subject": STREAM_SUBJECT, "msg_id": "a\nb"}]}),
-        ("msg_id twice",
-         {"messages": [
-             {"subject": STREAM_SUBJECT, "msg_id": "a", "headers": {"Nats-Msg-Id": "b"}}]}),
-        ("expected seq -1", {"messages": [
-            {"subject": STREAM_SUBJECT, "headers": {"Nats-Expected-Last-Sequence": "-1"}}]}),
+        (
+            "msg_id twice",
+            {
+                "messages": [
+                    {"subject": STREAM_SUBJECT, "msg_id": "a", "headers": {"Nats-Msg-Id": "b"}}
+                ]
+            },
+        ),
+        (
+            "expected seq -1",
+            {
+                "messages": [
+                    {"subject": STREAM_SUBJECT, "headers": {"Nats-Expected-Last-Sequence": "-1"}}
+                ]
+            },
+        ),
         ("unknown item field", {"messages": [{"subject": STREAM_SUBJECT, "bogus": 1}]}),
-        ("second item invalid",
-         {"messages": [{"subject": STREAM_SUBJECT, "data": "aGk="}, {"subject": "host.*"}]}),
+        (
+            "second item invalid",
+            {"messages": [{"subject": STREAM_SUBJECT, "data": "aGk="}, {"subject": "host.*"}]},
+        ),
         ("over the batch limit", {"messages": [{"subject": STREAM_SUBJECT}] * 1001}),
         ("array", [{"subject": STREAM_SUBJECT}]),
         ("null", None),
@@ -730,8 +872,10 @@ _BODIES: dict[tuple[str, str], list[tuple[str, Any]]] = {
         ("at_revision string", {"keys": [KEY], "at_revision": "5"}),
         ("at_revision bool", {"keys": [KEY], "at_revision": True}),
         ("at_time word", {"keys": [KEY], "at_time": "now"}),
-        ("at_revision and at_time",
-         {"keys": [KEY], "at_revision": 1, "at_time": "2020-01-01T00:00:00Z"}),
+        (
+            "at_revision and at_time",
+            {"keys": [KEY], "at_revision": 1, "at_time": "2020-01-01T00:00:00Z"},
+        ),
         ("include_deleted string", {"keys": [KEY], "include_deleted": "yes"}),
         ("dotdot key", {"keys": ["..", KEY]}),
         ("other bucket subject", {"keys": [f"$KV.{SECRET_BUCKET}.{SECRET_KEY}"]}),
@@ -843,8 +987,13 @@ def body_cases() -> Iterator[Case]:
             yield _case(f"{path} body={label}", method, path, body=body)
     for method, path in _BODIES:
         for label, raw in _RAW_BODIES:
-            yield _case(f"{path} raw={label}", method, path, content=raw,
-                        headers=(("Content-Type", "application/json"),))  # fmt: skip
+            yield _case(
+                f"{path} raw={label}",
+                method,
+                path,
+                content=raw,
+                headers=(("Content-Type", "application/json"),),
+            )
 
 
 # -- generated strings ---------------------------------------------------------------------------
@@ -903,33 +1052,65 @@ def _segment(text: str) -> str:
 def generated_cases(count: int = 12) -> Iterator[Case]:
     for i, text in enumerate(generated(_bad_name, count)):
         yield _case(f"/v1/streams/{{stream}} generated-{i}", "GET", f"/v1/streams/{_segment(text)}")
-        yield _case(f"/v1/kv/{{bucket}} generated-{i}", "PUT", f"/v1/kv/{_segment(text)}",
-                    body={})  # fmt: skip
-        yield _case(f"/consumers/{{consumer}} generated-{i}", "PUT",
-                    f"/v1/streams/{STREAM}/consumers/{_segment(text)}", body={})  # fmt: skip
+        yield _case(f"/v1/kv/{{bucket}} generated-{i}", "PUT", f"/v1/kv/{_segment(text)}", body={})
+        yield _case(
+            f"/consumers/{{consumer}} generated-{i}",
+            "PUT",
+            f"/v1/streams/{STREAM}/consumers/{_segment(text)}",
+            body={},
+        )
     for i, text in enumerate(generated(_bad_key, count)):
-        yield _case(f"/keys/{{key}} generated-{i}", "GET",
-                    f"/v1/kv/{BUCKET}/keys/{_segment(text)}")  # fmt: skip
-        yield _case(f"/keys/{{key}} generated-{i}", "PUT",
-                    f"/v1/kv/{BUCKET}/keys/{_segment(text)}", content=b"hostile")  # fmt: skip
+        yield _case(f"/keys/{{key}} generated-{i}", "GET", f"/v1/kv/{BUCKET}/keys/{_segment(text)}")
+        yield _case(
+            f"/keys/{{key}} generated-{i}",
+            "PUT",
+            f"/v1/kv/{BUCKET}/keys/{_segment(text)}",
+            content=b"hostile",
+        )
     for i, text in enumerate(generated(_bad_subject, count)):
         subject = _segment(f"host.{text}")
-        yield _case(f"/v1/publish/{{subject}} generated-{i}", "POST", f"/v1/publish/{subject}",
-                    content=b"hostile")  # fmt: skip
-        yield _case(f"/v1/publish batch generated-{i}", "POST", "/v1/publish",
-                    body={"messages": [{"subject": f"host.{text}"}]})  # fmt: skip
+        yield _case(
+            f"/v1/publish/{{subject}} generated-{i}",
+            "POST",
+            f"/v1/publish/{subject}",
+            content=b"hostile",
+        )
+        yield _case(
+            f"/v1/publish batch generated-{i}",
+            "POST",
+            "/v1/publish",
+            body={"messages": [{"subject": f"host.{text}"}]},
+        )
     for i, text in enumerate(generated(_bad_header_value, count)):
         value = text.encode()
-        yield _case(f"/v1/publish/{{subject}} msg-id generated-{i}", "POST", _PUBLISH,
-                    headers=(("Nats-Msg-Id", value),), content=b"hostile")  # fmt: skip
-        yield _case(f"/keys/{{key}} if-match generated-{i}", "PUT", _KV_PUT,
-                    headers=(("If-Match", value),), content=b"hostile")  # fmt: skip
+        yield _case(
+            f"/v1/publish/{{subject}} msg-id generated-{i}",
+            "POST",
+            _PUBLISH,
+            headers=(("Nats-Msg-Id", value),),
+            content=b"hostile",
+        )
+        yield _case(
+            f"/keys/{{key}} if-match generated-{i}",
+            "PUT",
+            _KV_PUT,
+            headers=(("If-Match", value),),
+            content=b"hostile",
+        )
 
 
 def all_cases() -> list[Case]:
     cases: list[Case] = []
-    for source in (path_name_cases, path_key_cases, subject_cases, sequence_cases,
-                   query_cases, header_cases, body_cases, generated_cases):  # fmt: skip
+    for source in (
+        path_name_cases,
+        path_key_cases,
+        subject_cases,
+        sequence_cases,
+        query_cases,
+        header_cases,
+        body_cases,
+        generated_cases,
+    ):
         cases.extend(source())
     return _unique_ids(cases)
 

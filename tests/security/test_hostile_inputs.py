@@ -102,8 +102,11 @@ async def _populate(gw: httpx.AsyncClient) -> tuple[dict[str, str], int]:
     await _ok(await gw.put(f"/v1/streams/{s}/consumers/{hc.GROUPED}", json=grouped))
     tokens = {}
     for name in (hc.CONSUMER, hc.OTHER_CONSUMER):
-        fetched = await _ok(await gw.post(f"/v1/streams/{s}/consumers/{name}/fetch",
-                                          json={"max_messages": 1, "expires": 2}))  # fmt: skip
+        fetched = await _ok(
+            await gw.post(
+                f"/v1/streams/{s}/consumers/{name}/fetch", json={"max_messages": 1, "expires": 2}
+            )
+        )
         tokens[name] = fetched.json()["messages"][0]["ack_token"]
     token = tokens[hc.CONSUMER]
     tokens["tampered"] = token[:-2] + ("AA" if not token.endswith("AA") else "BB")
@@ -130,9 +133,18 @@ async def snapshot(nc: nats.NATS) -> dict[str, Any]:
     listing = await api("$JS.API.STREAM.LIST", {"offset": 0})
     for info in listing.get("streams") or []:
         name = info["config"]["name"]
-        state = {k: info["state"].get(k) for k in (
-            "messages", "bytes", "first_seq", "last_seq", "num_deleted", "num_subjects",
-            "consumer_count")}  # fmt: skip
+        state = {
+            k: info["state"].get(k)
+            for k in (
+                "messages",
+                "bytes",
+                "first_seq",
+                "last_seq",
+                "num_deleted",
+                "num_subjects",
+                "consumer_count",
+            )
+        }
         consumers = {}
         for c in (await api(f"$JS.API.CONSUMER.LIST.{name}", {"offset": 0})).get("consumers") or []:
             consumers[c["name"]] = {
@@ -166,8 +178,9 @@ async def world(hostile_server: EmbeddedServer) -> AsyncIterator[World]:
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
-async def auth_client(world: World, tmp_path_factory: pytest.TempPathFactory
-                      ) -> AsyncIterator[httpx.AsyncClient]:  # fmt: skip
+async def auth_client(
+    world: World, tmp_path_factory: pytest.TempPathFactory
+) -> AsyncIterator[httpx.AsyncClient]:
     path = tmp_path_factory.mktemp("hostile-auth") / "auth.json"
     path.write_text(json.dumps(AUTH_POLICY))
     async with running_gateway(gateway_settings(world.url, auth_file=path)) as client:
@@ -265,10 +278,14 @@ _AUTH_HEADERS: list[tuple[str, list[tuple[str, str | bytes]]]] = [
     ("token twice in one", [("Authorization", f"Bearer {READER} {READER}")]),
     ("token prefix", [("Authorization", f"Bearer {READER[:-1]}")]),
     ("bare token", [("Authorization", READER)]),
-    ("twice, valid first", [("Authorization", f"Bearer {READER}"),
-                            ("Authorization", "Bearer not-a-known-token-000")]),
-    ("twice, valid last", [("Authorization", "Bearer not-a-known-token-000"),
-                           ("Authorization", f"Bearer {READER}")]),
+    (
+        "twice, valid first",
+        [("Authorization", f"Bearer {READER}"), ("Authorization", "Bearer not-a-known-token-000")],
+    ),
+    (
+        "twice, valid last",
+        [("Authorization", "Bearer not-a-known-token-000"), ("Authorization", f"Bearer {READER}")],
+    ),
 ]
 
 
@@ -276,31 +293,76 @@ def _auth_cases() -> list[Case]:
     cases = []
     for label, headers in _AUTH_HEADERS:
         for method, content in (("GET", None), ("PUT", b"hostile"), ("DELETE", None)):
-            cases.append(Case(f"{method} {_KEY_PATH} authorization={label}", method, _KEY_PATH,
-                              headers=tuple(headers), content=content,
-                              statuses=frozenset({400, 401})))  # fmt: skip
+            cases.append(
+                Case(
+                    f"{method} {_KEY_PATH} authorization={label}",
+                    method,
+                    _KEY_PATH,
+                    headers=tuple(headers),
+                    content=content,
+                    statuses=frozenset({400, 401}),
+                )
+            )
     watch = f"/v1/kv/{hc.BUCKET}/watch"
     forged = base64.urlsafe_b64encode(b'{"n":"reader","e":9999999999}').rstrip(b"=").decode()
-    for label, query in [("garbage", "garbage"), ("two parts", "a.b"), ("5000", "x" * 5000),
-                         ("forged mac", f"{forged}.AAAA"), ("non-utf8", "%FF.%FE")]:  # fmt: skip
-        cases.append(Case(f"GET {watch} access_token={label}", "GET",
-                          f"{watch}?access_token={query}", sse=True,
-                          statuses=frozenset({401})))  # fmt: skip
-    cases.append(Case(f"GET {watch} cookie=garbage", "GET", watch, sse=True,
-                      headers=(("Cookie", "jsgw_sse=garbage.token"),),
-                      statuses=frozenset({401})))  # fmt: skip
+    for label, query in [
+        ("garbage", "garbage"),
+        ("two parts", "a.b"),
+        ("5000", "x" * 5000),
+        ("forged mac", f"{forged}.AAAA"),
+        ("non-utf8", "%FF.%FE"),
+    ]:
+        cases.append(
+            Case(
+                f"GET {watch} access_token={label}",
+                "GET",
+                f"{watch}?access_token={query}",
+                sse=True,
+                statuses=frozenset({401}),
+            )
+        )
+    cases.append(
+        Case(
+            f"GET {watch} cookie=garbage",
+            "GET",
+            watch,
+            sse=True,
+            headers=(("Cookie", "jsgw_sse=garbage.token"),),
+            statuses=frozenset({401}),
+        )
+    )
     # Hostile input in what the reader may read is still a 400; writes are not allowed at all.
     for label, key in hc.KEY_VARIANTS:
-        cases.append(Case(f"GET /v1/kv/PUB/keys/{{key}} reader key={label}", "GET",
-                          f"/v1/kv/{hc.BUCKET}/keys/{key}", headers=_READER,
-                          statuses=frozenset({400, 403})))  # fmt: skip
-        cases.append(Case(f"PUT /v1/kv/PUB/keys/{{key}} reader key={label}", "PUT",
-                          f"/v1/kv/{hc.BUCKET}/keys/{key}", headers=_READER, content=b"x",
-                          statuses=frozenset({400, 403})))  # fmt: skip
+        cases.append(
+            Case(
+                f"GET /v1/kv/PUB/keys/{{key}} reader key={label}",
+                "GET",
+                f"/v1/kv/{hc.BUCKET}/keys/{key}",
+                headers=_READER,
+                statuses=frozenset({400, 403}),
+            )
+        )
+        cases.append(
+            Case(
+                f"PUT /v1/kv/PUB/keys/{{key}} reader key={label}",
+                "PUT",
+                f"/v1/kv/{hc.BUCKET}/keys/{key}",
+                headers=_READER,
+                content=b"x",
+                statuses=frozenset({400, 403}),
+            )
+        )
     for label, subject in hc.SUBJECT_VARIANTS:
-        cases.append(Case(f"POST /v1/publish/{{subject}} reader subject={label}", "POST",
-                          f"/v1/publish/{subject}", headers=_READER, content=b"x",
-                          statuses=frozenset({400, 403})))  # fmt: skip
+        cases.append(
+            Case(
+                f"POST /v1/publish/{{subject}} reader subject={label}",
+                "POST",
+                f"/v1/publish/{subject}",
+                headers=_READER,
+                content=b"x",
+                statuses=frozenset({400, 403}),
+            )
+        )
     return cases
 
 
@@ -308,8 +370,9 @@ AUTH_CASES = _auth_cases()
 
 
 @pytest.mark.parametrize("case", AUTH_CASES, ids=[c.id for c in AUTH_CASES])
-async def test_hostile_input_with_auth(case: Case, world: World, auth_client: httpx.AsyncClient
-                                       ) -> None:  # fmt: skip
+async def test_hostile_input_with_auth(
+    case: Case, world: World, auth_client: httpx.AsyncClient
+) -> None:
     response = await send(auth_client, case, world)
     TALLY.auth_executed += 1
     assert_problem(response, case, case.statuses)
@@ -318,12 +381,24 @@ async def test_hostile_input_with_auth(case: Case, world: World, auth_client: ht
 
 
 # Denied requests in pairs: the resource exists / does not. Same 403, same problem.
-_EXISTS = {"bucket": hc.SECRET_BUCKET, "stream": f"KV_{hc.SECRET_BUCKET}", "key": hc.DENIED_KEY,
-           "subject": hc.DENIED_SUBJECT, "consumer": hc.CONSUMER, "seq": "4",
-           "kv_subject": f"$KV.{hc.SECRET_BUCKET}.{hc.SECRET_KEY}"}
-_MISSING = {"bucket": "NO_SUCH_BUCKET", "stream": "NO_SUCH_STREAM", "key": "pub.secret.none",
-            "subject": "host.secret.none", "consumer": "NO_SUCH_CONSUMER", "seq": "99999",
-            "kv_subject": "$KV.NO_SUCH_BUCKET.secret"}
+_EXISTS = {
+    "bucket": hc.SECRET_BUCKET,
+    "stream": f"KV_{hc.SECRET_BUCKET}",
+    "key": hc.DENIED_KEY,
+    "subject": hc.DENIED_SUBJECT,
+    "consumer": hc.CONSUMER,
+    "seq": "4",
+    "kv_subject": f"$KV.{hc.SECRET_BUCKET}.{hc.SECRET_KEY}",
+}
+_MISSING = {
+    "bucket": "NO_SUCH_BUCKET",
+    "stream": "NO_SUCH_STREAM",
+    "key": "pub.secret.none",
+    "subject": "host.secret.none",
+    "consumer": "NO_SUCH_CONSUMER",
+    "seq": "99999",
+    "kv_subject": "$KV.NO_SUCH_BUCKET.secret",
+}
 _DENIED: list[tuple[str, str, Any]] = [
     # (method, path template over the names above, body)
     ("GET", "/v1/kv/{bucket}", NOTHING),
@@ -379,8 +454,16 @@ def _denied_pair(method: str, template: str, body: Any) -> tuple[Case, Case]:
         json_body = body if not isinstance(body, bytes) else NOTHING
         if isinstance(json_body, dict) and "messages" in json_body:
             json_body = {"messages": [{"subject": names["kv_subject"]}]}
-        return Case(f"{method} {template} {tag}", method, path, headers=_READER, body=json_body,
-                    content=content, sse=True, statuses=frozenset({403}))  # fmt: skip
+        return Case(
+            f"{method} {template} {tag}",
+            method,
+            path,
+            headers=_READER,
+            body=json_body,
+            content=content,
+            sse=True,
+            statuses=frozenset({403}),
+        )
 
     return one(_EXISTS, "exists"), one(_MISSING, "missing")
 
@@ -416,8 +499,11 @@ _NARROWED: list[tuple[str, str, Any]] = [
 ]
 
 
-@pytest.mark.parametrize("method,path,body", _NARROWED,
-                         ids=[f"{m} {p} {b if b is not NOTHING else ''}" for m, p, b in _NARROWED])
+@pytest.mark.parametrize(
+    "method,path,body",
+    _NARROWED,
+    ids=[f"{m} {p} {b if b is not NOTHING else ''}" for m, p, b in _NARROWED],
+)
 async def test_wildcard_reads_are_narrowed_never_widened(
     method: str, path: str, body: Any, auth_client: httpx.AsyncClient
 ) -> None:

@@ -17,13 +17,19 @@ from tests.helpers import gateway_settings, served_gateway
 
 def _java_problem() -> str | None:
     java = shutil.which("java") or (
-        os.path.join(os.environ["JAVA_HOME"], "bin", "java") if os.environ.get("JAVA_HOME") else None
+        os.path.join(os.environ["JAVA_HOME"], "bin", "java")
+        if os.environ.get("JAVA_HOME")
+        else None
     )
     if java is None or not os.path.exists(java):
         return "Spark needs a Java runtime (17 or later): none found on PATH or in JAVA_HOME"
-    result = subprocess.run([java, "-version"], capture_output=True, text=True, timeout=30, check=False)
+    result = subprocess.run(
+        [java, "-version"], capture_output=True, text=True, timeout=30, check=False
+    )
     if result.returncode != 0:
-        return f"Spark needs a working Java runtime: `java -version` failed: {result.stderr.strip()}"
+        return (
+            f"Spark needs a working Java runtime: `java -version` failed: {result.stderr.strip()}"
+        )
     return None
 
 

@@ -77,9 +77,17 @@ def test_snapshot_under_concurrent_writes_equals_state_at_its_revision(
     # More keys than one multi read's 1024 subjects, also within one partition (1250 a piece).
     keys = [f"k.{i:05d}" for i in range(3000)]
     run(publish(nats_server.url, [(f"$KV.{bucket}.{k}", b"v0-" + k.encode(), None) for k in keys]))
-    run(publish(nats_server.url, [(f"$KV.{bucket}.{k}", b"v1-" + k.encode(), None) for k in keys[::3]]))
-    run(publish(nats_server.url, [(f"$KV.{bucket}.{keys[5]}", b"", {"KV-Operation": "PURGE",
-                                                                     "Nats-Rollup": "sub"})]))  # fmt: skip
+    run(
+        publish(
+            nats_server.url, [(f"$KV.{bucket}.{k}", b"v1-" + k.encode(), None) for k in keys[::3]]
+        )
+    )
+    run(
+        publish(
+            nats_server.url,
+            [(f"$KV.{bucket}.{keys[5]}", b"", {"KV-Operation": "PURGE", "Nats-Rollup": "sub"})],
+        )
+    )
 
     writers = Writers(nats_server.url, bucket, keys)
     writers.start()
@@ -88,8 +96,9 @@ def test_snapshot_under_concurrent_writes_equals_state_at_its_revision(
             assert writers.is_alive(), writers.error
             threading.Event().wait(0.01)
         before = writers.count
-        summary = jobs.snapshot_kv(spark, url=gateway_url, bucket=bucket, output=str(out),
-                                   partitions=2, chunk=2500)  # fmt: skip
+        summary = jobs.snapshot_kv(
+            spark, url=gateway_url, bucket=bucket, output=str(out), partitions=2, chunk=2500
+        )
         during = writers.count - before
     finally:
         writers.done.set()
@@ -119,18 +128,18 @@ def test_revision_time_history_and_key_filters(
     async def write() -> str:
         nc = await nats.connect(nats_server.url)
         kv = await nc.jetstream().key_value(bucket)
-        await kv.put("a", b"a1")          # 1
-        await kv.put("b", b"b1")          # 2
-        await kv.put("c.x", b"c1")        # 3
-        await kv.put("a", b"a2")          # 4
-        await kv.delete("b")              # 5
+        await kv.put("a", b"a1")  # 1
+        await kv.put("b", b"b1")  # 2
+        await kv.put("c.x", b"c1")  # 3
+        await kv.put("a", b"a2")  # 4
+        await kv.delete("b")  # 5
         await asyncio.sleep(0.05)
         from datetime import UTC, datetime
 
         moment = datetime.now(UTC).isoformat()
         await asyncio.sleep(0.05)
-        await kv.put("b", b"b2")          # 6
-        await kv.put("c.x", b"c2")        # 7
+        await kv.put("b", b"b2")  # 6
+        await kv.put("c.x", b"c2")  # 7
         await nc.close()
         return moment
 
@@ -147,11 +156,17 @@ def test_revision_time_history_and_key_filters(
     at5 = [("a", b"a2", 4, "PUT"), ("c.x", b"c1", 3, "PUT")]
     assert load(asOfRevision="5", partitions="3") == at5
     assert load(asOfTime=moment, partitions="2") == at5
-    assert load(asOfRevision="3", keys="a,c.*") == [("a", b"a1", 1, "PUT"), ("c.x", b"c1", 3, "PUT")]
+    assert load(asOfRevision="3", keys="a,c.*") == [
+        ("a", b"a1", 1, "PUT"),
+        ("c.x", b"c1", 3, "PUT"),
+    ]
     assert load(includeHistory="true", asOfRevision="6", keys="a,b") == [
-        ("a", b"a1", 1, "PUT"), ("a", b"a2", 4, "PUT"),
-        ("b", b"", 5, "DEL"), ("b", b"b1", 2, "PUT"), ("b", b"b2", 6, "PUT"),
-    ]  # fmt: skip
+        ("a", b"a1", 1, "PUT"),
+        ("a", b"a2", 4, "PUT"),
+        ("b", b"", 5, "DEL"),
+        ("b", b"b1", 2, "PUT"),
+        ("b", b"b2", 6, "PUT"),
+    ]
 
 
 def test_snapshot_whose_revision_history_no_longer_holds_fails(

@@ -20,16 +20,20 @@ def test_export_of_a_stream_equals_what_nats_py_reads(
 ) -> None:
     run(make_stream(nats_server.url, name))
     messages = [
-        (f"{name}.{('eu', 'us', 'ap')[i % 3]}.{i % 7}", os.urandom(i % 300),
-         {"Trace": f"t{i}", "Nats-Msg-Id": f"m{i}"} if i % 4 == 0 else None)
+        (
+            f"{name}.{('eu', 'us', 'ap')[i % 3]}.{i % 7}",
+            os.urandom(i % 300),
+            {"Trace": f"t{i}", "Nats-Msg-Id": f"m{i}"} if i % 4 == 0 else None,
+        )
         for i in range(2500)
-    ]  # fmt: skip
+    ]
     seqs = run(publish(nats_server.url, messages))
     # A hole in the middle: the export must carry on over deleted sequences.
     httpx.delete(f"{gateway_url}/v1/streams/{name}/messages/{seqs[1000]}").raise_for_status()
 
-    summary = jobs.export_stream(spark, url=gateway_url, stream=name, output=str(out),
-                                 partitions=3, chunk=1000)  # fmt: skip
+    summary = jobs.export_stream(
+        spark, url=gateway_url, stream=name, output=str(out), partitions=3, chunk=1000
+    )
 
     expected = run(read_all(nats_server.url, name))
     assert len(expected) == 2499
@@ -65,7 +69,9 @@ def test_ranges_subject_filters_and_partitions(
     wildcard = load(subject=f"{name}.*.0", startSequence="250", endSequence="360").collect()
     assert [r.sequence for r in wildcard] == list(range(251, 361, 2))
     assert {r.subject for r in wildcard} == {f"{name}.a.0", f"{name}.b.0"}
-    assert [r.sequence for r in load(startTime=middle).select("sequence").collect()] == list(range(301, 601))
+    assert [r.sequence for r in load(startTime=middle).select("sequence").collect()] == list(
+        range(301, 601)
+    )
     assert load(endTime=middle).count() == 300
     assert load(startSequence="601").count() == 0
 
@@ -78,13 +84,16 @@ def test_gateway_without_arrow_answers_ndjson_and_reads_are_equal(
     run(make_stream(nats_server.url, name))
     run(publish(nats_server.url, [(f"{name}.x", os.urandom(50), {"H": "v"}) for _ in range(1500)]))
     with Connection(gateway_url).client() as gateway:
-        as_arrow = [b for b in gateway.read_range(name, 3, 1400, max_batch=500)]
+        as_arrow = list(gateway.read_range(name, 3, 1400, max_batch=500))
         # The gateway serves from this process: take its pyarrow away (as on an install
         # without the extra); it answers NDJSON, which the client turns into the same batches.
         monkeypatch.setattr(app.direct.arrow, "pa", None)
-        as_ndjson = [b for b in gateway.read_range(name, 3, 1400, max_batch=500)]
+        as_ndjson = list(gateway.read_range(name, 3, 1400, max_batch=500))
     assert sum(b.num_rows for b in as_arrow) == 1398
-    rows = lambda batches: [r for b in batches for r in b.to_pylist()]
+
+    def rows(batches: list) -> list:
+        return [r for b in batches for r in b.to_pylist()]
+
     assert rows(as_arrow) == rows(as_ndjson)
 
 
@@ -101,5 +110,7 @@ def test_gateway_problems_fail_the_read_with_their_detail(
         df.collect()
     assert "409 direct.not_allowed" in str(caught.value)
     with pytest.raises((PySparkException, Py4JJavaError)) as caught:
-        spark.read.format("jetstream").option("url", gateway_url).option("stream", "NOPE").load().collect()
+        spark.read.format("jetstream").option("url", gateway_url).option(
+            "stream", "NOPE"
+        ).load().collect()
     assert "404 stream.not_found" in str(caught.value)

@@ -18,11 +18,21 @@ def test_query_restarted_from_its_checkpoint_delivers_every_message_once(
     sink, checkpoint = tmp_path / "sink", tmp_path / "checkpoint"
 
     def start(trigger: dict):
-        stream = (spark.readStream.format("jetstream").option("url", gateway_url)
-                  .option("stream", name).option("maxRecordsPerTrigger", "200")
-                  .option("partitions", "2").load())  # fmt: skip
-        return (stream.writeStream.format("parquet").option("path", str(sink))
-                .option("checkpointLocation", str(checkpoint)).trigger(**trigger).start())  # fmt: skip
+        stream = (
+            spark.readStream.format("jetstream")
+            .option("url", gateway_url)
+            .option("stream", name)
+            .option("maxRecordsPerTrigger", "200")
+            .option("partitions", "2")
+            .load()
+        )
+        return (
+            stream.writeStream.format("parquet")
+            .option("path", str(sink))
+            .option("checkpointLocation", str(checkpoint))
+            .trigger(**trigger)
+            .start()
+        )
 
     query = start({"processingTime": "0 seconds"})
     deadline = time.monotonic() + 120

@@ -53,8 +53,14 @@ def test_a_task_run_twice_stores_each_row_once(
     previous = spark.conf.get("spark.sql.execution.arrow.maxRecordsPerBatch")
     spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", "50")
     try:
-        (df.write.format("jetstream").mode("append").option("url", gateway_url)
-         .option("subject", f"{name}.rows").option("publishBatch", "100").save())  # fmt: skip
+        (
+            df.write.format("jetstream")
+            .mode("append")
+            .option("url", gateway_url)
+            .option("subject", f"{name}.rows")
+            .option("publishBatch", "100")
+            .save()
+        )
     finally:
         spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", previous)
 
@@ -70,7 +76,9 @@ def test_write_id_makes_a_rerun_idempotent_and_headers_pass(
 ) -> None:
     run(make_stream(nats_server.url, name))
     rows = [(f"{name}.{i % 3}", f"v{i}", {"Tenant": "acme", "Row": str(i)}) for i in range(300)]
-    df = spark.createDataFrame(rows, "subject string, data string, headers map<string,string>").repartition(2)
+    df = spark.createDataFrame(
+        rows, "subject string, data string, headers map<string,string>"
+    ).repartition(2)
     writer = df.write.format("jetstream").mode("append").option("url", gateway_url)
     writer.option("writeId", "load-7").save()
     writer.option("writeId", "load-7").save()
@@ -78,8 +86,14 @@ def test_write_id_makes_a_rerun_idempotent_and_headers_pass(
     df.write.format("jetstream").mode("append").option("url", gateway_url).save()  # a new write id
     assert _messages(gateway_url, name) == 600
 
-    back = (spark.read.format("jetstream").option("url", gateway_url).option("stream", name)
-            .option("endSequence", "300").load().collect())  # fmt: skip
+    back = (
+        spark.read.format("jetstream")
+        .option("url", gateway_url)
+        .option("stream", name)
+        .option("endSequence", "300")
+        .load()
+        .collect()
+    )
     assert sorted(r.data.decode() for r in back) == sorted(f"v{i}" for i in range(300))
     for row in back:
         headers = dict(row.headers)
@@ -88,18 +102,26 @@ def test_write_id_makes_a_rerun_idempotent_and_headers_pass(
         assert row.subject == f"{name}.{int(headers['Row'][0]) % 3}"
 
 
-def test_publish_problems_fail_the_write_with_their_detail(spark, gateway_url: str, name: str) -> None:
+def test_publish_problems_fail_the_write_with_their_detail(
+    spark, gateway_url: str, name: str
+) -> None:
     from py4j.protocol import Py4JJavaError
     from pyspark.errors import PySparkException
 
     df = spark.createDataFrame([("x",)], "data string")
     with pytest.raises((PySparkException, Py4JJavaError)) as caught:
-        (df.write.format("jetstream").mode("append").option("url", gateway_url)
-         .option("subject", f"{name}.nobody").save())  # fmt: skip
+        (
+            df.write.format("jetstream")
+            .mode("append")
+            .option("url", gateway_url)
+            .option("subject", f"{name}.nobody")
+            .save()
+        )
     assert "404 stream.no_match" in str(caught.value)
     with pytest.raises((PySparkException, Py4JJavaError)) as caught:
         spark.createDataFrame([("_kv.x", "v")], "key string, value string").write.format(
-            "jetstream").mode("append").option("url", gateway_url).option("bucket", name).save()
+            "jetstream"
+        ).mode("append").option("url", gateway_url).option("bucket", name).save()
     assert "invalid KV key" in str(caught.value)
 
 
@@ -113,9 +135,23 @@ def test_load_kv_and_snapshot_kv_from_the_command_line(
         out = csv.writer(f)
         out.writerow(["id", "payload"])
         out.writerows((f"user.{i}", f"value {i}") for i in range(1500))
-    load = ["load-kv", "--url", gateway_url, "--bucket", bucket, "--input", str(table),
-            "--key-column", "id", "--value-column", "payload", "--write-id", "users-1",
-            "--partitions", "2"]  # fmt: skip
+    load = [
+        "load-kv",
+        "--url",
+        gateway_url,
+        "--bucket",
+        bucket,
+        "--input",
+        str(table),
+        "--key-column",
+        "id",
+        "--value-column",
+        "payload",
+        "--write-id",
+        "users-1",
+        "--partitions",
+        "2",
+    ]
     assert cli.main(load) == 0
     assert cli.main(load) == 0  # the same write again: nothing stored twice
     assert _messages(gateway_url, f"KV_{bucket}") == 1500
@@ -123,9 +159,25 @@ def test_load_kv_and_snapshot_kv_from_the_command_line(
     assert info["last_seq"] == 1500
 
     output = tmp_path / "snapshot"
-    assert cli.main(["snapshot-kv", "--url", gateway_url, "--bucket", bucket,
-                     "--output", str(output), "--partitions", "3"]) == 0  # fmt: skip
+    assert (
+        cli.main(
+            [
+                "snapshot-kv",
+                "--url",
+                gateway_url,
+                "--bucket",
+                bucket,
+                "--output",
+                str(output),
+                "--partitions",
+                "3",
+            ]
+        )
+        == 0
+    )
     rows = parquet_rows(output)
-    assert {r["key"]: r["value"] for r in rows} == {f"user.{i}": b"value %d" % i for i in range(1500)}
+    assert {r["key"]: r["value"] for r in rows} == {
+        f"user.{i}": b"value %d" % i for i in range(1500)
+    }
     assert spark.read.json(str(output / "_jetstream")).first().revision == 1500
     assert spark.sparkContext._jsc is not None, "the command stopped the caller's Spark session"

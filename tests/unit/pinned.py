@@ -30,8 +30,11 @@ class Pinned:
             self.fail(what, how)
 
     def in_tested_series(self) -> None:
-        self.require(self.pin.in_tested_series, "the installed release",
-                     "is not in the series the gateway was tested with")  # fmt: skip
+        self.require(
+            self.pin.in_tested_series,
+            "the installed release",
+            "is not in the series the gateway was tested with",
+        )
 
     def nothing_moved(self) -> None:
         """app.compat's own checks of this library pass."""

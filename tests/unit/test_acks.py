@@ -57,10 +57,16 @@ def test_a_signed_subject_of_another_consumer_is_never_accepted() -> None:
 
 @pytest.mark.parametrize(
     "token",
-    ["", "x", "not base64!", "AAAA", "A" * 2000,
-     acks.sign(SECRET, "ORDERS", "workers", REPLY) + "\n",  # a trailing newline
-     _token(b"\x02" + REPLY.encode() + b"m" * 32)],  # another token version
-)  # fmt: skip
+    [
+        "",
+        "x",
+        "not base64!",
+        "AAAA",
+        "A" * 2000,
+        acks.sign(SECRET, "ORDERS", "workers", REPLY) + "\n",  # a trailing newline
+        _token(b"\x02" + REPLY.encode() + b"m" * 32),
+    ],  # another token version
+)
 def test_malformed_tokens(token: str) -> None:
     with pytest.raises(errors.InvalidInput) as bad:
         acks.verify(SECRET, "ORDERS", "workers", token)

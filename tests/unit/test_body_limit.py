@@ -13,8 +13,13 @@ LIMIT = 10
 
 
 def scope(headers: list[tuple[bytes, bytes]], http_version: str = "1.1") -> dict[str, Any]:
-    return {"type": "http", "method": "POST", "path": "/x", "http_version": http_version,
-            "headers": headers}  # fmt: skip
+    return {
+        "type": "http",
+        "method": "POST",
+        "path": "/x",
+        "http_version": http_version,
+        "headers": headers,
+    }
 
 
 async def serve(scope: dict[str, Any], chunks: list[bytes]) -> tuple[list[dict], Any, bytes]:
@@ -59,9 +64,14 @@ async def test_http1_requests_without_a_body_are_not_counted(version: str) -> No
 
 @pytest.mark.parametrize(
     "headers, version",
-    [([(b"transfer-encoding", b"chunked")], "1.1"), ([], "2"), ([(b"content-length", b"1x")], "1.1"),
-     ([(b"content-length", b"10")], "1.1"), ([(b"content-length", b"10")], "2")],
-)  # fmt: skip
+    [
+        ([(b"transfer-encoding", b"chunked")], "1.1"),
+        ([], "2"),
+        ([(b"content-length", b"1x")], "1.1"),
+        ([(b"content-length", b"10")], "1.1"),
+        ([(b"content-length", b"10")], "2"),
+    ],
+)
 async def test_other_bodies_are_counted_and_cut_off(headers: list, version: str) -> None:
     _, given, body = await serve(scope(headers, version), [b"12345", b"67890"])
     assert given.__name__ == "counting_receive" and body == b"1234567890"  # at the limit: fine

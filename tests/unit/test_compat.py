@@ -45,7 +45,9 @@ def test_the_tested_releases_pass() -> None:
 def test_pyproject_caps_each_library_at_the_series_compat_checks(pin: compat.Pin) -> None:
     project = tomllib.loads((Path(__file__).parents[2] / "pyproject.toml").read_text())
     (requirement,) = [
-        r for r in map(Requirement, project["project"]["dependencies"]) if r.name == pin.distribution
+        r
+        for r in map(Requirement, project["project"]["dependencies"])
+        if r.name == pin.distribution
     ]
     major, minor = map(int, pin.tested.split("."))
     allowed = requirement.specifier.contains
@@ -79,8 +81,10 @@ def test_a_moved_uvicorn_method(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_a_name_the_subclass_would_shadow(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(httptools_impl.HttpToolsProtocol, "_stall_check", None, raising=False)
-    assert "HttpToolsProtocol._stall_check now exists, and would be shadowed; used by " \
-           "app/serving.py" in _refusal()  # fmt: skip
+    assert (
+        "HttpToolsProtocol._stall_check now exists, and would be shadowed; used by "
+        "app/serving.py" in _refusal()
+    )
 
 
 def test_a_moved_sse_starlette_name(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -98,8 +102,10 @@ def test_a_check_that_breaks_is_reported_as_such(monkeypatch: pytest.MonkeyPatch
 
     monkeypatch.setattr(compat, "_CHECKS", (*compat._CHECKS[:2], (compat.SSE, moved)))
     message = _refusal()
-    assert f"sse-starlette {compat.SSE.installed} (tested: 3.7.x): the check broke: " \
-           "ModuleNotFoundError(" in message  # fmt: skip
+    assert (
+        f"sse-starlette {compat.SSE.installed} (tested: 3.7.x): the check broke: "
+        "ModuleNotFoundError(" in message
+    )
 
 
 def test_every_problem_is_listed_at_once(monkeypatch: pytest.MonkeyPatch) -> None:

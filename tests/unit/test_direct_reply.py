@@ -26,7 +26,8 @@ def _slow(raw: bytes | None, data: bytes) -> StoredMessage | type[Exception]:
     return StoredMessage(
         stream=block.first("Nats-Stream") or "",
         subject=block.first("Nats-Subject") or "",
-        seq=int(seq) if (seq := block.first("Nats-Sequence")) and seq.isascii() and seq.isdigit()
+        seq=int(seq)
+        if (seq := block.first("Nats-Sequence")) and seq.isascii() and seq.isdigit()
         else 0,
         time=block.first("Nats-Time-Stamp"),
         headers={k: v for k, v in block.values.items() if k not in direct._META_HEADERS},
@@ -70,9 +71,26 @@ def test_the_same_message_or_error(raw: bytes | None) -> None:
 
 def test_random_blocks() -> None:
     rnd = random.Random(3)
-    pieces = [b"NATS/1.0", b" 404 x", b"\r\n", b"Nats-Stream", b"Nats-Subject", b"Nats-Sequence",
-              b": ", b":", b"KV_b", b"12", b" ", b"\t", b"nats-stream", b"X", b"\xff",
-              b"Nats-Time-Stamp", b"nats-time-stamp", b"2026-11-22T21:36:31Z"]  # fmt: skip
+    pieces = [
+        b"NATS/1.0",
+        b" 404 x",
+        b"\r\n",
+        b"Nats-Stream",
+        b"Nats-Subject",
+        b"Nats-Sequence",
+        b": ",
+        b":",
+        b"KV_b",
+        b"12",
+        b" ",
+        b"\t",
+        b"nats-stream",
+        b"X",
+        b"\xff",
+        b"Nats-Time-Stamp",
+        b"nats-time-stamp",
+        b"2026-11-22T21:36:31Z",
+    ]
     for _ in range(20_000):
         raw = b"".join(rnd.choice(pieces) for _ in range(rnd.randint(0, 24)))
         if rnd.random() < 0.5:
@@ -87,6 +105,8 @@ def test_the_server_s_common_reply_takes_the_one_pass(monkeypatch: pytest.Monkey
     monkeypatch.setattr(Reply, "headers", property(parsed))
     message = _from_direct_reply(Reply(CASES[1], b"v"))
     assert (message.subject, message.seq, message.headers) == (
-        "$KV.b.k1", 12, {"KV-Operation": ["DEL"], "X": ["1", "2"]}
+        "$KV.b.k1",
+        12,
+        {"KV-Operation": ["DEL"], "X": ["1", "2"]},
     )
     assert Reply(CANONICAL, b"v").status is None  # nor for its status

@@ -12,17 +12,42 @@ from app.durations import format_time, ns_to_seconds, parse_duration_ns, parse_t
 @pytest.mark.parametrize(
     ("value", "ns"),
     [
-        (1.5, 1_500_000_000), (0, 0), ("30s", 30 * 10**9), ("5m", 300 * 10**9),
-        ("1h30m", 5400 * 10**9), ("500ms", 5 * 10**8), ("1.5h", 5400 * 10**9),
-        ("2", 2 * 10**9), ("0.25", 25 * 10**7), ("10us", 10_000), ("7ns", 7), ("0", 0),
+        (1.5, 1_500_000_000),
+        (0, 0),
+        ("30s", 30 * 10**9),
+        ("5m", 300 * 10**9),
+        ("1h30m", 5400 * 10**9),
+        ("500ms", 5 * 10**8),
+        ("1.5h", 5400 * 10**9),
+        ("2", 2 * 10**9),
+        ("0.25", 25 * 10**7),
+        ("10us", 10_000),
+        ("7ns", 7),
+        ("0", 0),
     ],
 )
 def test_parse(value: object, ns: int) -> None:
     assert parse_duration_ns(value) == ns
 
 
-@pytest.mark.parametrize("value", [-1, "-1s", "soon", "1x", "", "s", True, None, [], "1h 30m",
-                                   float("nan"), 1e300, "999999999999h"])
+@pytest.mark.parametrize(
+    "value",
+    [
+        -1,
+        "-1s",
+        "soon",
+        "1x",
+        "",
+        "s",
+        True,
+        None,
+        [],
+        "1h 30m",
+        float("nan"),
+        1e300,
+        "999999999999h",
+    ],
+)
 def test_parse_rejects(value: object) -> None:
     with pytest.raises(ValueError):
         parse_duration_ns(value)

@@ -19,7 +19,9 @@ from app import errors
 )
 def test_mapping_by_err_code(err_code: int, status: int, code: str) -> None:
     # The description is deliberately misleading: only err_code counts.
-    error = errors.from_jetstream({"code": 400, "err_code": err_code, "description": "stream not found"})
+    error = errors.from_jetstream(
+        {"code": 400, "err_code": err_code, "description": "stream not found"}
+    )
     assert (error.status, error.code) == (status, code)
     assert type(error) is error.code.error_class
     assert error.nats == {"code": 400, "err_code": err_code, "description": "stream not found"}

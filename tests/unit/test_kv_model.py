@@ -84,7 +84,9 @@ def test_entry_json_from_a_stored_message() -> None:
         ("*", None, Precondition(revision=ANY_REVISION)),
     ],
 )
-def test_preconditions(if_match: str | None, if_none_match: str | None, expected: Precondition) -> None:
+def test_preconditions(
+    if_match: str | None, if_none_match: str | None, expected: Precondition
+) -> None:
     assert Precondition.from_headers(if_match, if_none_match) == expected
 
 
@@ -178,14 +180,21 @@ def test_duplicate_window_and_limit_markers() -> None:
 def test_status_from_stream_info() -> None:
     info = {
         "config": {
-            "name": "KV_B", "max_msgs_per_subject": 3, "max_age": 1_500_000_000,
-            "compression": "s2", "storage": "file", "num_replicas": 1, "max_msg_size": -1,
-            "max_bytes": -1, "allow_direct": True, "subject_delete_marker_ttl": 2_000_000_000,
+            "name": "KV_B",
+            "max_msgs_per_subject": 3,
+            "max_age": 1_500_000_000,
+            "compression": "s2",
+            "storage": "file",
+            "num_replicas": 1,
+            "max_msg_size": -1,
+            "max_bytes": -1,
+            "allow_direct": True,
+            "subject_delete_marker_ttl": 2_000_000_000,
             "description": "x",
         },
         "state": {"messages": 9, "bytes": 100, "last_seq": 12},
         "created": "2026-01-01T00:00:00Z",
-    }  # fmt: skip
+    }
     status = kv_model.status_from_info(info)
     assert status["bucket"] == "B" and status["backing_store"] == "JetStream"
     assert (status["values"], status["history"], status["ttl"], status["bytes"]) == (9, 3, 1.5, 100)
@@ -193,9 +202,20 @@ def test_status_from_stream_info() -> None:
     assert status["last_revision"] == 12 and status["description"] == "x"
 
 
-@pytest.mark.parametrize("bad", [{"history": 0}, {"history": 65}, {"max_value_size": 0},
-                                 {"limit_marker_ttl": "500ms"}, {"ttl": "soon"}, {"ttl": -1},
-                                 {"replicas": 6}, {"storage": "disk"}, {"bucket": "B"}])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"history": 0},
+        {"history": 65},
+        {"max_value_size": 0},
+        {"limit_marker_ttl": "500ms"},
+        {"ttl": "soon"},
+        {"ttl": -1},
+        {"replicas": 6},
+        {"storage": "disk"},
+        {"bucket": "B"},
+    ],
+)
 def test_bad_bucket_configs(bad: dict) -> None:
     with pytest.raises(ValueError):
         KVConfig(**bad)
@@ -223,8 +243,14 @@ def test_cursor() -> None:
 
 
 def _watch(**options: object) -> WatchOptions:
-    values: dict = {"history": False, "ignore_deletes": False, "meta_only": False,
-                    "updates_only": False, "since": None, "last_event_id": None}
+    values: dict = {
+        "history": False,
+        "ignore_deletes": False,
+        "meta_only": False,
+        "updates_only": False,
+        "since": None,
+        "last_event_id": None,
+    }
     values.update(options)
     return WatchOptions.parse(values.pop("key", None), **values)
 

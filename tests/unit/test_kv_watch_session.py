@@ -12,14 +12,26 @@ from app.nats.scan import Delivery
 
 def delivery(seq: int, key: str, pending: int, *, op: str | None = None) -> Delivery:
     headers = {"KV-Operation": op} if op else None
-    return Delivery(f"$KV.B.{key}", seq, seq, pending, 1_700_000_000_000_000_000 + seq, headers,
-                    b"" if op else f"v{seq}".encode())
+    return Delivery(
+        f"$KV.B.{key}",
+        seq,
+        seq,
+        pending,
+        1_700_000_000_000_000_000 + seq,
+        headers,
+        b"" if op else f"v{seq}".encode(),
+    )
 
 
 def session(queue_size: int = 100, visible=None, **options: object) -> WatchSession:
     closed: list[WatchSession] = []
-    return WatchSession("B", WatchOptions(**options), queue_size=queue_size,  # type: ignore[arg-type]
-                        visible=visible, on_closed=closed.append)
+    return WatchSession(
+        "B",
+        WatchOptions(**options),
+        queue_size=queue_size,  # type: ignore[arg-type]
+        visible=visible,
+        on_closed=closed.append,
+    )
 
 
 def feed(s: WatchSession, seq: int, key: str, *, op: str | None = None) -> None:
@@ -43,8 +55,15 @@ async def test_ready_after_the_last_initial_message_even_when_it_is_filtered_out
     events = await drain(s)
     assert [(e.event, e.id) for e in events] == [("put", "3"), ("ready", "5"), ("put", "6")]
     entry = json.loads(events[0].data)
-    assert entry == {"bucket": "B", "key": "a", "value": "djM=", "revision": 3,
-                     "created": "2023-11-14T22:13:20.000000003Z", "delta": 1, "operation": "PUT"}
+    assert entry == {
+        "bucket": "B",
+        "key": "a",
+        "value": "djM=",
+        "revision": 3,
+        "created": "2023-11-14T22:13:20.000000003Z",
+        "delta": 1,
+        "operation": "PUT",
+    }
 
 
 async def test_ready_once_and_at_once_when_nothing_is_pending() -> None:
@@ -96,7 +115,12 @@ async def test_feed_events_during_the_catch_up_follow_ready_without_repeats() ->
     s.on_message(delivery(9, "c", 0))  # the catch-up consumer, after ready: ignored
     events = await drain(s)
     assert [(e.event, e.id) for e in events] == [
-        ("put", "2"), ("put", "7"), ("put", "8"), ("ready", "8"), ("put", "9")]
+        ("put", "2"),
+        ("put", "7"),
+        ("put", "8"),
+        ("ready", "8"),
+        ("put", "9"),
+    ]
 
 
 async def test_updates_only_is_live_at_the_feed_position() -> None:
@@ -105,8 +129,9 @@ async def test_updates_only_is_live_at_the_feed_position() -> None:
     feed(s, 42, "a", op="DEL")
     events = await drain(s)
     assert [(e.event, e.id) for e in events] == [("ready", "41"), ("delete", "42")]
-    assert events[1].wire == (b"event: delete\r\nid: 42\r\ndata: " + events[1].data.encode()
-                              + b"\r\n\r\n")
+    assert events[1].wire == (
+        b"event: delete\r\nid: 42\r\ndata: " + events[1].data.encode() + b"\r\n\r\n"
+    )
 
 
 async def test_a_backlog_longer_than_the_queue_ends_the_stream() -> None:

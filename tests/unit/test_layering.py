@@ -120,7 +120,8 @@ def test_only_the_pool_makes_the_patched_client() -> None:
     # misses the pool's reconnect, probe and reply handling.
     allowed = {"app.nats.pool", "app.nats.replies"}
     paths = [
-        p for p in [*(ROOT / "app").rglob("*.py"), *(ROOT / "routers").glob("*.py")]
+        p
+        for p in [*(ROOT / "app").rglob("*.py"), *(ROOT / "routers").glob("*.py")]
         if _module(p) not in allowed
     ]
     assert _violations(paths, ("app.nats.replies.LeanClient", "app.nats.wire")) == []

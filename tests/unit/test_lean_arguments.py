@@ -32,8 +32,14 @@ def _install(register: Any) -> fastpath.LeanPaths:
 
 
 def _scope(method: str, path: str, headers: list[tuple[bytes, bytes]] | None = None) -> dict:
-    return {"type": "http", "method": method, "path": path, "query_string": b"",
-            "headers": headers or [], "state": {"runtime": object()}}  # fmt: skip
+    return {
+        "type": "http",
+        "method": method,
+        "path": path,
+        "query_string": b"",
+        "headers": headers or [],
+        "state": {"runtime": object()},
+    }
 
 
 async def test_every_runtime_provider_hands_out_what_the_lean_paths_take() -> None:
@@ -59,8 +65,12 @@ def test_the_app_s_lean_paths_match_hostile_keys_and_subjects_as_the_routes_do()
         scope = _scope(method, path)
         assert lean.take(scope), path
         assert scope["jsgw.lean"][1] == params
-    for method, path in [("GET", "/v1/kv/b/keys/"), ("DELETE", "/v1/kv/b/keys/a"),
-                         ("POST", "/v1/publish"), ("GET", "/v1/kv/b/history/a")]:  # fmt: skip
+    for method, path in [
+        ("GET", "/v1/kv/b/keys/"),
+        ("DELETE", "/v1/kv/b/keys/a"),
+        ("POST", "/v1/publish"),
+        ("GET", "/v1/kv/b/history/a"),
+    ]:
         assert not lean.take(_scope(method, path)), path
     assert not lean.take({**_scope("GET", "/v1/kv/b/keys/a"), "query_string": b"revision=1"})
 
@@ -68,9 +78,16 @@ def test_the_app_s_lean_paths_match_hostile_keys_and_subjects_as_the_routes_do()
 def test_an_optional_header_added_to_a_lean_route_reaches_it() -> None:
     def register(router: Router) -> None:
         @router.get("/{bucket}/k/{key:text}", access=NEED, lean=True)
-        async def endpoint(bucket: str, key: str, request: Request, kv: KVDep, pool: PoolDep,
-                           principal: PrincipalDep, x_new: Annotated[str | None, Header()] = None,
-                           mode: Annotated[str, Query()] = "plain") -> Response:  # fmt: skip
+        async def endpoint(
+            bucket: str,
+            key: str,
+            request: Request,
+            kv: KVDep,
+            pool: PoolDep,
+            principal: PrincipalDep,
+            x_new: Annotated[str | None, Header()] = None,
+            mode: Annotated[str, Query()] = "plain",
+        ) -> Response:
             return Response()
 
     lean = _install(register)
@@ -79,10 +96,19 @@ def test_an_optional_header_added_to_a_lean_route_reaches_it() -> None:
     scope = _scope("GET", "/b/k/a", [(b"x-new", b"first"), (b"x-new", b"second")])
     request = Request(scope)
     kwargs = path.arguments.build(request, {"bucket": "b", "key": "a"}, runtime, ANONYMOUS)
-    assert kwargs == {"bucket": "b", "key": "a", "request": request, "kv": "KV", "pool": "POOL",
-                      "principal": ANONYMOUS, "x_new": "first", "mode": "plain"}  # fmt: skip
-    absent = path.arguments.build(Request(_scope("GET", "/b/k/a")), {"bucket": "b", "key": "a"},
-                                  runtime, ANONYMOUS)  # fmt: skip
+    assert kwargs == {
+        "bucket": "b",
+        "key": "a",
+        "request": request,
+        "kv": "KV",
+        "pool": "POOL",
+        "principal": ANONYMOUS,
+        "x_new": "first",
+        "mode": "plain",
+    }
+    absent = path.arguments.build(
+        Request(_scope("GET", "/b/k/a")), {"bucket": "b", "key": "a"}, runtime, ANONYMOUS
+    )
     assert absent["x_new"] is None
 
 
@@ -94,31 +120,49 @@ async def _other() -> int:
     return 1
 
 
-@pytest.mark.parametrize("case", ["required-query", "body", "dependency", "constrained-header",
-                                  "constrained-path", "not-a-response", "sync"])  # fmt: skip
+@pytest.mark.parametrize(
+    "case",
+    [
+        "required-query",
+        "body",
+        "dependency",
+        "constrained-header",
+        "constrained-path",
+        "not-a-response",
+        "sync",
+    ],
+)
 def test_start_up_fails_when_the_lean_path_cannot_pass_what_fastapi_would(case: str) -> None:
     def register(router: Router) -> None:
         route = router.post("/{key}", access=NEED, lean=True)
         if case == "required-query":
+
             @route
             async def e1(key: str, q: Annotated[str, Query()]) -> Response: ...
         elif case == "body":
+
             @route
             async def e2(key: str, body: Body) -> Response: ...
         elif case == "dependency":
+
             @route
             async def e3(key: str, other: Annotated[int, Depends(_other)]) -> Response: ...
         elif case == "constrained-header":
+
             @route
-            async def e4(key: str, h: Annotated[str | None, Header(max_length=3)] = None
-                         ) -> Response: ...  # fmt: skip
+            async def e4(
+                key: str, h: Annotated[str | None, Header(max_length=3)] = None
+            ) -> Response: ...
         elif case == "constrained-path":
+
             @route
             async def e5(key: int) -> Response: ...
         elif case == "not-a-response":
+
             @route
             async def e6(key: str) -> dict[str, str]: ...
         else:
+
             @route
             def e7(key: str) -> Response: ...
 

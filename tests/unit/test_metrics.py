@@ -18,8 +18,12 @@ from app.metrics import _LATENCY_BUCKETS, Metrics
 
 # Bucket edges, values in between and far out, including exactly on an edge ("le").
 SECONDS = [0.0, 0.0001, 0.0005, 0.0007, 0.001, 0.003, 0.025, 0.4, 1.0, 9.99, 10.0, 11.0, 250.0]
-HTTP = [("GET", "/v1/kv/{bucket}/keys/{key}", 200), ("GET", "/v1/kv/{bucket}/keys/{key}", 404),
-        ("PUT", "/v1/kv/{bucket}/keys/{key}", 200), ("POST", "/v1/publish/{subject}", 200)]  # fmt: skip
+HTTP = [
+    ("GET", "/v1/kv/{bucket}/keys/{key}", 200),
+    ("GET", "/v1/kv/{bucket}/keys/{key}", 404),
+    ("PUT", "/v1/kv/{bucket}/keys/{key}", 200),
+    ("POST", "/v1/publish/{subject}", 200),
+]
 
 
 def _reference() -> str:
@@ -98,9 +102,10 @@ def test_help_and_type_lines_match() -> None:
     def meta(text: str) -> list[str]:
         wanted = ("jsgw_http_request", "jsgw_nats_request_duration")
         return sorted(
-            line for line in text.splitlines()
+            line
+            for line in text.splitlines()
             if line.startswith("#") and line.split()[2].startswith(wanted)
-        )  # fmt: skip
+        )
 
     assert meta(_ours()) == meta(_reference())
 
@@ -120,8 +125,11 @@ def test_created_series_follow_prometheus_clients_switch() -> None:
     ``_created`` series of these collectors as it does for prometheus_client's own."""
     disable_created_metrics()
     try:
-        names = ("jsgw_http_requests_", "jsgw_http_request_duration_seconds",
-                 "jsgw_nats_request_duration_seconds")  # fmt: skip
+        names = (
+            "jsgw_http_requests_",
+            "jsgw_http_request_duration_seconds",
+            "jsgw_nats_request_duration_seconds",
+        )
         ours, reference = _series(_ours(), names), _series(_reference(), names)
         assert not any("_created" in name for name in ours)
         assert ours == reference

@@ -55,8 +55,11 @@ def test_parser_reset() -> None:
     parser.state = AWAITING_CONTROL_LINE + 1
     parser.reset()
     _require(not parser.buf, "Parser.reset", "does not empty Parser.buf")
-    _require(parser.state == AWAITING_CONTROL_LINE, "Parser.reset",
-             "does not go back to AWAITING_CONTROL_LINE")  # fmt: skip
+    _require(
+        parser.state == AWAITING_CONTROL_LINE,
+        "Parser.reset",
+        "does not go back to AWAITING_CONTROL_LINE",
+    )
 
 
 async def test_message_iterator() -> None:
@@ -66,8 +69,11 @@ async def test_message_iterator() -> None:
     subscription = NatsSubscription(None, id=7)
     subscription._start(None)
     iterator = subscription._message_iterator
-    _require(iterator is not None and getattr(iterator, "_sub", None) is subscription,
-             "Subscription._message_iterator", "is not the iterator over the subscription")
+    _require(
+        iterator is not None and getattr(iterator, "_sub", None) is subscription,
+        "Subscription._message_iterator",
+        "is not the iterator over the subscription",
+    )
 
 
 async def test_connected_client(nats_server: EmbeddedServer) -> None:
@@ -78,23 +84,41 @@ async def test_connected_client(nats_server: EmbeddedServer) -> None:
         owner = "a connected Client"
         _attribute(client, "_flush_queue", asyncio.Queue, owner)
         _attribute(client, "_flusher_task", asyncio.Task, owner)
-        _require(client._status == NatsClient.CONNECTED, "Client._status",
-                 "of a connected client is not Client.CONNECTED")  # fmt: skip
+        _require(
+            client._status == NatsClient.CONNECTED,
+            "Client._status",
+            "of a connected client is not Client.CONNECTED",
+        )
         info = _attribute(client, "_server_info", dict, owner)
-        _require(client._max_payload == info.get("max_payload") == client.max_payload,
-                 "Client._max_payload", "is not the server's max_payload")  # fmt: skip
-        _require(isinstance(client._ps, LeanParser), "Client._ps",
-                 "is replaced on connect: LeanParser no longer reads the socket")  # fmt: skip
-        _require(client.options.get("max_outstanding_pings") == 2, "Client.options",
-                 "do not keep max_outstanding_pings")  # fmt: skip
+        _require(
+            client._max_payload == info.get("max_payload") == client.max_payload,
+            "Client._max_payload",
+            "is not the server's max_payload",
+        )
+        _require(
+            isinstance(client._ps, LeanParser),
+            "Client._ps",
+            "is replaced on connect: LeanParser no longer reads the socket",
+        )
+        _require(
+            client.options.get("max_outstanding_pings") == 2,
+            "Client.options",
+            "do not keep max_outstanding_pings",
+        )
         _attribute(client, "_pings_outstanding", int, owner)
         sub = await client.subscribe("internals.check")
         await client.flush()
-        _require(client.publish_queued("internals.check", "", b"queued"),
-                 "LeanClient.publish_queued", "refused a plain PUB on a connected client")
+        _require(
+            client.publish_queued("internals.check", "", b"queued"),
+            "LeanClient.publish_queued",
+            "refused a plain PUB on a connected client",
+        )
         msg = await sub.next_msg(timeout=2)
         _require(msg.data == b"queued", "Client._flusher", "did not write what was queued")
-        _require(not client._pending and client._pending_data_size == 0, "Client._pending",
-                 "is not emptied by the flusher")  # fmt: skip
+        _require(
+            not client._pending and client._pending_data_size == 0,
+            "Client._pending",
+            "is not emptied by the flusher",
+        )
     finally:
         await client.close()

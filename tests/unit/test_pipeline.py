@@ -16,7 +16,9 @@ from pipeline.writer import _headers, _key
 
 
 @given(st.integers(1, 10**12), st.integers(0, 10**6), st.integers(1, 300))
-def test_split_covers_the_range_in_contiguous_near_equal_parts(first: int, span: int, parts: int) -> None:
+def test_split_covers_the_range_in_contiguous_near_equal_parts(
+    first: int, span: int, parts: int
+) -> None:
     last = first + span - 1
     ranges = split(first, last, parts)
     if span == 0:
@@ -40,7 +42,9 @@ def test_split_covers_the_range_in_contiguous_near_equal_parts(first: int, span:
         (["a+b.c"], ["a+b.c"], ["aab.c"]),
     ],
 )
-def test_subject_patterns_follow_nats_wildcards(filters: list[str], yes: list[str], no: list[str]) -> None:
+def test_subject_patterns_follow_nats_wildcards(
+    filters: list[str], yes: list[str], no: list[str]
+) -> None:
     pattern = wire.subject_pattern(filters)
     assert all(pattern.fullmatch(s) for s in yes)
     assert not any(pattern.fullmatch(s) for s in no)
@@ -50,7 +54,10 @@ def test_options_are_checked_with_messages_that_name_them() -> None:
     base = {"url": "http://127.0.0.1:1"}
     parsed = options.parse({**base, "Stream": "S", "PARTITIONS": "4", "token": "t"})
     assert (parsed.stream, parsed.partitions, parsed.connection.token) == ("S", 4, "t")
-    assert parsed.target_stream == "S" and options.parse({**base, "bucket": "b"}).target_stream == "KV_b"
+    assert (
+        parsed.target_stream == "S"
+        and options.parse({**base, "bucket": "b"}).target_stream == "KV_b"
+    )
     bad = [
         ({}, "'url'"),
         (base, "one of the options 'stream' and 'bucket'"),
@@ -59,7 +66,10 @@ def test_options_are_checked_with_messages_that_name_them() -> None:
         ({**base, "stream": "S", "partitions": "0"}, "'partitions'"),
         ({**base, "stream": "S", "startSequence": "x"}, "'startSequence'"),
         ({**base, "bucket": "b", "keys": "a.>.b"}, "invalid key filter"),
-        ({**base, "bucket": "b", "asOfRevision": "3", "asOfTime": "2026-01-01T00:00:00Z"}, "exclude"),
+        (
+            {**base, "bucket": "b", "asOfRevision": "3", "asOfTime": "2026-01-01T00:00:00Z"},
+            "exclude",
+        ),
         ({**base, "bucket": "b", "includeHistory": "yes"}, "'includeHistory'"),
         ({**base, "stream": "S", "wire": "csv"}, "'wire'"),
     ]
@@ -78,17 +88,37 @@ def test_token_is_sent_as_a_bearer_header() -> None:
 
 
 def test_wire_batches_become_spark_rows() -> None:
-    batch = wire.from_messages([
-        {"stream": "KV_b", "subject": "$KV.b.k.1", "seq": 7, "time": "2026-01-02T03:04:05.123456789Z",
-         "headers": {}, "data": b"v"},
-        {"stream": "KV_b", "subject": "$KV.b.k.2", "seq": 9, "time": "2026-01-02T03:04:06Z",
-         "headers": {"KV-Operation": ["DEL"]}, "data": b""},
-    ])  # fmt: skip
+    batch = wire.from_messages(
+        [
+            {
+                "stream": "KV_b",
+                "subject": "$KV.b.k.1",
+                "seq": 7,
+                "time": "2026-01-02T03:04:05.123456789Z",
+                "headers": {},
+                "data": b"v",
+            },
+            {
+                "stream": "KV_b",
+                "subject": "$KV.b.k.2",
+                "seq": 9,
+                "time": "2026-01-02T03:04:06Z",
+                "headers": {"KV-Operation": ["DEL"]},
+                "data": b"",
+            },
+        ]
+    )
     rows = wire.to_stream_rows(batch, wire.spark_arrow_schema(wire.stream_schema()))
     assert rows.column("sequence").type == pa.int64()
-    assert rows.column("timestamp").cast(pa.int64()).to_pylist() == [1767323045123456, 1767323046000000]
+    assert rows.column("timestamp").cast(pa.int64()).to_pylist() == [
+        1767323045123456,
+        1767323046000000,
+    ]
     kv = wire.to_kv_rows(batch, "b", wire.spark_arrow_schema(wire.kv_schema())).to_pylist()
-    assert [(r["key"], r["operation"], r["revision"]) for r in kv] == [("k.1", "PUT", 7), ("k.2", "DEL", 9)]
+    assert [(r["key"], r["operation"], r["revision"]) for r in kv] == [
+        ("k.1", "PUT", 7),
+        ("k.2", "DEL", 9),
+    ]
 
 
 def test_written_rows_take_one_header_value_and_valid_keys() -> None:

@@ -102,10 +102,13 @@ def test_a_deny_rule_under_a_whole_grant_is_no_read_of_everything() -> None:
         "tokens: [{name: a, rules: []}]",
         "tokens: [{name: a, token: short}]",
         "tokens: [{name: a, sha256: nothex, rules: []}]",
-        "tokens: [{name: a, token: 0123456789abcdef0, rules: [{resource: 'queue:x', actions: [read]}]}]",
-        "tokens: [{name: a, token: 0123456789abcdef0, rules: [{resource: 'kv:x', actions: [fly]}]}]",
+        "tokens: [{name: a, token: 0123456789abcdef0,"
+        " rules: [{resource: 'queue:x', actions: [read]}]}]",
+        "tokens: [{name: a, token: 0123456789abcdef0,"
+        " rules: [{resource: 'kv:x', actions: [fly]}]}]",
         "tokens: [{name: a, token: 0123456789abcdef0, extra: 1}]",
-        "tokens: [{name: a, token: 0123456789abcdef0, rules: [{resource: 'consumer:x', actions: []}]}]",
+        "tokens: [{name: a, token: 0123456789abcdef0,"
+        " rules: [{resource: 'consumer:x', actions: []}]}]",
         "{not yaml",
     ],
 )

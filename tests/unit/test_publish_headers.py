@@ -7,14 +7,16 @@ from app.publish.service import http_publish_headers, message_headers
 
 
 def test_allowlist_and_aliases() -> None:
-    headers = http_publish_headers([
-        ("idempotency-key", "k1"),
-        ("nats-expected-last-sequence", "007"),
-        ("nats-header-x-trace-id", "abc"),
-        ("nats-ttl", "90"),
-        ("authorization", "Bearer secret"),
-        ("content-type", "text/plain"),
-    ])
+    headers = http_publish_headers(
+        [
+            ("idempotency-key", "k1"),
+            ("nats-expected-last-sequence", "007"),
+            ("nats-header-x-trace-id", "abc"),
+            ("nats-ttl", "90"),
+            ("authorization", "Bearer secret"),
+            ("content-type", "text/plain"),
+        ]
+    )
     assert headers == {
         "Nats-Msg-Id": "k1",
         "Nats-Expected-Last-Sequence": "7",

@@ -70,8 +70,9 @@ def test_consume_defaults_follow_adr37() -> None:
     assert options.template.heartbeat_ns == 15 * S  # half of expires, at most 30 s
     one = pull_options.consume_options(ConsumeQuery(max_messages=1, expires=1), SETTINGS, None, {})
     assert (one.threshold_messages, one.template.heartbeat_ns) == (0, S // 2)
-    by_bytes = pull_options.consume_options(ConsumeQuery(max_bytes=10_000), SETTINGS, None,
-                                            {"max_batch": 50})  # fmt: skip
+    by_bytes = pull_options.consume_options(
+        ConsumeQuery(max_bytes=10_000), SETTINGS, None, {"max_batch": 50}
+    )
     assert (by_bytes.max_messages, by_bytes.threshold_bytes, by_bytes.bytes_batch) == (0, 5000, 50)
     unbounded = pull_options.consume_options(ConsumeQuery(max_bytes=10), SETTINGS, None, {})
     assert unbounded.bytes_batch == BIG_BATCH
@@ -87,12 +88,16 @@ def test_consume_defaults_follow_adr37() -> None:
         ({"group": "other"}, PINNED, None, "consumer.group_invalid"),
         ({"group": "jobs"}, {}, None, "consumer.group_invalid"),
         ({"group": "jobs", "min_pending": 5}, PINNED, None, "consumer.not_overflow"),
-        ({"group": "jobs"}, {"priority_groups": ["jobs"], "priority_policy": "overflow"}, "PIN",
-         "consumer.not_pinned_client"),
+        (
+            {"group": "jobs"},
+            {"priority_groups": ["jobs"], "priority_policy": "overflow"},
+            "PIN",
+            "consumer.not_pinned_client",
+        ),
         ({"max_messages": 4, "threshold_messages": 5}, {}, None, "consumer.consume_invalid"),
         ({"idle_heartbeat": 0}, {}, None, "consumer.heartbeat_invalid"),
     ],
-)  # fmt: skip
+)
 def test_consume_is_checked_against_the_consumer(
     query: dict, config: dict, pin: str | None, code: str
 ) -> None:
@@ -137,16 +142,28 @@ def test_config_to_nats_is_durable_and_in_nanoseconds() -> None:
 
 
 def test_info_out_uses_seconds_and_the_servers_group_state() -> None:
-    out = consumer_config.consumer_info_out({
-        "stream_name": "S", "name": "C", "created": "2026-01-01T00:00:00.1Z",
-        "config": {"ack_wait": 30 * S, "backoff": [S, 2 * S], "priority_timeout": 1_500_000_000},
-        "delivered": {"consumer_seq": 1, "stream_seq": 2, "last_active": "2026-01-01T00:00:01Z"},
-        "ack_floor": {"consumer_seq": 0, "stream_seq": 0},
-        "priority_groups": [
-            {"group": "jobs", "pinned_client_id": "P", "pinned_ts": "2026-01-01T00:00:02Z"},
-            {"group": "idle", "pinned_ts": "0001-01-01T00:00:00Z"},
-        ],
-    })  # fmt: skip
+    out = consumer_config.consumer_info_out(
+        {
+            "stream_name": "S",
+            "name": "C",
+            "created": "2026-01-01T00:00:00.1Z",
+            "config": {
+                "ack_wait": 30 * S,
+                "backoff": [S, 2 * S],
+                "priority_timeout": 1_500_000_000,
+            },
+            "delivered": {
+                "consumer_seq": 1,
+                "stream_seq": 2,
+                "last_active": "2026-01-01T00:00:01Z",
+            },
+            "ack_floor": {"consumer_seq": 0, "stream_seq": 0},
+            "priority_groups": [
+                {"group": "jobs", "pinned_client_id": "P", "pinned_ts": "2026-01-01T00:00:02Z"},
+                {"group": "idle", "pinned_ts": "0001-01-01T00:00:00Z"},
+            ],
+        }
+    )
     assert out["config"] == {"ack_wait": 30, "backoff": [1, 2], "priority_timeout": 1.5}
     assert out["priority_groups"] == [
         {"group": "jobs", "pinned_client_id": "P", "pinned_ts": "2026-01-01T00:00:02Z"},

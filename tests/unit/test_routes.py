@@ -40,7 +40,9 @@ def test_every_route_declares_its_access(tmp_path: Path, auth: bool) -> None:
 
 def test_the_lean_routes_are_the_hot_three() -> None:
     app = create_app(Settings(nats_url=URL))
-    lean = {(method, m.path_format) for m in api_routes(app) if m.route.lean for method in m.methods}
+    lean = {
+        (method, m.path_format) for m in api_routes(app) if m.route.lean for method in m.methods
+    }
     assert lean == {
         ("GET", "/v1/kv/{bucket}/keys/{key}"),
         ("PUT", "/v1/kv/{bucket}/keys/{key}"),

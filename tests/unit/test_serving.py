@@ -86,6 +86,7 @@ async def test_one_callback_per_turn_flushes_every_held_head(monkeypatch: Any) -
     loop = asyncio.get_running_loop()
     scheduled = []
     call_soon = loop.call_soon
+
     def counting(callback: Any, *args: Any, **kwargs: Any) -> Any:
         if getattr(callback, "__name__", "") == "flush":
             scheduled.append(callback)
@@ -100,7 +101,9 @@ async def test_one_callback_per_turn_flushes_every_held_head(monkeypatch: Any) -
     assert len(scheduled) == 1
     await asyncio.sleep(0)
     assert [socket.writes for socket in sockets] == [
-        [b"HTTP/1.1 200 OK\r\n\r\n"], [b"HTTP/1.1 200 OK\r\n\r\nbody"], [b"HTTP/1.1 200 OK\r\n\r\n"]
+        [b"HTTP/1.1 200 OK\r\n\r\n"],
+        [b"HTTP/1.1 200 OK\r\n\r\nbody"],
+        [b"HTTP/1.1 200 OK\r\n\r\n"],
     ]
     transports[0].write(b"HTTP/1.1 204 No Content\r\n\r\n")  # a new turn, a new callback
     assert len(scheduled) == 2
@@ -159,8 +162,13 @@ async def _serve(app: Any, request: bytes) -> SocketTransport:
 
 async def test_a_response_leaves_in_one_write() -> None:
     async def app(scope: Any, receive: Any, send: Any) -> None:
-        await send({"type": "http.response.start", "status": 200,
-                    "headers": [(b"content-length", b"5"), (b"content-type", b"text/plain")]})  # fmt: skip
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 200,
+                "headers": [(b"content-length", b"5"), (b"content-type", b"text/plain")],
+            }
+        )
         await send({"type": "http.response.body", "body": b"hello"})
 
     socket = await _serve(app, b"GET /x HTTP/1.1\r\nhost: t\r\n\r\n")
@@ -175,8 +183,13 @@ async def test_a_stream_leaves_as_it_is_written() -> None:
     step = asyncio.Event()
 
     async def app(scope: Any, receive: Any, send: Any) -> None:
-        await send({"type": "http.response.start", "status": 200,
-                    "headers": [(b"content-type", b"text/event-stream")]})  # fmt: skip
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 200,
+                "headers": [(b"content-type", b"text/event-stream")],
+            }
+        )
         await send({"type": "http.response.body", "body": b"data: 1\n\n", "more_body": True})
         await step.wait()
         await send({"type": "http.response.body", "body": b"data: 2\n\n", "more_body": True})

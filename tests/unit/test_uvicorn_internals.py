@@ -73,8 +73,9 @@ class _Socket(asyncio.Transport):
 def _protocol(app: Any, cls: type[Any] = GatheringProtocol) -> Any:
     config = Config(app, http=cls, lifespan="off", access_log=False, log_config=None)
     config.load()
-    return cls(config=config, server_state=ServerState(), app_state={},
-               _loop=asyncio.get_running_loop())  # fmt: skip
+    return cls(
+        config=config, server_state=ServerState(), app_state={}, _loop=asyncio.get_running_loop()
+    )
 
 
 async def _turns(count: int = 20) -> None:
@@ -94,8 +95,11 @@ def test_nothing_the_gateway_relies_on_moved() -> None:
 def test_the_protocol_class() -> None:
     base = httptools_impl.HttpToolsProtocol
     _require(issubclass(base, asyncio.Protocol), "HttpToolsProtocol", "is not an asyncio.Protocol")
-    _require(GatheringProtocol.__bases__ == (base,), "HttpToolsProtocol",
-             "is not the class app.serving.GatheringProtocol subclasses")  # fmt: skip
+    _require(
+        GatheringProtocol.__bases__ == (base,),
+        "HttpToolsProtocol",
+        "is not the class app.serving.GatheringProtocol subclasses",
+    )
 
 
 async def test_protocol_attributes() -> None:
@@ -104,41 +108,73 @@ async def test_protocol_attributes() -> None:
 
     protocol = _protocol(app)
     loop = getattr(protocol, "loop", None)
-    _require(loop is asyncio.get_running_loop(), "HttpToolsProtocol.loop",
-             "is not the event loop it was made on")  # fmt: skip
+    _require(
+        loop is asyncio.get_running_loop(),
+        "HttpToolsProtocol.loop",
+        "is not the event loop it was made on",
+    )
     socket = _Socket()
     protocol.connection_made(socket)
     transport = getattr(protocol, "transport", None)
-    _require(isinstance(transport, GatheringTransport), "HttpToolsProtocol.transport",
-             "is not the transport connection_made was given")  # fmt: skip
+    _require(
+        isinstance(transport, GatheringTransport),
+        "HttpToolsProtocol.transport",
+        "is not the transport connection_made was given",
+    )
     flow = getattr(protocol, "flow", None)
     _require(isinstance(flow, FlowControl), "HttpToolsProtocol.flow", "is not a FlowControl")
-    _require(getattr(flow, "_transport", None) is transport, "HttpToolsProtocol.flow",
-             "does not control the transport connection_made was given")  # fmt: skip
-    _require(getattr(flow, "write_paused", None) is False, "FlowControl.write_paused",
-             "is not False on a new connection")  # fmt: skip
-    _require(protocol in protocol.server_state.connections, "ServerState.connections",
-             "does not hold a made connection")  # fmt: skip
+    _require(
+        getattr(flow, "_transport", None) is transport,
+        "HttpToolsProtocol.flow",
+        "does not control the transport connection_made was given",
+    )
+    _require(
+        getattr(flow, "write_paused", None) is False,
+        "FlowControl.write_paused",
+        "is not False on a new connection",
+    )
+    _require(
+        protocol in protocol.server_state.connections,
+        "ServerState.connections",
+        "does not hold a made connection",
+    )
     protocol.pause_writing()
-    _require(flow.write_paused is True, "HttpToolsProtocol.pause_writing",
-             "does not set FlowControl.write_paused")  # fmt: skip
+    _require(
+        flow.write_paused is True,
+        "HttpToolsProtocol.pause_writing",
+        "does not set FlowControl.write_paused",
+    )
     protocol.resume_writing()
-    _require(flow.write_paused is False, "HttpToolsProtocol.resume_writing",
-             "does not clear FlowControl.write_paused")  # fmt: skip
+    _require(
+        flow.write_paused is False,
+        "HttpToolsProtocol.resume_writing",
+        "does not clear FlowControl.write_paused",
+    )
     protocol.shutdown()  # idle: closed at once
-    _require(socket.closed, "HttpToolsProtocol.shutdown",
-             "does not close an idle connection through HttpToolsProtocol.transport")
+    _require(
+        socket.closed,
+        "HttpToolsProtocol.shutdown",
+        "does not close an idle connection through HttpToolsProtocol.transport",
+    )
     protocol.connection_lost(None)
-    _require(protocol not in protocol.server_state.connections, "ServerState.connections",
-             "still holds a lost connection")  # fmt: skip
+    _require(
+        protocol not in protocol.server_state.connections,
+        "ServerState.connections",
+        "still holds a lost connection",
+    )
 
 
 async def test_a_response_head_is_one_write_of_its_own() -> None:
     """GatheringTransport holds a write that begins with ``HTTP/`` as a response's head."""
 
     async def app(scope: Any, receive: Any, send: Any) -> None:
-        await send({"type": "http.response.start", "status": 200,
-                    "headers": [(b"content-type", b"text/event-stream")]})  # fmt: skip
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 200,
+                "headers": [(b"content-type", b"text/event-stream")],
+            }
+        )
         await send({"type": "http.response.body", "body": b"data: 1\n\n", "more_body": True})
         await send({"type": "http.response.body", "body": b"", "more_body": False})
 
@@ -147,14 +183,22 @@ async def test_a_response_head_is_one_write_of_its_own() -> None:
     protocol.connection_made(socket)
     protocol.data_received(b"GET /x HTTP/1.1\r\nhost: t\r\n\r\n")
     await _turns()
-    _require(len(socket.writes) == 3, "RequestResponseCycle.send",
-             f"wrote a head and two chunks in {len(socket.writes)} writes, not 3")  # fmt: skip
+    _require(
+        len(socket.writes) == 3,
+        "RequestResponseCycle.send",
+        f"wrote a head and two chunks in {len(socket.writes)} writes, not 3",
+    )
     head = socket.writes[0]
-    _require(head.startswith(_HEAD) and head.endswith(b"\r\n\r\n") and b"data" not in head,
-             "RequestResponseCycle.send",
-             f"no longer writes the status line and headers alone, starting {_HEAD!r}: {head!r}")
-    _require(not any(w.startswith(_HEAD) for w in socket.writes[1:]), "RequestResponseCycle.send",
-             "writes body chunks that look like a head")  # fmt: skip
+    _require(
+        head.startswith(_HEAD) and head.endswith(b"\r\n\r\n") and b"data" not in head,
+        "RequestResponseCycle.send",
+        f"no longer writes the status line and headers alone, starting {_HEAD!r}: {head!r}",
+    )
+    _require(
+        not any(w.startswith(_HEAD) for w in socket.writes[1:]),
+        "RequestResponseCycle.send",
+        "writes body chunks that look like a head",
+    )
 
 
 async def test_a_lost_connection_wakes_a_paused_writer() -> None:
@@ -164,8 +208,13 @@ async def test_a_lost_connection_wakes_a_paused_writer() -> None:
     outcome: list[Any] = []
 
     async def app(scope: Any, receive: Any, send: Any) -> None:
-        await send({"type": "http.response.start", "status": 200,
-                    "headers": [(b"content-type", b"text/event-stream")]})  # fmt: skip
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 200,
+                "headers": [(b"content-type", b"text/event-stream")],
+            }
+        )
         await send({"type": "http.response.body", "body": b"data: 1\n\n", "more_body": True})
         written.set()
         await go.wait()
@@ -182,24 +231,33 @@ async def test_a_lost_connection_wakes_a_paused_writer() -> None:
     protocol.pause_writing()  # the client now reads nothing
     go.set()
     await _turns()
-    _require(not outcome, "RequestResponseCycle.send",
-             "does not wait for the drain while HttpToolsProtocol.flow.write_paused")
+    _require(
+        not outcome,
+        "RequestResponseCycle.send",
+        "does not wait for the drain while HttpToolsProtocol.flow.write_paused",
+    )
     protocol.shutdown()
     try:
         cycle = getattr(protocol, "cycle", None)
-        _require(not socket.closed and cycle is not None and cycle.keep_alive is False,
-                 "HttpToolsProtocol.shutdown",
-                 "does not leave a connection with a response in flight open")  # fmt: skip
+        _require(
+            not socket.closed and cycle is not None and cycle.keep_alive is False,
+            "HttpToolsProtocol.shutdown",
+            "does not leave a connection with a response in flight open",
+        )
         protocol.transport.abort()  # as GatheringProtocol._cut_if_stalled does
-        _require(socket.aborted, "HttpToolsProtocol.transport",
-                 "abort does not reach the socket")  # fmt: skip
+        _require(socket.aborted, "HttpToolsProtocol.transport", "abort does not reach the socket")
         protocol.connection_lost(None)  # what a real transport calls after abort
         await _turns()
-        _require(outcome == ["send returned", "http.disconnect"],
-                 "HttpToolsProtocol.connection_lost",
-                 f"does not wake the paused send and report a disconnect ({outcome})")
-        _require(protocol.flow.write_paused is False, "HttpToolsProtocol.connection_lost",
-                 "leaves FlowControl.write_paused set")  # fmt: skip
+        _require(
+            outcome == ["send returned", "http.disconnect"],
+            "HttpToolsProtocol.connection_lost",
+            f"does not wake the paused send and report a disconnect ({outcome})",
+        )
+        _require(
+            protocol.flow.write_paused is False,
+            "HttpToolsProtocol.connection_lost",
+            "leaves FlowControl.write_paused set",
+        )
     finally:
         check = protocol._stall_check
         if check is not None:
@@ -212,8 +270,13 @@ async def test_a_stalled_connection_is_cut_on_shutdown(monkeypatch: pytest.Monke
     stalled = asyncio.Event()
 
     async def handler(scope: Any, receive: Any, send: Any) -> None:
-        await send({"type": "http.response.start", "status": 200,
-                    "headers": [(b"content-type", b"text/event-stream")]})  # fmt: skip
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 200,
+                "headers": [(b"content-type", b"text/event-stream")],
+            }
+        )
         await send({"type": "http.response.body", "body": b"data: 1\n\n", "more_body": True})
         stalled.set()
         await receive()  # until the connection goes
@@ -226,8 +289,11 @@ async def test_a_stalled_connection_is_cut_on_shutdown(monkeypatch: pytest.Monke
     protocol.pause_writing()  # the client now reads nothing
     protocol.shutdown()
     await asyncio.sleep(0.1)
-    _require(socket.aborted, "HttpToolsProtocol.shutdown/flow/transport",
-             "no longer let GatheringProtocol cut a connection whose writes stay paused")
+    _require(
+        socket.aborted,
+        "HttpToolsProtocol.shutdown/flow/transport",
+        "no longer let GatheringProtocol cut a connection whose writes stay paused",
+    )
     protocol.connection_lost(None)
     await _turns()
 
@@ -250,8 +316,11 @@ async def test_client_cert_name_reaches_the_scope() -> None:
     protocol.data_received(b"GET /x HTTP/1.1\r\nhost: t\r\n\r\n")
     await _turns()
     tls = scopes[0].get("extensions", {}).get("tls") if scopes else None
-    _require(tls == {"client_cert_name": "CN=orders"}, "HttpToolsProtocol.scope",
-             f"made in on_message_begin is not the scope the app gets ({tls})")
+    _require(
+        tls == {"client_cert_name": "CN=orders"},
+        "HttpToolsProtocol.scope",
+        f"made in on_message_begin is not the scope the app gets ({tls})",
+    )
     protocol.connection_lost(None)
 
 
@@ -266,33 +335,46 @@ def test_the_exit_flag_server_exiting_reads(monkeypatch: pytest.MonkeyPatch) -> 
         pass
 
     server = Server(Config(handler, log_config=None))
-    _require(getattr(server, "should_exit", None) is False, "Server.should_exit",
-             "is not False on a new server")  # fmt: skip
+    _require(
+        getattr(server, "should_exit", None) is False,
+        "Server.should_exit",
+        "is not False on a new server",
+    )
     with server.capture_signals():
         installed = signal.getsignal(signal.SIGTERM)
-        _require(getattr(installed, "__self__", None) is server, "Server.capture_signals",
-                 "no longer installs a method of the server as the SIGTERM handler")
+        _require(
+            getattr(installed, "__self__", None) is server,
+            "Server.capture_signals",
+            "no longer installs a method of the server as the SIGTERM handler",
+        )
         _require(not server_exiting(), "Server.should_exit", "reads as exiting before a signal")
         server.should_exit = True
         exiting = server_exiting()
         server.should_exit = False
         _require(exiting, "Server.should_exit", "is not found through the SIGTERM handler")
     server.handle_exit(signal.SIGTERM, None)  # outside capture_signals: nothing re-raised
-    _require(server.should_exit is True, "Server.handle_exit",
-             "does not set should_exit on SIGTERM")  # fmt: skip
+    _require(
+        server.should_exit is True, "Server.handle_exit", "does not set should_exit on SIGTERM"
+    )
 
 
 def test_the_options_the_gateway_passes() -> None:
     """``jsgw serve`` (app.cli) and the tests' real server pass these to uvicorn (app.compat
     checks the names are accepted)."""
     options = uvicorn_options()
-    _require(options["loop"] in LOOP_FACTORIES, f"Config(loop={options['loop']!r})",
-             "is not a loop uvicorn knows")  # fmt: skip
+    _require(
+        options["loop"] in LOOP_FACTORIES,
+        f"Config(loop={options['loop']!r})",
+        "is not a loop uvicorn knows",
+    )
 
     async def handler(scope: Any, receive: Any, send: Any) -> None:
         pass
 
     config = Config(handler, lifespan="off", log_config=None, **options)
     config.load()
-    _require(config.http_protocol_class is GatheringProtocol, "Config(http=<a class>)",
-             "does not serve with the class given")  # fmt: skip
+    _require(
+        config.http_protocol_class is GatheringProtocol,
+        "Config(http=<a class>)",
+        "does not serve with the class given",
+    )

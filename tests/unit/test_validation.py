@@ -30,8 +30,14 @@ def accepted(fn, value):  # type: ignore[no-untyped-def]
 @settings(max_examples=500)
 @given(hostile)
 def test_literal_validators_never_accept_wildcards_or_whitespace(value: str) -> None:
-    for fn in (validation.subject, validation.publish_subject, validation.kv_key,
-               validation.stream_name, validation.consumer_name, validation.bucket_name):
+    for fn in (
+        validation.subject,
+        validation.publish_subject,
+        validation.kv_key,
+        validation.stream_name,
+        validation.consumer_name,
+        validation.bucket_name,
+    ):
         if accepted(fn, value):
             assert not WHITESPACE & set(value), (fn.__name__, value)
             assert "*" not in value and ">" not in value, (fn.__name__, value)
@@ -73,10 +79,26 @@ def test_header_values_never_carry_line_breaks(value: str) -> None:
 @pytest.mark.parametrize(
     ("fn", "good", "bad"),
     [
-        (validation.stream_name, ["ORDERS", "a-b_c", "x" * 255], ["", "a.b", "a b", "a\n", "x" * 256, "*"]),
-        (validation.subject, ["a", "a.b.c", "$KV.b.k", "a-b/c=d"], ["", "a.", ".a", "a..b", "a.*", "a.>", "a b", "a\n"]),
-        (validation.subject_filter, ["a.*", "a.>", ">", "*.b"], ["a.>.b", "a*", "a.b>", "", "a. b"]),
-        (validation.kv_key, ["k", "a.b", "a/b=c_d-e", "1234.name"], ["", ".a", "a.", "a..b", "a*", "a>", "a b", "k\n"]),
+        (
+            validation.stream_name,
+            ["ORDERS", "a-b_c", "x" * 255],
+            ["", "a.b", "a b", "a\n", "x" * 256, "*"],
+        ),
+        (
+            validation.subject,
+            ["a", "a.b.c", "$KV.b.k", "a-b/c=d"],
+            ["", "a.", ".a", "a..b", "a.*", "a.>", "a b", "a\n"],
+        ),
+        (
+            validation.subject_filter,
+            ["a.*", "a.>", ">", "*.b"],
+            ["a.>.b", "a*", "a.b>", "", "a. b"],
+        ),
+        (
+            validation.kv_key,
+            ["k", "a.b", "a/b=c_d-e", "1234.name"],
+            ["", ".a", "a.", "a..b", "a*", "a>", "a b", "k\n"],
+        ),
         (validation.kv_key_filter, ["a.*", ">", "a.>", "1234.*"], ["a.>.b", "a*", "", "a b"]),
         (validation.bucket_name, ["USERS", "a_b-c"], ["a.b", "", "a b", "a\n"]),
     ],
