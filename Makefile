@@ -19,8 +19,8 @@ test: $(STAMP) chromium lint
 # The code's own rules, before any test: ruff (lint and format) and mypy (strict) as
 # configured in pyproject.toml.
 lint: $(STAMP)
-	$(BIN)/ruff check app routers pipeline
-	$(BIN)/ruff format --check app routers pipeline
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 
 # tests/browser drive Debian's chromium through Playwright (never `playwright install`).
