@@ -51,6 +51,7 @@ def serve(_: argparse.Namespace) -> int:
 
     from app import compat
     from app.nats.embedded import EmbeddedServer
+    from app.serving import connection_cap, raise_descriptor_limit
     from app.serving import uvicorn_options as serving_options
     from app.tls import uvicorn_options
 
@@ -73,7 +74,18 @@ def serve(_: argparse.Namespace) -> int:
         shared_server = EmbeddedServer(settings.data_dir)
         os.environ["JSGW_NATS_URL"] = shared_server.start()
         log.info("embedded nats-server for %d workers at %s", settings.workers, shared_server.url)
-    options = {**serving_options(), **uvicorn_options(settings)}
+    before, after = raise_descriptor_limit()
+    if after != before:
+        log.info("open-file limit raised from %d to %d", before, after)
+    log.info(
+        "at most %d connections per worker (JSGW_MAX_CONNECTIONS, below the open-file limit "
+        "%d); request heads within %ss (JSGW_HEADER_TIMEOUT); keep-alive %ss",
+        connection_cap(settings.max_connections),
+        after,
+        settings.header_timeout,
+        settings.keep_alive_timeout,
+    )
+    options = {**serving_options(settings.keep_alive_timeout), **uvicorn_options(settings)}
     try:
         uvicorn.run(
             "app.cli:app_from_env",

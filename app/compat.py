@@ -38,6 +38,10 @@ uvicorn (``uvicorn.protocols.http.httptools_impl.HttpToolsProtocol``, ``uvicorn.
   ``server_state.connections`` (what ``connection_made``/``connection_lost`` register), on
   ``Server._wait_tasks_to_complete`` waiting for them, and on uvicorn writing a response's
   head in a write of its own (tests/unit/test_uvicorn_internals.py drives a connection).
+  To bound request heads and connections it overrides ``data_received``, ``on_message_begin``
+  and ``on_headers_complete`` (llhttp's callbacks: a head begins, a head is complete), reads
+  the lifespan state ``app_state`` and the live ``connections`` set, and passes
+  ``timeout_keep_alive``.
 - app/tls.py: ``ClientCertProtocol`` overrides ``on_message_begin`` and adds to ``scope``.
 - app/sse.py: ``server_exiting`` finds uvicorn's ``Server`` as the SIGTERM handler's
   ``__self__`` (``Server.capture_signals`` installs ``Server.handle_exit``) and reads its
@@ -446,12 +450,27 @@ def _check_uvicorn(c: _Checks) -> None:
         ("pause_writing", ["self"], serving),
         ("resume_writing", ["self"], serving),
         ("shutdown", ["self"], serving),
-        ("on_message_begin", ["self"], tls),
+        ("on_message_begin", ["self"], f"{tls}, {serving}"),
+        ("on_headers_complete", ["self"], serving),
+        ("data_received", ["self", "data"], serving),
     ):
         c.parameters(
             base.__dict__.get(name), parameters, f"HttpToolsProtocol.{name}", users, coroutine=False
         )
-    c.absent(base, ("_stall_check", "_resumed_at", "_cut_if_stalled"), serving)
+    c.absent(
+        base,
+        (
+            "_stall_check",
+            "_resumed_at",
+            "_cut_if_stalled",
+            "_header_timeout",
+            "_in_head",
+            "_head_deadline",
+            "_head_too_slow",
+            "_refuse",
+        ),
+        serving,
+    )
     c.absent(base, ("_client_cert_name",), tls)
     c.source_uses(
         FlowControl.__init__,
@@ -469,6 +488,20 @@ def _check_uvicorn(c: _Checks) -> None:
         ],
         "HttpToolsProtocol.connection_made",
         "the server shuts down what it registers, through this transport",
+        serving,
+    )
+    c.source_uses(
+        base.__dict__.get("__init__"),
+        ["self.app_state = app_state", "self.connections = server_state.connections"],
+        "HttpToolsProtocol.__init__",
+        "GatheringProtocol reads its limits from the lifespan state and counts connections",
+        serving,
+    )
+    c.source_uses(
+        base.__dict__.get("data_received"),
+        ["self.parser.feed_data(data)"],
+        "HttpToolsProtocol.data_received",
+        "the parser's callbacks tell GatheringProtocol where a request head begins and ends",
         serving,
     )
     c.source_uses(
@@ -511,6 +544,7 @@ def _check_uvicorn(c: _Checks) -> None:
         (
             "http",
             "loop",
+            "timeout_keep_alive",
             "proxy_headers",
             "server_header",
             "factory",

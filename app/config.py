@@ -57,6 +57,15 @@ class Settings(BaseSettings):
     host: str = "127.0.0.1"
     port: int = Field(default=8080, ge=0, le=65535)
     workers: int = Field(default=1, ge=1, le=64)
+    # Clients that hold a connection without finishing a request (app.serving): a request
+    # head (request line and headers) must be complete this long after the connection opened
+    # or after its first byte arrived; a keep-alive connection idle this long is closed. Once
+    # a head is complete nothing here bounds the request: streams and slow bodies go on.
+    header_timeout: float = Field(default=20.0, gt=0, le=3600)
+    keep_alive_timeout: float = Field(default=5.0, gt=0, le=3600)
+    # Open connections per worker (also kept below the descriptor limit): a connection past
+    # it is answered 503 with Retry-After and closed.
+    max_connections: int = Field(default=10_000, ge=1)
     log_level: str = "info"
     access_log: bool = True
     # The lean paths (app.fastpath) of the hottest plain requests; off, FastAPI serves them.

@@ -626,6 +626,10 @@ class ErrorCode(StrEnum):
     NATS_NO_RESPONDERS = "nats.no_responders", NoResponders, (
         "Nobody listens on the subject the gateway sent to: retry shortly."
     )
+    HTTP_CONNECTION_LIMIT = "http.connection_limit", Unavailable, (
+        "The gateway worker holds as many connections as JSGW_MAX_CONNECTIONS allows: the "
+        "connection was answered and closed; retry after Retry-After (or on another replica)."
+    )
     JETSTREAM_UNAVAILABLE = "jetstream.unavailable", Unavailable, (
         "JetStream did not take the request (not enabled for the account, wrong domain, no "
         "meta leader): retry shortly."

@@ -22,25 +22,49 @@ this uses the protocol's ``shutdown``, ``resume_writing``, ``connection_lost``, 
 
 The garbage collector is tuned for serving (:func:`tune_gc_once_started`) by the process that
 serves, once its app has started: the setting is the process's, not an app's.
+
+Clients that hold connections without finishing requests are bounded here too, since uvicorn
+bounds only the idle time after an answer (``timeout_keep_alive``): a connection must
+complete its request head within ``JSGW_HEADER_TIMEOUT`` of opening, and each later head
+within that time of its first byte, or it is closed (a client that connects and sends
+nothing, or sends its headers a byte at a time). A complete head ends the bound, so SSE
+streams and slow uploads go on. Past ``JSGW_MAX_CONNECTIONS`` open connections (kept below
+the process's descriptor limit, which ``jsgw serve`` raises to its hard limit at start) a new
+connection gets a 503 problem with ``Retry-After`` and is closed before anything is read.
+The limits come from the app's settings in the lifespan state (``app_state["runtime"]``);
+the head bound is armed at connection and otherwise only when a head spans more than one
+read, so a request on a kept-alive connection pays one comparison. This uses ``app_state``,
+``connections``, ``data_received``, ``on_message_begin`` and ``on_headers_complete`` of
+uvicorn's protocol.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import gc
+import logging
+import resource
 import weakref
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any, TypeVar
 
+import orjson
 from starlette.applications import Starlette
 
 from app.compat import HttpToolsProtocol
+from app.errors import ErrorCode, Unavailable
+
+log = logging.getLogger("jsgw.serving")
 
 _HEAD = b"HTTP/"  # how uvicorn's status lines begin
 # Once the server exits: how long a connection with paused writes may take nothing.
 STALL_GRACE = 2.0
 GC_YOUNG_THRESHOLD = 10_000
+# Descriptors kept for what is not a client connection: NATS connections, the listener,
+# log files, the embedded server's pipes.
+DESCRIPTOR_RESERVE = 64
 
 
 class HeldHeads:
@@ -138,9 +162,54 @@ class GatheringProtocol(HttpToolsProtocol):
 
     _stall_check: asyncio.TimerHandle | None = None
     _resumed_at = 0.0  # when the transport last took writes again
+    _header_timeout = 0.0  # 0: no bound (no settings in the lifespan state)
+    _in_head = False  # a request head has begun and is not complete yet
+    _head_deadline: asyncio.TimerHandle | None = None
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(GatheringTransport(transport, self.loop))  # type: ignore[arg-type]
+        runtime = self.app_state.get("runtime")
+        if runtime is None:
+            return
+        settings = runtime.settings
+        if len(self.connections) > connection_cap(settings.max_connections):
+            self._refuse(settings.retry_after)
+            return
+        self._header_timeout = settings.header_timeout
+        self._head_deadline = self.loop.call_later(self._header_timeout, self._head_too_slow)
+
+    def _refuse(self, retry_after: int) -> None:
+        body = _busy_body()
+        head = (
+            b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/problem+json\r\n"
+            b"retry-after: %d\r\nconnection: close\r\ncontent-length: %d\r\n\r\n"
+            % (retry_after, len(body))
+        )
+        self.transport.write(head + body)
+        self.transport.close()
+
+    def data_received(self, data: bytes) -> None:
+        super().data_received(data)
+        # A head cut across reads (a slow client, or a large head) must end in time.
+        if self._in_head and self._head_deadline is None and self._header_timeout:
+            self._head_deadline = self.loop.call_later(self._header_timeout, self._head_too_slow)
+
+    def on_message_begin(self) -> None:
+        super().on_message_begin()
+        self._in_head = True
+
+    def on_headers_complete(self) -> None:
+        self._in_head = False
+        deadline, self._head_deadline = self._head_deadline, None
+        if deadline is not None:
+            deadline.cancel()
+        super().on_headers_complete()
+
+    def _head_too_slow(self) -> None:
+        self._head_deadline = None
+        if not self.transport.is_closing():
+            log.debug("closing a connection whose request head took over %ss", self._header_timeout)
+            self.transport.close()
 
     def resume_writing(self) -> None:
         self._resumed_at = self.loop.time()
@@ -160,19 +229,57 @@ class GatheringProtocol(HttpToolsProtocol):
             self._stall_check = self.loop.call_later(STALL_GRACE, self._cut_if_stalled)
 
     def connection_lost(self, exc: Exception | None) -> None:
-        check, self._stall_check = self._stall_check, None
-        if check is not None:
-            check.cancel()
+        for timer in (self._stall_check, self._head_deadline):
+            if timer is not None:
+                timer.cancel()
+        self._stall_check = self._head_deadline = None
         super().connection_lost(exc)
 
 
-def uvicorn_options() -> dict[str, Any]:
+@functools.cache
+def _busy_body() -> bytes:
+    error = Unavailable(
+        ErrorCode.HTTP_CONNECTION_LIMIT, "this gateway worker is at its limit of open connections"
+    )
+    return orjson.dumps(error.problem())
+
+
+@functools.cache
+def connection_cap(max_connections: int) -> int:
+    """``max_connections``, kept below this process's descriptor limit (less a reserve), so
+    that the gateway still has descriptors for its own work when clients take the rest."""
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY:
+        return max_connections
+    return max(1, min(max_connections, soft - DESCRIPTOR_RESERVE))
+
+
+def raise_descriptor_limit() -> tuple[int, int]:
+    """Raise the descriptor soft limit to the hard limit (as Go's runtime and nginx do): the
+    default soft limit of many shells and containers, 1,024, is a few hundred clients.
+    Returns (before, after)."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == hard:
+        return soft, soft
+    target = hard if hard != resource.RLIM_INFINITY else max(soft, 1 << 20)
+    try:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+    except (ValueError, OSError) as exc:
+        log.warning("could not raise the open-file limit from %d to %d: %s", soft, target, exc)
+        return soft, soft
+    connection_cap.cache_clear()
+    return soft, target
+
+
+def uvicorn_options(keep_alive_timeout: float = 5.0) -> dict[str, Any]:
     """The uvicorn settings the gateway is served with (by ``jsgw serve``, and by the tests'
-    real server): this protocol on uvloop, no proxy headers trusted, and no ``Server``
-    header (it tells anyone the server stack, and is one more header per answer)."""
+    real server): this protocol on uvloop, idle keep-alive connections closed after
+    ``keep_alive_timeout``, no proxy headers trusted, and no ``Server`` header (it tells
+    anyone the server stack, and is one more header per answer)."""
     return {
         "http": GatheringProtocol,
         "loop": "uvloop",
+        "timeout_keep_alive": keep_alive_timeout,
         "proxy_headers": False,
         "server_header": False,
     }

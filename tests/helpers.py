@@ -65,7 +65,7 @@ def served_gateway(settings: Settings, port: int = 0) -> Iterator[str]:
         log_level="warning",
         lifespan="on",
         timeout_graceful_shutdown=5,
-        **uvicorn_options(),  # as `jsgw serve`
+        **uvicorn_options(settings.keep_alive_timeout),  # as `jsgw serve`
     )
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, name="uvicorn-test", daemon=True)
