@@ -743,6 +743,12 @@ class DirectNotAllowed(Conflict):
     own_code = ErrorCode.DIRECT_NOT_ALLOWED
 
 
+class BatchUnsupported(Unsupported):
+    """The server has no batched Direct Get (nats-server 2.10): KV reads fall back."""
+
+    own_code = ErrorCode.DIRECT_BATCH_UNSUPPORTED
+
+
 class OutcomeUnknown(Timeout):
     """A write timed out: it may or may not be stored. Retry with the same Nats-Msg-Id."""
 

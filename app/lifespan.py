@@ -21,6 +21,7 @@ from app.consumers.service import ConsumerService
 from app.direct.service import DirectService
 from app.kv.service import KVService
 from app.metrics import Metrics
+from app.nats import features
 from app.nats.direct import DirectGet
 from app.nats.embedded import EmbeddedServer
 from app.nats.jsapi import JetStreamApi
@@ -75,6 +76,8 @@ def make_lifespan(
             await pool.start(wait=settings.request_timeout)
             if not pool.connected:
                 log.warning("no NATS connection yet; the gateway is not ready and keeps trying")
+            else:
+                _log_server_release(pool.server_info().get("version"))
             ack_secret = _ack_secret(settings)
             auth = Authenticator(
                 settings.auth_file, ack_secret, rate=settings.rate_limit, burst=settings.rate_burst
@@ -116,6 +119,18 @@ def make_lifespan(
                 await asyncio.to_thread(embedded.stop)
 
     return lifespan
+
+
+def _log_server_release(version: str | None) -> None:
+    lacking = features.missing(version)
+    if lacking:
+        log.warning(
+            "nats-server %s does not offer: %s (those requests are answered 501)",
+            version,
+            "; ".join(f"{item['feature']}, {item['needs']}" for item in lacking),
+        )
+    else:
+        log.info("nats-server %s", version)
 
 
 def _reload_on_sighup(auth: Authenticator) -> None:

@@ -12,6 +12,7 @@ from app.auth.access import AUTHENTICATED, PUBLIC
 from app.deps import RuntimeDep
 from app.errors import ErrorCode
 from app.http import JSON, problems
+from app.nats import features
 from app.routing import Router
 
 router = Router(tags=["system"])
@@ -45,7 +46,8 @@ async def metrics(runtime: RuntimeDep) -> Response:
 
 @router.get("/v1/info", access=AUTHENTICATED, response_class=JSON, responses=problems())
 async def info(runtime: RuntimeDep) -> dict[str, Any]:
-    """Gateway version, nats-server version, JetStream account info and pool state."""
+    """Gateway version, nats-server version and what it lacks, JetStream account info and
+    pool state."""
     server = runtime.pool.server_info()
     account: dict[str, Any] | None
     try:
@@ -61,6 +63,8 @@ async def info(runtime: RuntimeDep) -> dict[str, Any]:
             "cluster": server.get("cluster"),
             "max_payload": server.get("max_payload"),
             "jetstream": server.get("jetstream"),
+            # What this release lacks of what the gateway can use (answered 501 when asked).
+            "missing_features": features.missing(server.get("version")),
         },
         "jetstream": account,
         "js_domain": runtime.settings.js_domain,

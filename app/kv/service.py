@@ -197,7 +197,9 @@ class KVService:
             async for item in self.direct.page(stream, request, operation="kv.get"):
                 if isinstance(item, StoredMessage):
                     found = item
-        except errors.DirectNotAllowed:
+        except (errors.DirectNotAllowed, errors.BatchUnsupported):
+            # Without Direct Get, or without its batches (nats-server 2.10): the message at
+            # the revision alone, without the delta only a batch counts.
             return await self._msg_get(stream, {"seq": revision}), None
         if found is None or found.seq != revision:
             return None, None
@@ -228,7 +230,8 @@ class KVService:
                     )
                     if isinstance(item, StoredMessage)
                 ]
-            except errors.DirectNotAllowed:
+            except (errors.DirectNotAllowed, errors.BatchUnsupported):
+                # ADR-8's way, which every server with KV has: an ordered consumer.
                 entries = await self._history_by_consumer(bucket, stream, subject)
         if not entries:
             raise _key_not_found(key)

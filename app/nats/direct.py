@@ -247,9 +247,8 @@ class DirectGet:
                     raise _status_error(status, _description(msg))
                 message = to_message(msg)
                 if first and message.num_pending is None:
-                    raise errors.Unsupported(
-                        ErrorCode.DIRECT_BATCH_UNSUPPORTED,
-                        "the NATS server does not support batched Direct Get "
+                    raise errors.BatchUnsupported(
+                        detail="the NATS server does not support batched Direct Get "
                         "(nats-server 2.11 or later is needed)",
                     )
                 # Each reply names the sequence before it: a gap means a reply was lost.

