@@ -46,8 +46,7 @@ async def metrics(runtime: RuntimeDep) -> Response:
 
 @router.get("/v1/info", access=AUTHENTICATED, response_class=JSON, responses=problems())
 async def info(runtime: RuntimeDep) -> dict[str, Any]:
-    """Gateway version, nats-server version and what it lacks, JetStream account info and
-    pool state."""
+    """Gateway and nats-server versions, what the server lacks, JetStream account, pool."""
     server = runtime.pool.server_info()
     account: dict[str, Any] | None
     try:
