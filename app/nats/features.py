@@ -14,6 +14,7 @@ import re
 FEATURES: tuple[tuple[str, tuple[int, int]], ...] = (
     ("batched Direct Get (batch, multi_last, up_to_seq/up_to_time)", (2, 11)),
     ("pull consumer priority groups (overflow, pinned_client, unpin)", (2, 11)),
+    ("the prioritized priority policy", (2, 12)),
     ("per-message TTL and KV limit markers", (2, 11)),
     ("consumer pause", (2, 11)),
     ("atomic batch publishing", (2, 12)),

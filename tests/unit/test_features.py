@@ -14,6 +14,11 @@ def test_what_each_release_lacks() -> None:
     assert features.missing("2.15.1") == []
     assert features.missing("2.12.8") == []
     on_211 = [item["feature"] for item in features.missing("2.11.11")]
-    assert on_211 == ["atomic batch publishing", "message counters", "message schedules"]
+    assert on_211 == [
+        "the prioritized priority policy",
+        "atomic batch publishing",
+        "message counters",
+        "message schedules",
+    ]
     assert len(features.missing("2.10.26")) == len(features.FEATURES)
     assert features.missing("unknown") == []
