@@ -38,10 +38,11 @@ uvicorn (``uvicorn.protocols.http.httptools_impl.HttpToolsProtocol``, ``uvicorn.
   ``server_state.connections`` (what ``connection_made``/``connection_lost`` register), on
   ``Server._wait_tasks_to_complete`` waiting for them, and on uvicorn writing a response's
   head in a write of its own (tests/unit/test_uvicorn_internals.py drives a connection).
-  To bound request heads and connections it overrides ``data_received``, ``on_message_begin``
-  and ``on_headers_complete`` (llhttp's callbacks: a head begins, a head is complete), reads
-  the lifespan state ``app_state`` and the live ``connections`` set, and passes
-  ``timeout_keep_alive``.
+  To bound request heads and connections it overrides ``data_received`` and
+  ``on_headers_complete`` (llhttp's callback: a head is complete), reads the lifespan state
+  ``app_state``, the live ``connections`` set, the request in flight (``cycle``,
+  ``response_complete``), the waiting ``pipeline`` and the keep-alive timer
+  (``timeout_keep_alive_task``), and passes ``timeout_keep_alive``.
 - app/tls.py: ``ClientCertProtocol`` overrides ``on_message_begin`` and adds to ``scope``.
 - app/sse.py: ``server_exiting`` finds uvicorn's ``Server`` as the SIGTERM handler's
   ``__self__`` (``Server.capture_signals`` installs ``Server.handle_exit``) and reads its
@@ -450,7 +451,7 @@ def _check_uvicorn(c: _Checks) -> None:
         ("pause_writing", ["self"], serving),
         ("resume_writing", ["self"], serving),
         ("shutdown", ["self"], serving),
-        ("on_message_begin", ["self"], f"{tls}, {serving}"),
+        ("on_message_begin", ["self"], tls),
         ("on_headers_complete", ["self"], serving),
         ("data_received", ["self", "data"], serving),
     ):
@@ -464,8 +465,8 @@ def _check_uvicorn(c: _Checks) -> None:
             "_resumed_at",
             "_cut_if_stalled",
             "_header_timeout",
-            "_in_head",
             "_head_deadline",
+            "_refused",
             "_head_too_slow",
             "_refuse",
         ),
@@ -492,14 +493,20 @@ def _check_uvicorn(c: _Checks) -> None:
     )
     c.source_uses(
         base.__dict__.get("__init__"),
-        ["self.app_state = app_state", "self.connections = server_state.connections"],
+        [
+            "self.app_state = app_state",
+            "self.connections = server_state.connections",
+            "self.timeout_keep_alive_task",
+            "self.pipeline",
+            "self.cycle",
+        ],
         "HttpToolsProtocol.__init__",
         "GatheringProtocol reads its limits from the lifespan state and counts connections",
         serving,
     )
     c.source_uses(
         base.__dict__.get("data_received"),
-        ["self.parser.feed_data(data)"],
+        ["self._unset_keepalive_if_required()", "self.parser.feed_data(data)"],
         "HttpToolsProtocol.data_received",
         "the parser's callbacks tell GatheringProtocol where a request head begins and ends",
         serving,

@@ -32,9 +32,10 @@ streams and slow uploads go on. Past ``JSGW_MAX_CONNECTIONS`` open connections (
 the process's descriptor limit, which ``jsgw serve`` raises to its hard limit at start) a new
 connection gets a 503 problem with ``Retry-After`` and is closed before anything is read.
 The limits come from the app's settings in the lifespan state (``app_state["runtime"]``);
-the head bound is armed at connection and otherwise only when a head spans more than one
-read, so a request on a kept-alive connection pays one comparison. This uses ``app_state``,
-``connections``, ``data_received``, ``on_message_begin`` and ``on_headers_complete`` of
+the head bound is armed at connection and otherwise only when bytes arrive on an idle
+connection and leave it without a request, so a request on a kept-alive connection pays a few
+comparisons. This uses ``app_state``, ``connections``, ``cycle`` (``response_complete``),
+``pipeline``, ``timeout_keep_alive_task``, ``data_received`` and ``on_headers_complete`` of
 uvicorn's protocol.
 """
 
@@ -65,6 +66,8 @@ GC_YOUNG_THRESHOLD = 10_000
 # Descriptors kept for what is not a client connection: NATS connections, the listener,
 # log files, the embedded server's pipes.
 DESCRIPTOR_RESERVE = 64
+# How long a refused connection (past the connection cap) reads and drops before it closes.
+REFUSAL_LINGER = 1.0
 
 
 class HeldHeads:
@@ -163,8 +166,8 @@ class GatheringProtocol(HttpToolsProtocol):
     _stall_check: asyncio.TimerHandle | None = None
     _resumed_at = 0.0  # when the transport last took writes again
     _header_timeout = 0.0  # 0: no bound (no settings in the lifespan state)
-    _in_head = False  # a request head has begun and is not complete yet
     _head_deadline: asyncio.TimerHandle | None = None
+    _refused: asyncio.TimerHandle | None = None  # the close of a refused connection
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(GatheringTransport(transport, self.loop))  # type: ignore[arg-type]
@@ -179,6 +182,9 @@ class GatheringProtocol(HttpToolsProtocol):
         self._head_deadline = self.loop.call_later(self._header_timeout, self._head_too_slow)
 
     def _refuse(self, retry_after: int) -> None:
+        """Answer 503 and close, gently: the client's request, sent before it reads, is read
+        and dropped for a moment, so that the close does not reset the connection (a reset
+        would lose the answer before the client reads it)."""
         body = _busy_body()
         head = (
             b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/problem+json\r\n"
@@ -186,20 +192,28 @@ class GatheringProtocol(HttpToolsProtocol):
             % (retry_after, len(body))
         )
         self.transport.write(head + body)
-        self.transport.close()
+        self.transport.write_eof()
+        self._refused = self.loop.call_later(REFUSAL_LINGER, self.transport.close)
 
     def data_received(self, data: bytes) -> None:
+        if self._refused is not None:
+            return  # a refused connection's request: dropped
         super().data_received(data)
-        # A head cut across reads (a slow client, or a large head) must end in time.
-        if self._in_head and self._head_deadline is None and self._header_timeout:
+        # Bytes that leave the connection idle (uvicorn's keep-alive bound just cancelled,
+        # no request in flight): a head cut across reads, or bytes that are no request (CR/LF
+        # between requests), must come to a complete head in time. While a response is in
+        # flight or pipelined requests wait the server is the one not reading: no bound then.
+        if (
+            self._head_deadline is None
+            and self._header_timeout
+            and self.timeout_keep_alive_task is None
+            and (self.cycle is None or self.cycle.response_complete)
+            and not self.pipeline
+            and not self.transport.is_closing()
+        ):
             self._head_deadline = self.loop.call_later(self._header_timeout, self._head_too_slow)
 
-    def on_message_begin(self) -> None:
-        super().on_message_begin()
-        self._in_head = True
-
     def on_headers_complete(self) -> None:
-        self._in_head = False
         deadline, self._head_deadline = self._head_deadline, None
         if deadline is not None:
             deadline.cancel()
@@ -207,6 +221,8 @@ class GatheringProtocol(HttpToolsProtocol):
 
     def _head_too_slow(self) -> None:
         self._head_deadline = None
+        if self.cycle is not None and not self.cycle.response_complete:
+            return  # (not armed during a response; kept so, should one begin meanwhile)
         if not self.transport.is_closing():
             log.debug("closing a connection whose request head took over %ss", self._header_timeout)
             self.transport.close()
@@ -229,7 +245,7 @@ class GatheringProtocol(HttpToolsProtocol):
             self._stall_check = self.loop.call_later(STALL_GRACE, self._cut_if_stalled)
 
     def connection_lost(self, exc: Exception | None) -> None:
-        for timer in (self._stall_check, self._head_deadline):
+        for timer in (self._stall_check, self._head_deadline, self._refused):
             if timer is not None:
                 timer.cancel()
         self._stall_check = self._head_deadline = None

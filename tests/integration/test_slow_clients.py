@@ -154,6 +154,42 @@ async def test_an_idle_keep_alive_connection_is_closed(
     assert 0.9 <= idle_after < 1.0 + SLACK, idle_after
 
 
+async def _answered_then(url: str, then: bytes, interval: float) -> float:
+    """One request answered on a kept-alive connection, then ``then`` sent a byte every
+    ``interval`` seconds: seconds until the gateway closed the connection."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", _port(url))
+    try:
+        writer.write(b"GET /healthz HTTP/1.1\r\nHost: jsgw\r\n\r\n")
+        head = await reader.readuntil(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 200")
+        length = int(head.lower().split(b"content-length: ")[1].split(b"\r\n")[0])
+        await reader.readexactly(length)
+        started = time.monotonic()
+        closed = asyncio.ensure_future(_closed_after(reader, started))
+        for byte in then:
+            if closed.done():
+                break
+            writer.write(bytes([byte]))
+            await asyncio.wait([closed], timeout=interval)
+        return await asyncio.wait_for(closed, 10)
+    finally:
+        writer.close()
+
+
+async def test_a_later_head_or_stray_bytes_on_a_kept_alive_connection_are_bounded(
+    nats_server: EmbeddedServer,
+) -> None:
+    # keep-alive longer than the head bound, and bytes sooner than either: only the head
+    # bound can close these connections.
+    settings = gateway_settings(nats_server.url, keep_alive_timeout=5.0, header_timeout=1.0)
+    with served_gateway(settings) as url:
+        second_head = b"GET /healthz HTTP/1.1\r\nHost: jsgw\r\nX-Slow: " + b"a" * 100
+        slow = await _answered_then(url, second_head, 0.2)
+        stray = await _answered_then(url, b"\r\n", 0.2)  # no request begins: no parser callback
+    assert 0.9 <= slow < 1.0 + SLACK, slow
+    assert 0.9 <= stray < 1.0 + SLACK, stray
+
+
 async def test_connections_past_the_cap_are_answered_503_and_closed(
     nats_server: EmbeddedServer,
 ) -> None:
@@ -162,9 +198,14 @@ async def test_connections_past_the_cap_are_answered_503_and_closed(
         port = _port(url)
         held = [await asyncio.open_connection("127.0.0.1", port) for _ in range(20)]
         await asyncio.sleep(0.2)
+        # A client that sends its request at once, as clients do: the 503 reaches it.
         reader, writer = await asyncio.open_connection("127.0.0.1", port)
-        answer = await asyncio.wait_for(reader.read(65536), 5)
-        assert await asyncio.wait_for(reader.read(1), 5) == b""  # and closed
+        writer.write(
+            b"PUT /v1/kv/B/keys/k HTTP/1.1\r\nHost: jsgw\r\nContent-Length: 5\r\n\r\nvalue"
+        )
+        answer = b""
+        while chunk := await asyncio.wait_for(reader.read(65536), 5):  # until closed
+            answer += chunk
         writer.close()
         head, _, body = answer.partition(b"\r\n\r\n")
         assert head.startswith(b"HTTP/1.1 503"), head
@@ -177,5 +218,10 @@ async def test_connections_past_the_cap_are_answered_503_and_closed(
         await asyncio.sleep(0.2)
         async with httpx.AsyncClient(base_url=url, timeout=5) as gw:
             assert (await gw.get("/healthz")).status_code == 200
+            # Full again (gw keeps its connection): another HTTP client sees the problem too.
+            async with httpx.AsyncClient(base_url=url, timeout=5) as other:
+                refused = await other.get("/healthz")
+            assert refused.status_code == 503 and refused.headers["retry-after"] == "1"
+            assert refused.json()["code"] == "http.connection_limit"
         for _, w in held:
             w.close()
