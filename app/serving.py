@@ -192,7 +192,8 @@ class GatheringProtocol(HttpToolsProtocol):
             % (retry_after, len(body))
         )
         self.transport.write(head + body)
-        self.transport.write_eof()
+        if self.transport.can_write_eof():  # (TLS transports cannot half-close)
+            self.transport.write_eof()
         self._refused = self.loop.call_later(REFUSAL_LINGER, self.transport.close)
 
     def data_received(self, data: bytes) -> None:
