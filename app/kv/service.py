@@ -189,21 +189,31 @@ class KVService:
         """The message at ``revision`` if it is on ``subject``, and its delta (how many newer).
 
         A one-message batch from ``revision`` filtered on the key's subject: the server
-        counts what follows on that subject (Nats-Num-Pending), which is ADR-8's delta.
+        counts what follows on that subject, which is ADR-8's delta. The count is taken from
+        the end of the batch, which every release reports alike (nats-server 2.11 counts the
+        message itself in each message's own Nats-Num-Pending, 2.12 and later do not).
         """
         request = {"seq": revision, "next_by_subj": subject, "batch": 1}
         found: StoredMessage | None = None
+        newer: int | None = None
         try:
             async for item in self.direct.page(stream, request, operation="kv.get"):
                 if isinstance(item, StoredMessage):
                     found = item
+                else:
+                    newer = item.num_pending
         except (errors.DirectNotAllowed, errors.BatchUnsupported):
             # Without Direct Get, or without its batches (nats-server 2.10): the message at
-            # the revision alone, without the delta only a batch counts.
-            return await self._msg_get(stream, {"seq": revision}), None
+            # the revision, and the newer revisions counted by a consumer that starts after
+            # it (its num_pending), as ADR-8 reads without Direct Get.
+            found = await self._msg_get(stream, {"seq": revision})
+            if found is None or found.subject != subject:
+                return None, None
+            async with ConsumerScan(self.js, stream, [subject], start_seq=revision + 1) as after:
+                return found, after.pending
         if found is None or found.seq != revision:
             return None, None
-        return found, found.num_pending
+        return found, newer
 
     async def _msg_get(
         self, stream: str, request: dict[str, Any], timeout: float | None = None
@@ -223,19 +233,30 @@ class KVService:
         stream, subject = self._names(bucket, key)
         with bucket_errors(bucket):
             try:
-                entries = [
-                    entry_from_message(bucket, item, delta=item.num_pending)
-                    async for item in self.direct.batch(
-                        stream, seq=1, next_by_subj=subject, limit=MAX_HISTORY
-                    )
-                    if isinstance(item, StoredMessage)
-                ]
+                entries = await self._history_by_direct(bucket, stream, subject)
             except (errors.DirectNotAllowed, errors.BatchUnsupported):
                 # ADR-8's way, which every server with KV has: an ordered consumer.
                 entries = await self._history_by_consumer(bucket, stream, subject)
         if not entries:
             raise _key_not_found(key)
         return entries
+
+    async def _history_by_direct(self, bucket: str, stream: str, subject: str) -> list[Entry]:
+        """The revisions by batched Direct Get. Each one's delta counts the revisions read
+        after it plus what the end of the batch says is left, which every release reports
+        alike (a message's own Nats-Num-Pending counts itself on nats-server 2.11)."""
+        messages: list[StoredMessage] = []
+        left = 0
+        async for item in self.direct.batch(stream, seq=1, next_by_subj=subject, limit=MAX_HISTORY):
+            if isinstance(item, StoredMessage):
+                messages.append(item)
+            else:
+                left = item.num_pending
+        last = len(messages) - 1
+        return [
+            entry_from_message(bucket, message, delta=left + last - index)
+            for index, message in enumerate(messages)
+        ]
 
     async def _history_by_consumer(self, bucket: str, stream: str, subject: str) -> list[Entry]:
         entries: list[Entry] = []

@@ -247,10 +247,7 @@ class DirectGet:
                     raise _status_error(status, _description(msg))
                 message = to_message(msg)
                 if first and message.num_pending is None:
-                    raise errors.BatchUnsupported(
-                        detail="the NATS server does not support batched Direct Get "
-                        "(nats-server 2.11 or later is needed)",
-                    )
+                    raise _batch_unsupported()
                 # Each reply names the sequence before it: a gap means a reply was lost.
                 if previous is not None and message.last_seq != previous:
                     raise errors.UpstreamError(
@@ -332,16 +329,20 @@ class DirectGet:
             if page_size:
                 request["batch"] = page_size
             while True:
-                eob: EndOfBatch | None = None
+                # What is left after the last message read: its own Nats-Num-Pending, which
+                # every release reports alike (nats-server 2.11's end of batch counts one
+                # fewer when a page is cut short, so a last message left over looked done).
+                last: StoredMessage | None = None
                 async for item in self.page(stream, request, operation="direct.multi"):
                     if isinstance(item, EndOfBatch):
-                        eob = item
-                    elif item.seq not in seen:
+                        continue
+                    last = item
+                    if item.seq not in seen:
                         seen.add(item.seq)
                         yield item
-                if eob is None or eob.num_pending == 0:
+                if last is None or not last.num_pending:
                     break
-                request = dict(request, seq=eob.last_seq + 1)
+                request = dict(request, seq=last.seq + 1)
 
     # -- errors ----------------------------------------------------------------------------
 
@@ -361,6 +362,13 @@ class DirectGet:
         return errors.Unavailable(
             ErrorCode.DIRECT_UNAVAILABLE, "no server answered the Direct Get; retry shortly"
         )
+
+
+def _batch_unsupported() -> errors.GatewayError:
+    return errors.BatchUnsupported(
+        detail="the NATS server does not support batched Direct Get, multi_last or "
+        "start_time (nats-server 2.11 or later is needed)",
+    )
 
 
 def _not_allowed(stream: str) -> errors.GatewayError:
@@ -383,6 +391,10 @@ def _status_error(status: int, description: str) -> errors.GatewayError:
             "the subject filters match more than 1024 subjects: narrow the filters, "
             "or list the subjects (keys) explicitly",
         )
+    if status == 408 and description == "Empty Request":
+        # The gateway never sends one: the server knows none of the request's fields, as
+        # nats-server 2.10 knows neither start_time nor multi_last.
+        return _batch_unsupported()
     if status == 408:
         return errors.InvalidInput(
             ErrorCode.DIRECT_BAD_REQUEST, f"the server refused the request: {description}"
