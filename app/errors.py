@@ -517,10 +517,6 @@ class ErrorCode(StrEnum):
     KV_LIMIT_MARKERS_LOCKED = "kv.limit_markers_locked", Conflict, (
         "Limit markers cannot be turned off once on (ADR-48): give limit_marker_ttl again."
     )
-    KV_UNSUPPORTED = "kv.unsupported", Conflict, (
-        "The bucket's stream has a setting the gateway does not support for KV: `detail` "
-        "says which."
-    )
     # -- 412 -------------------------------------------------------------------------------
     PUBLISH_WRONG_STREAM = "publish.wrong_stream", PreconditionFailed, (
         "The subject is not in the stream named by Nats-Expected-Stream: not stored."
@@ -598,6 +594,10 @@ class ErrorCode(StrEnum):
     DIRECT_BATCH_UNSUPPORTED = "direct.batch_unsupported", Unsupported, (
         "The NATS server does not support batched Direct Get: nats-server 2.11 or later is "
         "needed."
+    )
+    NATS_FEATURE_UNSUPPORTED = "nats.feature_unsupported", Unsupported, (
+        "The NATS server is of a release older than a feature the request needs: `detail` "
+        "names the feature and the release that has it. Nothing was sent to the server."
     )
     JETSTREAM_ERROR = "jetstream.error", UpstreamError, (
         "JetStream failed with an error the gateway has no better code for: "
@@ -747,6 +747,12 @@ class BatchUnsupported(Unsupported):
     """The server has no batched Direct Get (nats-server 2.10): KV reads fall back."""
 
     own_code = ErrorCode.DIRECT_BATCH_UNSUPPORTED
+
+
+class FeatureUnsupported(Unsupported):
+    """The connected server predates a feature (``app.nats.features``)."""
+
+    own_code = ErrorCode.NATS_FEATURE_UNSUPPORTED
 
 
 class OutcomeUnknown(Timeout):

@@ -23,7 +23,7 @@ from app.consumers import config as consumer_config
 from app.consumers import pull_options
 from app.consumers.schemas import AckItem, ConsumeQuery, ConsumerConfig, PullOptions
 from app.errors import ErrorCode
-from app.nats import acks, pull
+from app.nats import acks, features, pull
 from app.nats import headers as nats_headers
 from app.nats.consume import Consume, Delivered, Failed, Pinned, Unpinned, Warn
 from app.nats.jsapi import JetStreamApi
@@ -80,6 +80,7 @@ class ConsumerService:
     ) -> tuple[dict[str, Any], bool]:
         """Create the consumer, or update it when it exists. Returns (info, created)."""
         body = consumer_config.to_nats(name, config)
+        self.pool.require(*features.of_consumer(body))
         try:
             await self._info(stream, name)
         except errors.ConsumerNotFound:
@@ -102,6 +103,7 @@ class ConsumerService:
 
     async def unpin(self, stream: str, name: str, group: str) -> None:
         """Clear the group's pin; the server pins the next client that pulls (ADR-42)."""
+        self.pool.require(features.PRIORITY_GROUPS)
         await self.js.call(
             "consumer.unpin", "CONSUMER", "UNPIN", stream, name, body={"group": group}
         )

@@ -11,6 +11,7 @@ from app.errors import ErrorCode
 from app.kv import model as kv_model
 from app.kv.model import bucket_errors, status_from_info, stream_name
 from app.kv.schemas import KVConfig
+from app.nats import features
 from app.nats.direct import DirectGet
 from app.nats.jsapi import JetStreamApi
 from app.streams.service import create_or_update
@@ -55,9 +56,8 @@ class Buckets:
             existing = (await self.js.call("stream.info", "STREAM", "INFO", stream)).get("config")
         if existing is not None:
             self._check_update(bucket, existing, config)
-        if config.limit_marker_ttl and not (existing or {}).get("subject_delete_marker_ttl"):
-            await self._require_api_level(1, "limit_marker_ttl needs nats-server 2.11 or later")
         body = kv_model.stream_config(bucket, config, existing)
+        self.js.pool.require(*features.of_stream(body))
         info, created = await create_or_update(
             self.js, self.direct, stream, body, exists=existing is not None
         )
@@ -76,11 +76,6 @@ class Buckets:
                 ErrorCode.KV_LIMIT_MARKERS_LOCKED,
                 "limit markers cannot be turned off once on (ADR-48): give limit_marker_ttl again",
             )
-
-    async def _require_api_level(self, level: int, detail: str) -> None:
-        info = await self.js.call("account.info", "INFO")
-        if int((info.get("api") or {}).get("level") or 0) < level:
-            raise errors.Conflict(ErrorCode.KV_UNSUPPORTED, detail)
 
     async def delete(self, bucket: str) -> None:
         validation.bucket_name(bucket)

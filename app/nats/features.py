@@ -1,26 +1,58 @@
 """What each nats-server release offers of what the gateway uses beyond KV's own operations.
 
 The gateway supports nats-server 2.10 for KV (get, get at a revision, history, keys, watch,
-create/update/delete) and 2.11+ for the rest. A request that needs a newer release is
-answered 501 naming it, when the server's answer shows the feature is missing; this table
-says in advance, at start-up (logged) and in ``/v1/info``, what the connected server lacks.
+create/update/delete) and 2.11+ for the rest. A request that needs a newer release than the
+connected server's is answered 501 ``nats.feature_unsupported`` naming the release, before
+anything is sent: an older server would take most of these requests and quietly ignore what
+it does not know (a stream setting, a consumer's priority groups, a message's TTL). At
+start-up the gateway logs what the server lacks, and ``/v1/info`` shows it.
 """
 
 from __future__ import annotations
 
 import re
+from typing import Any, NamedTuple
 
-# (feature, the first release that has it), in the words the API documentation uses.
-FEATURES: tuple[tuple[str, tuple[int, int]], ...] = (
-    ("batched Direct Get (batch, multi_last, up_to_seq/up_to_time)", (2, 11)),
-    ("pull consumer priority groups (overflow, pinned_client, unpin)", (2, 11)),
-    ("the prioritized priority policy", (2, 12)),
-    ("per-message TTL and KV limit markers", (2, 11)),
-    ("consumer pause", (2, 11)),
-    ("atomic batch publishing", (2, 12)),
-    ("message counters", (2, 12)),
-    ("message schedules", (2, 12)),
+from app import errors
+
+
+class Feature(NamedTuple):
+    name: str  # in the words the API documentation uses
+    since: tuple[int, int]  # the first release that has it
+
+    @property
+    def needs(self) -> str:
+        return f"nats-server {self.since[0]}.{self.since[1]}+"
+
+
+BATCH_DIRECT_GET = Feature("batched Direct Get (batch, multi_last, up_to_seq/up_to_time)", (2, 11))
+PRIORITY_GROUPS = Feature("pull consumer priority groups (overflow, pinned_client, unpin)", (2, 11))
+PRIORITIZED = Feature("the prioritized priority policy", (2, 12))
+MESSAGE_TTL = Feature("per-message TTL and KV limit markers", (2, 11))
+CONSUMER_PAUSE = Feature("consumer pause", (2, 11))
+ATOMIC_BATCH = Feature("atomic batch publishing", (2, 12))
+COUNTERS = Feature("message counters", (2, 12))
+SCHEDULES = Feature("message schedules", (2, 12))
+
+FEATURES: tuple[Feature, ...] = (
+    BATCH_DIRECT_GET,
+    PRIORITY_GROUPS,
+    PRIORITIZED,
+    MESSAGE_TTL,
+    CONSUMER_PAUSE,
+    ATOMIC_BATCH,
+    COUNTERS,
+    SCHEDULES,
 )
+
+# Stream settings an older server would drop without a word, and what they belong to.
+STREAM_SETTINGS: dict[str, Feature] = {
+    "allow_msg_ttl": MESSAGE_TTL,
+    "subject_delete_marker_ttl": MESSAGE_TTL,
+    "allow_atomic": ATOMIC_BATCH,
+    "allow_msg_counter": COUNTERS,
+    "allow_msg_schedules": SCHEDULES,
+}
 
 _VERSION = re.compile(r"v?(\d+)\.(\d+)")
 
@@ -38,7 +70,33 @@ def missing(version: str | None) -> list[dict[str, str]]:
     if have is None:
         return []
     return [
-        {"feature": feature, "needs": f"nats-server {major}.{minor}+"}
-        for feature, (major, minor) in FEATURES
-        if have < (major, minor)
+        {"feature": feature.name, "needs": feature.needs}
+        for feature in FEATURES
+        if have < feature.since
     ]
+
+
+def require(version: str | None, feature: Feature) -> None:
+    """Raise 501 ``nats.feature_unsupported`` when the server of ``version`` predates
+    ``feature`` (an unknown version passes: the server's answer decides then)."""
+    have = release(version)
+    if have is not None and have < feature.since:
+        raise errors.FeatureUnsupported(
+            detail=f"{feature.name} needs {feature.needs}; the NATS server is {version}",
+        )
+
+
+def of_stream(config: dict[str, Any]) -> list[Feature]:
+    """The features a stream config (NATS's field names) turns on."""
+    return [feature for setting, feature in STREAM_SETTINGS.items() if config.get(setting)]
+
+
+def of_consumer(config: dict[str, Any]) -> list[Feature]:
+    """The features a consumer config (NATS's field names) uses."""
+    policy = config.get("priority_policy") or "none"
+    used = [] if policy == "none" else [PRIORITY_GROUPS]
+    if policy == "prioritized":
+        used.append(PRIORITIZED)
+    if config.get("pause_until"):
+        used.append(CONSUMER_PAUSE)
+    return used

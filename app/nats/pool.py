@@ -34,6 +34,7 @@ from app.errors import (
     Unavailable,
 )
 from app.metrics import Metrics
+from app.nats import features
 from app.nats.replies import ConnectionLost, LeanClient, Reply, Settled
 
 log = logging.getLogger("jsgw.pool")
@@ -436,6 +437,12 @@ class NatsPool:
             if slot.up and slot.client is not None:
                 return slot.client.max_payload
         return 1024 * 1024
+
+    def require(self, *wanted: features.Feature) -> None:
+        """501 ``nats.feature_unsupported`` when the connected server predates one of these."""
+        version = self.server_info().get("version")
+        for feature in wanted:
+            features.require(version, feature)
 
     def server_info(self) -> dict[str, Any]:
         for slot in self._slots:

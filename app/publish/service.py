@@ -14,6 +14,7 @@ from nats.aio.client import Client
 from app import errors, validation
 from app.durations import nats_ttl
 from app.errors import ErrorCode, NoResponders
+from app.nats import features
 from app.nats.jsapi import JetStreamApi, parse_response
 from app.nats.pool import NatsPool
 from app.nats.replies import Reply
@@ -176,6 +177,8 @@ class Publisher:
         by waiting a short grace for a PubAck from another server.
         """
         headers = message.headers
+        if "Nats-TTL" in headers:  # an older server would store the message without it
+            self.pool.require(features.MESSAGE_TTL)
         try:
             reply = await self.pool.request(
                 message.subject,

@@ -8,6 +8,7 @@ from typing import Any
 from app import errors
 from app.durations import nats_time, ns_to_seconds
 from app.errors import ErrorCode
+from app.nats import features
 from app.nats.direct import DirectGet, StoredMessage
 from app.nats.jsapi import JetStreamApi
 from app.streams.schemas import PurgeRequest, StreamConfig
@@ -148,6 +149,7 @@ class StreamService:
                 f"body name {config.name!r} differs from path {name!r}",
             )
         body = config.to_nats(name)
+        self.js.pool.require(*features.of_stream(body))
         try:
             await self.js.call("stream.info", "STREAM", "INFO", name)
             exists = True
