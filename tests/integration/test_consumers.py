@@ -10,6 +10,7 @@ import time
 import httpx
 import nats
 import orjson
+import pytest
 
 from app.nats import acks
 from tests.helpers import problem
@@ -58,6 +59,7 @@ async def test_admin_lifecycle(gateway: httpx.AsyncClient, nc: nats.NATS, name: 
     )
 
 
+@pytest.mark.server("2.11")
 async def test_priority_config_and_server_state_shape(
     gateway: httpx.AsyncClient, name: str
 ) -> None:
@@ -217,6 +219,7 @@ async def test_fetch_by_bytes(gateway: httpx.AsyncClient, name: str) -> None:
     assert [m["seq"] for m in capped.json()["messages"]] == [2, 3, 4]
 
 
+@pytest.mark.server("2.11")
 async def test_bad_pulls_are_4xx_and_deliver_nothing(gateway: httpx.AsyncClient, name: str) -> None:
     prefix = await setup(gateway, name, max_batch=2, max_expires="10s")
     await setup(gateway, f"{name}P", priority_groups=["jobs"], priority_policy="pinned_client")

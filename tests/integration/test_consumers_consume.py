@@ -121,6 +121,7 @@ async def test_disconnect_stops_pulling_and_acks_nothing(
         assert got == {seq: 2 if seq <= delivered_to_gateway else 1 for seq in range(1, 7)}
 
 
+@pytest.mark.server("2.11")
 async def test_pinned_and_unpinned_events(nats_server: EmbeddedServer, name: str) -> None:
     async with http_gateway(nats_server.url) as http:
         prefix = await setup(http, name, priority_groups=["jobs"], priority_policy="pinned_client")

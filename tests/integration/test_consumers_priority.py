@@ -6,10 +6,13 @@ import asyncio
 import time
 
 import httpx
+import pytest
 
 from app.nats.embedded import EmbeddedServer
 from tests.helpers import gateway_settings, problem, running_gateway
 from tests.integration.consumer_support import ack, fetch, info, publish, setup
+
+pytestmark = pytest.mark.server("2.11")  # priority groups
 
 
 async def test_overflow_serves_a_pull_only_above_its_thresholds(
@@ -124,6 +127,7 @@ async def test_unpin_moves_the_pin(gateway: httpx.AsyncClient, name: str) -> Non
     )
 
 
+@pytest.mark.server("2.12")
 async def test_prioritized_serves_the_lowest_priority_first(
     gateway: httpx.AsyncClient, name: str
 ) -> None:

@@ -33,6 +33,7 @@ def ndjson(response: httpx.Response) -> list[dict]:
     return [json.loads(line) for line in response.text.splitlines()]
 
 
+@pytest.mark.server("2.11")
 async def test_single_reads(gateway: httpx.AsyncClient, name: str) -> None:
     await make_stream(gateway, name)
     s1 = await publish(gateway, f"{name}.a", b"a1", **{"Nats-Header-Trace": "t"})
@@ -109,6 +110,7 @@ async def test_stream_without_allow_direct_is_409_at_once(
     )
 
 
+@pytest.mark.server("2.11")
 async def test_batch_pages_through_server_batches(
     gateway: httpx.AsyncClient, nc: nats.NATS, name: str
 ) -> None:
@@ -147,6 +149,7 @@ async def test_batch_pages_through_server_batches(
     assert odd[-1]["num_pending"] == 0
 
 
+@pytest.mark.server("2.11")
 async def test_batch_respects_max_bytes(gateway: httpx.AsyncClient, name: str) -> None:
     await make_stream(gateway, name)
     for _ in range(20):
@@ -172,6 +175,7 @@ async def test_batch_of_nothing(gateway: httpx.AsyncClient, name: str) -> None:
     assert lines == [{"eob": True, "num_pending": 0, "last_seq": 0}]
 
 
+@pytest.mark.server("2.11")
 async def test_adr31_users_example(gateway: httpx.AsyncClient, name: str) -> None:
     stream = f"KV_{name}"
     prefix = f"$KV.{name}"
@@ -226,6 +230,7 @@ async def test_adr31_users_example(gateway: httpx.AsyncClient, name: str) -> Non
     assert {m["seq"] for m in explicit.json()["messages"]} == {1, 3}
 
 
+@pytest.mark.server("2.11")
 async def test_multi_read_of_3000_keys_under_concurrent_writes(
     nats_server: EmbeddedServer, nc: nats.NATS, name: str
 ) -> None:
@@ -278,6 +283,7 @@ async def test_multi_read_of_3000_keys_under_concurrent_writes(
     assert up_to > 3000  # writes did happen before the pin
 
 
+@pytest.mark.server("2.11")
 async def test_wildcard_matching_too_many_subjects_is_413(
     gateway: httpx.AsyncClient, nc: nats.NATS, name: str
 ) -> None:
@@ -377,6 +383,7 @@ async def test_old_server_without_batch_support(nats_server: EmbeddedServer, nam
         await old.close()
 
 
+@pytest.mark.server("2.11")
 @pytest.mark.slow
 async def test_100k_batch_streams_with_bounded_memory(
     nats_server: EmbeddedServer, nc: nats.NATS, name: str

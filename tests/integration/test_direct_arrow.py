@@ -14,6 +14,8 @@ import pytest
 import app.direct.arrow
 from tests.helpers import problem
 
+pytestmark = pytest.mark.server("2.11")  # batched Direct Get
+
 ARROW = "application/vnd.apache.arrow.stream"
 
 

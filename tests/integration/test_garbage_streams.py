@@ -132,6 +132,7 @@ async def _per_op(count: int, operation: Callable[[], Any]) -> float:
     return found[0] / count
 
 
+@pytest.mark.server("2.11")
 async def test_http_watches_and_batch_reads_leave_no_cycles(
     nats_server: EmbeddedServer, store: str
 ) -> None:
@@ -159,6 +160,7 @@ async def test_http_watches_and_batch_reads_leave_no_cycles(
     assert reads <= CYCLES_PER_OP, f"{reads:.2f} objects in cycles per batch Direct Get read"
 
 
+@pytest.mark.server("2.11")
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/statm")
 async def test_many_watches_and_batch_reads_leave_rss_flat(
     nats_server: EmbeddedServer, store: str

@@ -5,6 +5,7 @@ from __future__ import annotations
 import httpx
 import nats
 import orjson
+import pytest
 
 from tests.helpers import problem
 
@@ -21,6 +22,7 @@ async def make_bucket(gw: httpx.AsyncClient, bucket: str, **config: object) -> d
     return response.json()
 
 
+@pytest.mark.server("2.11")
 async def test_create_with_every_option_makes_the_adr8_stream(
     gateway: httpx.AsyncClient, nc: nats.NATS, name: str
 ) -> None:
@@ -118,6 +120,7 @@ async def test_defaults_update_status_list_delete(
     problem(await gateway.get(f"/v1/kv/{name}/history/a"), 404, "kv.bucket_not_found")
 
 
+@pytest.mark.server("2.11")
 async def test_limit_markers_cannot_be_turned_off(gateway: httpx.AsyncClient, name: str) -> None:
     await make_bucket(gateway, name)
     enabled = await gateway.put(f"/v1/kv/{name}", json={"limit_marker_ttl": 2})

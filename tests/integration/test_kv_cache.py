@@ -100,6 +100,7 @@ async def test_a_write_through_the_gateway_is_read_back_at_once(
             problem(await cached.get(path), 404, "kv.key_not_found")
 
 
+@pytest.mark.server("2.11")
 async def test_expired_keys_are_not_answered_from_memory(
     nats_server: EmbeddedServer, nc: nats.NATS, name: str
 ) -> None:

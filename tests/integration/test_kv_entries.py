@@ -306,7 +306,7 @@ async def test_bad_keys_write_nothing(
 
 
 async def test_bad_preconditions_and_ttls_write_nothing(
-    gateway: httpx.AsyncClient, nc: nats.NATS, name: str
+    gateway: httpx.AsyncClient, nc: nats.NATS, name: str, nats_release: tuple[int, int]
 ) -> None:
     await make_bucket(gateway, name)
     url = f"/v1/kv/{name}/keys/k"
@@ -337,26 +337,30 @@ async def test_bad_preconditions_and_ttls_write_nothing(
             400,
             "kv.ttl_invalid",
         )
-    # A bucket without limit markers refuses per-key TTLs (the server does; nothing stored).
+    # A bucket without limit markers refuses per-key TTLs (the server does; nothing stored),
+    # and a server without per-message TTLs (2.10) is not asked.
     problem(
         await gateway.put(url, content=b"x", params={"ttl": "10s"}, headers={"If-None-Match": "*"}),
-        400,
-        "kv.ttl_disabled",
+        *(
+            (400, "kv.ttl_disabled")
+            if nats_release >= (2, 11)
+            else (501, "nats.feature_unsupported")
+        ),
     )
     assert await stored(nc, name) == (0, 0)
 
 
 async def test_values_over_the_limits_write_nothing(
-    gateway: httpx.AsyncClient, nc: nats.NATS, name: str
+    gateway: httpx.AsyncClient, nc: nats.NATS, name: str, nats_release: tuple[int, int]
 ) -> None:
     await make_bucket(gateway, name, max_value_size=1024)
     url = f"/v1/kv/{name}/keys/k"
     assert (await gateway.put(url, content=b"x" * 1000)).status_code == 200
     problem(await gateway.put(url, content=b"x" * 1025), 413, "kv.value_too_large")
+    # A create over a key with a value: releases before 2.12 check the key before the size.
     problem(
         await gateway.put(url, content=b"x" * 1025, headers={"If-None-Match": "*"}),
-        413,
-        "kv.value_too_large",
+        *((413, "kv.value_too_large") if nats_release >= (2, 12) else (412, "kv.key_exists")),
     )
     info = (await gateway.get("/v1/info")).json()
     max_payload = info["server"]["max_payload"]
@@ -366,6 +370,7 @@ async def test_values_over_the_limits_write_nothing(
     assert await stored(nc, name) == (1, 1)
 
 
+@pytest.mark.server("2.11")
 async def test_per_key_ttl_with_limit_markers(
     gateway: httpx.AsyncClient, nc: nats.NATS, name: str
 ) -> None:

@@ -313,6 +313,7 @@ async def test_watchers_of_the_same_keys_share_one_consumer(
     assert await settled_consumer_count(nc, name, 0) == 0
 
 
+@pytest.mark.server("2.11")
 async def test_many_watchers_connecting_at_once_stay_under_the_consumer_limit(
     nats_server: EmbeddedServer, nc: nats.NATS, name: str
 ) -> None:

@@ -190,6 +190,7 @@ async def test_body_over_max_payload(gateway: httpx.AsyncClient, nc: nats.NATS, 
     assert await stored(nc, name) == 0
 
 
+@pytest.mark.server("2.11")
 async def test_ttl_header(gateway: httpx.AsyncClient, nc: nats.NATS, name: str) -> None:
     await make_stream(gateway, name, allow_msg_ttl=True)
     ok = await gateway.post(

@@ -101,9 +101,34 @@ async def test_a_watch(old_server: EmbeddedServer, name: str) -> None:
                     seen.append(await asyncio.wait_for(anext(lines), 5))
 
 
+async def test_a_read_at_a_revision_counts_the_newer_ones(
+    old: httpx.AsyncClient, name: str
+) -> None:
+    """ADR-8's delta without batched Direct Get: a consumer starting after the revision."""
+    assert (await old.put(f"/v1/kv/{name}", json={"history": 10})).status_code == 201
+    for value in (b"1", b"2", b"3"):
+        await old.put(f"/v1/kv/{name}/keys/a", content=value)
+    await old.put(f"/v1/kv/{name}/keys/b", content=b"other key")
+    for revision, delta in ((1, 2), (2, 1), (3, 0)):
+        entry = await old.get(
+            f"/v1/kv/{name}/keys/a",
+            params={"revision": revision},
+            headers={"Accept": "application/json"},
+        )
+        assert entry.status_code == 200, entry.text
+        assert (entry.json()["revision"], entry.json()["delta"]) == (revision, delta)
+    history = (await old.get(f"/v1/kv/{name}/history/a")).json()["entries"]
+    assert [(e["revision"], e["delta"]) for e in history] == [(1, 2), (2, 1), (3, 0)]
+    # The counting consumers are gone.
+    consumers = (await old.get(f"/v1/streams/KV_{name}/consumers")).json()
+    assert consumers["total"] == 0, consumers
+
+
 async def test_what_needs_a_newer_server_answers_501_naming_it(
     old: httpx.AsyncClient, name: str
 ) -> None:
+    """Refused before anything is sent: 2.10 would take most of these and quietly drop what
+    it does not know (a stream setting, a message's TTL, a consumer's priority groups)."""
     assert (
         await old.put(f"/v1/streams/{name}", json={"subjects": [f"{name}.>"], "allow_direct": True})
     ).status_code == 201
@@ -111,6 +136,40 @@ async def test_what_needs_a_newer_server_answers_501_naming_it(
     batch = await old.get(f"/v1/streams/{name}/direct", params={"seq": 1, "batch": 10})
     body = problem(batch, 501, "direct.batch_unsupported")
     assert "2.11" in body["detail"]
+    multi = await old.post(f"/v1/streams/{name}/direct/multi", json={"subjects": [f"{name}.a"]})
+    problem(multi, 501, "direct.batch_unsupported")
+
+    def needs(response: httpx.Response, release: str) -> None:
+        body = problem(response, 501, "nats.feature_unsupported")
+        assert f"needs nats-server {release}+; the NATS server is {OLDEST}" in body["detail"]
+
+    ttl_stream = {"subjects": [f"{name}-ttl.>"], "allow_msg_ttl": True}
+    needs(await old.put(f"/v1/streams/{name}-ttl", json=ttl_stream), "2.11")
+    counter = {"subjects": [f"{name}-c.>"], "allow_msg_counter": True}
+    needs(await old.put(f"/v1/streams/{name}-c", json=counter), "2.12")
+    needs(
+        await old.post(f"/v1/publish/{name}.a", content=b"x", headers={"Nats-TTL": "10s"}), "2.11"
+    )
+    needs(await old.put(f"/v1/kv/{name}-m", json={"limit_marker_ttl": 5}), "2.11")
+    assert (await old.put(f"/v1/kv/{name}", json={})).status_code == 201
+    needs(
+        await old.put(
+            f"/v1/kv/{name}/keys/k",
+            content=b"v",
+            params={"ttl": "10s"},
+            headers={"If-None-Match": "*"},
+        ),
+        "2.11",
+    )
+    pinned = {"priority_policy": "pinned_client", "priority_groups": ["g"]}
+    needs(await old.put(f"/v1/streams/{name}/consumers/c", json=pinned), "2.11")
+    needs(await old.post(f"/v1/streams/{name}/consumers/c/unpin", json={"group": "g"}), "2.11")
+    # Nothing of it was made or stored.
+    for made in (f"{name}-ttl", f"{name}-c", f"KV_{name}-m"):
+        problem(await old.get(f"/v1/streams/{made}"), 404)
+    assert (await old.get(f"/v1/streams/{name}")).json()["state"]["messages"] == 1
+    problem(await old.get(f"/v1/kv/{name}/keys/k"), 404, "kv.key_not_found")
+    assert (await old.get(f"/v1/streams/{name}/consumers")).json()["total"] == 0
 
 
 async def test_info_and_the_log_name_what_the_release_lacks(
