@@ -357,10 +357,10 @@ async def test_values_over_the_limits_write_nothing(
     url = f"/v1/kv/{name}/keys/k"
     assert (await gateway.put(url, content=b"x" * 1000)).status_code == 200
     problem(await gateway.put(url, content=b"x" * 1025), 413, "kv.value_too_large")
-    # A create over a key with a value: releases before 2.12 check the key before the size.
+    # A create over a key with a value: releases before 2.15 check the key before the size.
     problem(
         await gateway.put(url, content=b"x" * 1025, headers={"If-None-Match": "*"}),
-        *((413, "kv.value_too_large") if nats_release >= (2, 12) else (412, "kv.key_exists")),
+        *((413, "kv.value_too_large") if nats_release >= (2, 15) else (412, "kv.key_exists")),
     )
     info = (await gateway.get("/v1/info")).json()
     max_payload = info["server"]["max_payload"]
