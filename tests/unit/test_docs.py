@@ -1,0 +1,62 @@
+"""The documentation: a short README that leads into docs/, and docs/ as a MkDocs site that
+builds with --strict (no broken link or anchor, no page left out of the navigation)."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+README = ROOT / "README.md"
+
+# The README is the front door: what jsgw is, the two commands, a short tour, where to go
+# next. The manual is docs/.
+README_MAX_BYTES = 15_000
+
+# [text](target) outside code; a target up to its first space (a title may follow).
+_LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)[^)]*\)")
+
+
+def _outside_code(markdown: str) -> str:
+    """The text without fenced code blocks and inline code spans."""
+    markdown = re.sub(r"^```.*?^```", "", markdown, flags=re.MULTILINE | re.DOTALL)
+    return re.sub(r"`[^`\n]*`", "", markdown)
+
+
+def test_the_readme_is_short() -> None:
+    size = len(README.read_bytes())
+    assert size < README_MAX_BYTES, (
+        f"README.md is {size:,} bytes (at most {README_MAX_BYTES:,}): move the detail into a "
+        "page of docs/ and link to it"
+    )
+
+
+def test_the_readmes_relative_links_lead_to_files() -> None:
+    targets = _LINK.findall(_outside_code(README.read_text()))
+    relative = [t for t in targets if not re.match(r"[a-z][a-z0-9+.-]*:", t) and t[0] != "#"]
+    assert relative, "README.md links to nothing in the repository"
+    missing = [t for t in relative if not (ROOT / t.split("#")[0]).exists()]
+    assert not missing, f"README.md links to files that do not exist: {missing}"
+    into_docs = [t for t in relative if t.startswith("docs/")]
+    not_pages = [t for t in into_docs if not t.split("#")[0].endswith(".md")]
+    assert not not_pages, f"README.md should link to the pages' .md files: {not_pages}"
+
+
+def test_the_site_builds_strictly(tmp_path: Path) -> None:
+    """`mkdocs build --strict`: mkdocs.yml's validation turns a link to a missing page or
+    anchor, and a page missing from the navigation, into warnings, which --strict fails."""
+    done = subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(tmp_path)],
+        cwd=ROOT,
+        env={**os.environ, "NO_MKDOCS_2_WARNING": "1"},
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, f"mkdocs build --strict failed:\n{done.stdout}{done.stderr}"
+    assert (tmp_path / "index.html").is_file()
+    assert (tmp_path / "problems" / "index.html").is_file()
