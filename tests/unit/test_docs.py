@@ -9,8 +9,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+from app.config import Settings
+
 ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
+DOCS = ROOT / "docs"
 
 # The README is the front door: what jsgw is, the two commands, a short tour, where to go
 # next. The manual is docs/.
@@ -60,3 +63,56 @@ def test_the_site_builds_strictly(tmp_path: Path) -> None:
     assert done.returncode == 0, f"mkdocs build --strict failed:\n{done.stdout}{done.stderr}"
     assert (tmp_path / "index.html").is_file()
     assert (tmp_path / "problems" / "index.html").is_file()
+
+
+def _setting_rows() -> dict[str, str]:
+    """docs/configuration.md's table: each variable named in a row's first cell -> the row's
+    default cell, or "" for a row that names several variables."""
+    rows: dict[str, str] = {}
+    for line in (DOCS / "configuration.md").read_text().splitlines():
+        cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
+        if not line.startswith("|") or len(cells) < 3:
+            continue
+        names = re.findall(r"`(JSGW_[A-Z0-9_]+)`", cells[0])
+        for name in names:
+            rows[name] = cells[1] if len(names) == 1 else ""
+    return rows
+
+
+def _variables() -> dict[str, object]:
+    """Every environment variable the gateway reads -> its default."""
+    prefix = Settings.model_config.get("env_prefix", "")
+    return {
+        f"{prefix}{name}".upper(): field.get_default(call_default_factory=True)
+        for name, field in Settings.model_fields.items()
+    }
+
+
+def test_every_setting_has_a_row_in_the_configuration_table() -> None:
+    rows = _setting_rows()
+    variables = _variables()
+    missing = sorted(set(variables) - set(rows))
+    assert not missing, f"docs/configuration.md has no row for: {', '.join(missing)}"
+    unknown = sorted(set(rows) - set(variables))
+    assert not unknown, f"docs/configuration.md names settings that do not exist: {unknown}"
+
+
+def test_the_configuration_tables_defaults_are_the_codes() -> None:
+    """A row of one variable whose default is a plain value (`2`, `true`, `./data`) gives the
+    default of the code."""
+    wrong = []
+    for name, cell in _setting_rows().items():
+        written = re.fullmatch(r"`([^`]+)`", cell)
+        if written is None:
+            continue  # several variables, no default, or words ("random per process")
+        default = _variables()[name]
+        text = written.group(1)
+        if isinstance(default, bool):
+            same = text == str(default).lower()
+        elif isinstance(default, int | float):
+            same = float(text) == default
+        else:
+            same = text == str(default) or Path(text) == default
+        if not same:
+            wrong.append(f"{name}: the table says {text}, the code {default!r}")
+    assert not wrong, "docs/configuration.md: " + "; ".join(wrong)
