@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 from app.config import Settings
+from app.metrics import Metrics
 
 ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
@@ -116,3 +117,16 @@ def test_the_configuration_tables_defaults_are_the_codes() -> None:
         if not same:
             wrong.append(f"{name}: the table says {text}, the code {default!r}")
     assert not wrong, "docs/configuration.md: " + "; ".join(wrong)
+
+
+def test_every_metric_has_a_row_on_the_operations_page() -> None:
+    page = (DOCS / "operations.md").read_text()
+    documented = set(re.findall(r"^\| `(jsgw_[a-z0-9_]+)` \|", page, re.MULTILINE))
+    exposed = {
+        family.name + ("_total" if family.type == "counter" else "")
+        for family in Metrics().registry.collect()
+    }
+    missing = sorted(exposed - documented)
+    assert not missing, f"docs/operations.md has no row for the metrics: {', '.join(missing)}"
+    unknown = sorted(documented - exposed)
+    assert not unknown, f"docs/operations.md names metrics that do not exist: {unknown}"
