@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 # constrained to them, so a release published tomorrow changes nothing until `make lock`.
 CONSTRAINTS := constraints.txt
 
-.PHONY: run test lint openapi docs clean chromium lock
+.PHONY: run test lint openapi docs problems clean chromium lock
 
 run: $(STAMP)
 	$(BIN)/jsgw serve
@@ -36,7 +36,12 @@ chromium:
 openapi: $(STAMP)
 	$(BIN)/jsgw openapi -o openapi/openapi.json
 
+# The documentation site (mkdocs.yml, docs/) on 127.0.0.1:8000, rebuilt as pages change.
 docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs serve
+
+# The pages of the problem codes (docs/problems/), written from the registry in app/errors.py.
+problems: $(STAMP)
 	$(BIN)/jsgw docs -o docs/problems
 
 $(STAMP): pyproject.toml $(CONSTRAINTS)
@@ -57,4 +62,4 @@ lock:
 	  $(BIN)/pip freeze --exclude-editable | grep -v '^jsgw[=@ ]'; } > $(CONSTRAINTS)
 
 clean:
-	rm -rf $(VENV) data .pytest_cache .hypothesis
+	rm -rf $(VENV) data .pytest_cache .hypothesis site

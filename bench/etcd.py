@@ -2,7 +2,7 @@
 a single member on loopback ports with a temporary data dir, 1,000 keys preloaded through its
 v3 JSON gateway (``POST /v3/kv/put``, base64 keys and values; reads with ``/v3/kv/range``,
 ``"serializable": true`` for serializable reads). etcd fsyncs every write; nats-server by
-default does not (it syncs every 2 minutes), which the README's table says next to PUT.
+default does not (it syncs every 2 minutes), which docs/performance.md's table says next to PUT.
 """
 
 from __future__ import annotations

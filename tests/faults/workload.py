@@ -586,7 +586,7 @@ class Workload:
 
     async def _acker(self) -> None:
         """Acks what the consumer delivered; an ack not confirmed (an error result, a 503/504,
-        no answer) is sent again, up to 5 times, as the README asks."""
+        no answer) is sent again, up to 5 times, as docs/api/consumers.md asks."""
         path = f"/v1/streams/{self.stream}/consumers/{self.consumer}/ack"
         while not self.acker_done.is_set():
             batch, self._ack_queue = self._ack_queue[:200], self._ack_queue[200:]

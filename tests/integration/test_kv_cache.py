@@ -186,7 +186,7 @@ async def test_a_purge_by_other_means_is_seen_within_two_heartbeats(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     """A stream purge tells consumers nothing: the cache stops answering what it removed
-    within the bound the README gives (two JSGW_KV_WATCH_HEARTBEAT intervals), then caches
+    within the bound docs/api/kv.md gives (two JSGW_KV_WATCH_HEARTBEAT intervals), then caches
     again."""
     caplog.set_level(logging.INFO, "jsgw.kv.cache")
     js = nc.jetstream()

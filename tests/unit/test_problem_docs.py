@@ -1,4 +1,5 @@
-"""The committed docs/problems/ pages are what the registry writes; regenerate with `jsgw docs`."""
+"""The committed docs/problems/ pages are what the registry writes; regenerate with
+`make problems` (`jsgw docs -o docs/problems`)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ PAGES = Path(__file__).resolve().parents[2] / "docs" / "problems"
 def test_committed_pages_match_the_registry() -> None:
     committed = {path.name: path.read_text() for path in PAGES.glob("*.md")}
     assert committed == problem_docs.pages(), (
-        "docs/problems/ is out of date: run `jsgw docs -o docs/problems`"
+        "docs/problems/ is out of date: run `make problems` (jsgw docs -o docs/problems)"
     )
 
 
