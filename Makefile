@@ -13,8 +13,20 @@ CONSTRAINTS := constraints.txt
 run: $(STAMP)
 	$(BIN)/jsgw serve
 
+# nats-server releases other than the installed one that tests/integration runs against,
+# each installed into .venv/nats-servers/<version> (docs/releases.md); the first is the
+# oldest the gateway supports, and `make test` runs it too.
+COMPAT_RELEASES := 2.10.26 2.11.11 2.12.8 2.14.6
+
 test: $(STAMP) chromium lint
 	$(BIN)/pytest -q
+	$(BIN)/pytest -q tests/integration --nats-server $(firstword $(COMPAT_RELEASES))
+
+compat: $(STAMP)
+	@for release in $(COMPAT_RELEASES); do \
+		echo "== tests/integration against nats-server $$release"; \
+		$(BIN)/pytest -q tests/integration --nats-server $$release || exit 1; \
+	done
 
 # The code's own rules, before any test: ruff (lint and format) and mypy (strict) as
 # configured in pyproject.toml.

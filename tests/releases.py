@@ -14,9 +14,6 @@ import pytest
 from app.nats.features import release
 
 OLDEST = "2.10.26"  # the oldest release the gateway supports (KV's own operations)
-# The releases `make compat` runs the integration tests against, besides the installed one:
-# the last patch of each minor release users run (the installed one is in constraints.txt).
-COMPAT = ("2.10.26", "2.11.11", "2.12.8", "2.14.6")
 
 
 def running_release(requested: str | None) -> tuple[int, int] | None:
