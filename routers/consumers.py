@@ -71,11 +71,17 @@ _PULL_ERRORS = problems(errors.NotFound, errors.Conflict, errors.Locked, errors.
 async def list_consumers(
     stream: StreamName,
     consumers: ConsumersDep,
+    principal: PrincipalDep,
     offset: Annotated[int, Query(ge=0, le=MAX_GO_INT)] = 0,
     limit: Annotated[int, Query(ge=1, le=1000)] = 256,
 ) -> Any:
-    """List a stream's consumers with their config and state."""
-    return await consumers.list(stream, offset, limit)
+    """List a stream's consumers with their config and state: with auth on, only those the
+    token may consume or administer (whose info it may get), and `total` counts only those."""
+    if principal.anonymous:
+        return await consumers.list(stream, offset, limit)
+    return await consumers.list(
+        stream, offset, limit, visible=lambda name: access.sees_consumer(principal, stream, name)
+    )
 
 
 @router.put(

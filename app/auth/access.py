@@ -120,6 +120,28 @@ def require(principal: Principal, action: str, resource: Resource) -> None:
         raise _forbidden()
 
 
+# -- what listings and /v1/info show -----------------------------------------------------
+
+
+def sees_consumer(principal: Principal, stream: str, consumer: str) -> bool:
+    """Whether a consumer shows in listings: the token may get its info (consume) or
+    administer it."""
+    resource = Resource("consumer", f"{stream}/{consumer}")
+    return principal.allows("consume", resource) or principal.allows("admin", resource)
+
+
+def sees_account(principal: Principal) -> bool:
+    """Whether the token may see account-wide figures (how many streams and consumers, the
+    storage they use, the API's counters) and the gateway's connections: it may read every
+    stream (a ``stream:*`` rule with ``read``, and no stream rule without it)."""
+    if principal.anonymous:
+        return True
+    streams = [rule for rule in principal.rules if rule.pattern.kind == "stream"]
+    return any(
+        rule.pattern.name == "*" and rule.pattern.prefix is None for rule in streams
+    ) and all("read" in rule.actions for rule in streams)
+
+
 # -- consuming: a consumer grant never reaches past the token's stream rules ---------------
 
 

@@ -64,8 +64,25 @@ class ConsumerService:
 
     # -- administration --------------------------------------------------------------------
 
-    async def list(self, stream: str, offset: int, limit: int) -> dict[str, Any]:
-        """Consumers ``[offset, offset+limit)``, paging the server's 256-consumer pages."""
+    async def list(
+        self,
+        stream: str,
+        offset: int,
+        limit: int,
+        visible: Callable[[str], bool] | None = None,
+    ) -> dict[str, Any]:
+        """Consumers ``[offset, offset+limit)``, paging the server's 256-consumer pages.
+
+        With ``visible``, only the consumers it admits (by name) count: the whole listing is
+        read, and ``total`` is of what it admits."""
+        if visible is not None:
+            admitted = [c for c in await self._every(stream) if visible(c.get("name", ""))]
+            return {
+                "consumers": admitted[offset : offset + limit],
+                "total": len(admitted),
+                "offset": offset,
+                "limit": limit,
+            }
         consumers: list[dict[str, Any]] = []
         total = 0
         server_offset = offset
@@ -80,6 +97,17 @@ class ConsumerService:
             if not batch or server_offset >= total or len(batch) < _LIST_PAGE:
                 break
         return {"consumers": consumers[:limit], "total": total, "offset": offset, "limit": limit}
+
+    async def _every(self, stream: str) -> builtins.list[dict[str, Any]]:
+        consumers: builtins.list[dict[str, Any]] = []
+        while True:
+            page = await self.js.call(
+                "consumer.list", "CONSUMER", "LIST", stream, body={"offset": len(consumers)}
+            )
+            batch = page.get("consumers") or []
+            consumers.extend(consumer_config.consumer_info_out(info) for info in batch)
+            if not batch or len(consumers) >= page.get("total", 0):
+                return consumers
 
     async def info(self, stream: str, name: str) -> dict[str, Any]:
         return consumer_config.consumer_info_out(await self._info(stream, name))
