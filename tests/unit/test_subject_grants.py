@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+import json
+from collections.abc import AsyncIterator
+
 import pytest
+from nats.aio.msg import Msg
 
 from app import errors
 from app.auth import access
 from app.auth.policy import Principal, Rule, parse_pattern
 from app.auth.subjects import confined, head, reaches
+from app.consumers.service import ConsumerService
+from app.nats.consume import Delivered
 from app.publish.service import Outgoing, for_writer, id_scope, scrubbed
 
 
@@ -143,3 +149,49 @@ def test_scrubbed() -> None:
     assert clean.code == error.code
     assert "acme" not in str(clean.problem())
     assert clean.problem()["nats"] == {"code": 400, "err_code": 10070}
+
+
+class _Session:
+    """A consume session that delivers the given messages."""
+
+    def __init__(self, msgs: list[Msg]) -> None:
+        self.msgs = msgs
+
+    async def events(self) -> AsyncIterator[Delivered]:
+        for msg in self.msgs:
+            yield Delivered(msg)
+
+
+class _Pool:
+    def __init__(self) -> None:
+        self.sent: list[tuple[str, bytes]] = []
+
+    async def requests(self, requests: list[tuple[str, bytes]], **_: object) -> list[object]:
+        self.sent.extend(requests)
+        return [None] * len(requests)
+
+
+async def test_a_consume_ends_at_a_message_the_token_may_not_read() -> None:
+    """A consumer re-created with a broader filter during a consume: the denied message is
+    not sent, it is nak'ed, and the event stream ends with an error event."""
+    pool = _Pool()
+    service = ConsumerService(pool, None, None, b"k" * 32)  # type: ignore[arg-type]
+
+    def msg(subject: str, seq: int) -> Msg:
+        reply = f"$JS.ACK.ORDERS.worker-1.1.{seq}.{seq}.1700000000000000000.0"
+        return Msg(None, subject=subject, reply=reply, data=b"d")  # type: ignore[arg-type]
+
+    allowed, denied = msg("orders.eu.1", 1), msg("orders.secret.1", 2)
+
+    def guard(subject: str) -> None:
+        access.check_delivered(READER, "ORDERS", "worker-1", subject)
+
+    session = _Session([allowed, denied, msg("orders.eu.2", 3)])
+    events = [
+        event
+        async for event in service._events("ORDERS", "worker-1", None, session, guard)  # type: ignore[arg-type]
+    ]
+    assert [e["event"] for e in events] == ["message", "error"]
+    assert json.loads(events[1]["data"])["code"] == "auth.forbidden"
+    assert "orders.secret.1" not in events[1]["data"]
+    assert pool.sent == [(denied.reply, b"-NAK")]
