@@ -156,12 +156,15 @@ class ConsumerService:
 
     async def _create(self, stream: str, config: dict[str, Any], action: str) -> dict[str, Any]:
         request = {"stream_name": stream, "config": config, "action": action}
-        return await self.js.call(
+        info = await self.js.call(
             f"consumer.{action}", "CONSUMER", "CREATE", stream, config["name"], body=request
         )
+        self._remember_filters(stream, config["name"], info.get("config") or {})
+        return info
 
     async def delete(self, stream: str, name: str) -> None:
         await self.js.call("consumer.delete", "CONSUMER", "DELETE", stream, name, write=True)
+        self.forget_filters(stream, name)
 
     async def unpin(self, stream: str, name: str, group: str) -> None:
         """Clear the group's pin; the server pins the next client that pulls (ADR-42)."""

@@ -192,7 +192,7 @@ def for_writer(message: Outgoing, principal: Principal, stream: str) -> Outgoing
                 raise errors.Forbidden(
                     ErrorCode.AUTH_FORBIDDEN,
                     f"{name} compares with the last message of the whole stream {stream!r}: "
-                    "it needs read on all of it, and this token may not read some subjects; "
+                    "it needs read on all of it, which this token does not have; "
                     "Nats-Expected-Last-Subject-Sequence checks the message's own subject",
                 )
     headers = message.headers

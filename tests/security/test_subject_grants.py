@@ -17,8 +17,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
+import nats
 import pytest
 import pytest_asyncio
+from nats.js.api import AckPolicy, ConsumerConfig
 
 from app.consumers import service as consumer_service
 from app.nats.embedded import EmbeddedServer
@@ -83,6 +85,7 @@ class World:
     stream: str
     low: str
     bucket: str
+    url: str  # the nats-server's
 
     async def publish(
         self, token: str, subject: str, data: bytes = b"x", **headers: str
@@ -117,7 +120,7 @@ async def world(
             f"/v1/streams/{stream}", json={"subjects": [f"{low}.>"]}, headers=bearer(ADMIN)
         )
         assert created.status_code == 201, created.text
-        world = World(gw, stream, low, bucket)
+        world = World(gw, stream, low, bucket, nats_server.url)
         # The admin's message on another subject, with an id nobody else should learn.
         secret = await world.publish(ADMIN, f"{low}.secret.42", b"merger", Nats_Msg_Id=SECRET_ID)
         assert secret.status_code == 200, secret.text
@@ -319,9 +322,22 @@ async def test_a_consumer_recreated_with_a_broader_filter_is_caught(
     await _consumer(w, "worker-1", filter_subject=f"{low}.eu.>")
     first = await _fetch(w, READER, "worker-1")  # the filter is now known
     assert [m["subject"] for m in first.json()["messages"]] == [f"{low}.eu.1"]
-    deleted = await w.gw.delete(f"/v1/streams/{w.stream}/consumers/worker-1", headers=bearer(ADMIN))
-    assert deleted.status_code == 204
-    await _consumer(w, "worker-1", filter_subject=f"{low}.>")
+    # Re-created behind the gateway's back (by another replica, or on NATS directly).
+    nc = await nats.connect(w.url)
+    try:
+        js = nc.jetstream()
+        await js.delete_consumer(w.stream, "worker-1")
+        await js.add_consumer(
+            w.stream,
+            ConsumerConfig(
+                durable_name="worker-1",
+                ack_policy=AckPolicy.EXPLICIT,
+                filter_subject=f"{low}.>",
+                ack_wait=30,
+            ),
+        )
+    finally:
+        await nc.close()
     refused = await _fetch(w, READER, "worker-1")
     body = problem(refused, 403, "auth.forbidden")
     assert "filter has changed" in body["detail"], body
@@ -332,6 +348,13 @@ async def test_a_consumer_recreated_with_a_broader_filter_is_caught(
     # The refused pull gave its messages back: the admin gets them at once.
     again = await _fetch(w, ADMIN, "worker-1")
     assert f"{low}.secret.42" in [m["subject"] for m in again.json()["messages"]]
+
+    # Updated through the gateway: the new filter is known at once.
+    await _consumer(w, "worker-2", filter_subject=f"{low}.eu.>")
+    assert (await _fetch(w, READER, "worker-2", 1)).status_code == 200
+    await _consumer(w, "worker-2", filter_subject=f"{low}.>")
+    body = problem(await _fetch(w, READER, "worker-2", 1), 403, "auth.forbidden")
+    assert f"delivers '{low}.>'" in body["detail"], body
 
 
 # -- 5. listings, counts and totals; /v1/info ------------------------------------------------
