@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from typing import Annotated, Any
 
 from fastapi import Header, Query
@@ -9,7 +10,9 @@ from sse_starlette import EventSourceResponse
 from starlette.responses import Response
 
 from app import errors
+from app.auth import access
 from app.auth.access import CONSUMER, STREAM, Need
+from app.auth.policy import Principal
 from app.consumers.schemas import (
     AckBatch,
     AckBatchResult,
@@ -23,6 +26,7 @@ from app.consumers.schemas import (
     NextRequest,
     UnpinRequest,
 )
+from app.consumers.service import ConsumerService, Guard
 from app.deps import (
     ConsumerName,
     ConsumersDep,
@@ -67,11 +71,17 @@ _PULL_ERRORS = problems(errors.NotFound, errors.Conflict, errors.Locked, errors.
 async def list_consumers(
     stream: StreamName,
     consumers: ConsumersDep,
+    principal: PrincipalDep,
     offset: Annotated[int, Query(ge=0, le=MAX_GO_INT)] = 0,
     limit: Annotated[int, Query(ge=1, le=1000)] = 256,
 ) -> Any:
-    """List a stream's consumers with their config and state."""
-    return await consumers.list(stream, offset, limit)
+    """List a stream's consumers with their config and state: with auth on, only those the
+    token may consume or administer (whose info it may get), and `total` counts only those."""
+    if principal.anonymous:
+        return await consumers.list(stream, offset, limit)
+    return await consumers.list(
+        stream, offset, limit, visible=lambda name: access.sees_consumer(principal, stream, name)
+    )
 
 
 @router.put(
@@ -133,6 +143,7 @@ async def fetch_messages(
     stream: StreamName,
     name: ConsumerName,
     consumers: ConsumersDep,
+    principal: PrincipalDep,
     pin_id: PinId = None,
     request: FetchRequest | None = None,
 ) -> Any:
@@ -141,7 +152,8 @@ async def fetch_messages(
     Ack each message with its ack_token. With a pinned_client group, send back the pin_id
     of the last answer in the Nats-Pin-Id header; 423 means another client holds the pin.
     """
-    fetched = await consumers.fetch(stream, name, request or FetchRequest(), pin_id)
+    guard = await _may_consume(principal, consumers, stream, name)
+    fetched = await consumers.fetch(stream, name, request or FetchRequest(), pin_id, guard)
     body: dict[str, Any] = {"messages": fetched.messages}
     if fetched.pin_id:
         body["pin_id"] = fetched.pin_id
@@ -163,11 +175,13 @@ async def next_message(
     stream: StreamName,
     name: ConsumerName,
     consumers: ConsumersDep,
+    principal: PrincipalDep,
     pin_id: PinId = None,
     request: NextRequest | None = None,
 ) -> Any:
     """Pull one message: 200 with it, or 204 when none arrived before expires."""
-    fetched = await consumers.fetch(stream, name, request or NextRequest(), pin_id)
+    guard = await _may_consume(principal, consumers, stream, name)
+    fetched = await consumers.fetch(stream, name, request or NextRequest(), pin_id, guard)
     headers = _pin_headers(fetched.pin_id)
     if not fetched.messages:
         return Response(status_code=204, headers=headers)
@@ -202,9 +216,10 @@ async def consume_messages(
     Closing the connection stops pulling at once; messages delivered to the gateway but not
     to you are not acked and come back after the consumer's ack_wait.
     """
+    guard = await _may_consume(principal, consumers, stream, name)
     release = slots.acquire(principal.name)
     try:
-        events = await consumers.consume(stream, name, query, pin_id)
+        events = await consumers.consume(stream, name, query, pin_id, guard)
     except BaseException:
         await release()
         raise
@@ -220,13 +235,19 @@ async def consume_messages(
     responses=problems(errors.Forbidden, errors.PayloadTooLarge),
 )
 async def ack_messages(
-    stream: StreamName, name: ConsumerName, batch: AckBatch, consumers: ConsumersDep
+    stream: StreamName,
+    name: ConsumerName,
+    batch: AckBatch,
+    consumers: ConsumersDep,
+    principal: PrincipalDep,
 ) -> Any:
     """Ack, nak (with an optional delay), wpi or term (with a reason) delivered messages.
 
     Every token is checked first: a forged or foreign token rejects the whole request and
     nothing is sent. Each ack counts once the server confirmed it; one result per ack.
     """
+    with contextlib.suppress(errors.NotFound):  # then each ack answers that it is gone
+        await _may_consume(principal, consumers, stream, name)
     return {"results": await consumers.ack(stream, name, batch.acks)}
 
 
@@ -242,6 +263,22 @@ async def unpin_group(
     """Unpin a pinned_client group: the server pins the next client that pulls."""
     await consumers.unpin(stream, name, request.group)
     return Response(status_code=204)
+
+
+async def _may_consume(
+    principal: Principal, consumers: ConsumerService, stream: str, name: str
+) -> Guard | None:
+    """403 when the consumer's filter reaches subjects a deny of the token's stream rules
+    takes from it; else the guard that checks each delivered message against the same rules
+    (the consumer may be re-created with another filter at any time)."""
+    if principal.anonymous or not access.concerns_stream(principal, stream):
+        return None
+    access.check_consumer(principal, stream, name, await consumers.filters(stream, name))
+
+    def guard(subject: str) -> None:
+        access.check_delivered(principal, stream, name, subject)
+
+    return guard
 
 
 def _pin_headers(pin_id: str | None) -> dict[str, str]:

@@ -16,6 +16,7 @@ from app.errors import ErrorCode
 from app.http import JSON, problems, read_body
 from app.publish import service as publish
 from app.publish.schemas import PubAck, PublishBatch, PublishBatchResult
+from app.publish.service import Outgoing
 from app.routing import Router
 from app.streams.service import StreamService
 
@@ -57,7 +58,7 @@ async def publish_one(
     headers = publish.http_publish_headers(request.headers.items())
     limit = pool.max_payload
     message = publish.outgoing(subject, await read_body(request, limit), headers, limit)
-    await _may_publish(principal, streams, [message.subject])
+    (message,) = await _may_publish(principal, streams, [message])
     # The PubAck dict is what response_model=PubAck would serialize; built here, both the
     # FastAPI route and the lean path (app.fastpath) send it as it is.
     return JSON(await publisher.publish(message))
@@ -91,14 +92,26 @@ async def publish_batch(
         )
     limit = pool.max_payload
     messages = [publish.batch_item(i, item, limit) for i, item in enumerate(batch.messages)]
-    await _may_publish(principal, streams, [m.subject for m in messages])
+    messages = await _may_publish(principal, streams, messages, batch=True)
     return {"results": await publisher.publish_batch(messages)}
 
 
-async def _may_publish(principal: Principal, streams: StreamService, subjects: list[str]) -> None:
-    """Each subject needs `write` on the stream that captures it (checked before any publish)."""
+async def _may_publish(
+    principal: Principal, streams: StreamService, messages: list[Outgoing], batch: bool = False
+) -> list[Outgoing]:
+    """Each subject needs `write` on the stream that captures it, and a writer limited to
+    part of a stream stays in it (:func:`app.publish.service.for_writer`); all checked before
+    any publish. Returns the messages as they are sent."""
     if principal.anonymous:
-        return
-    for subject in dict.fromkeys(subjects):
-        stream = await streams.capturing(subject)
-        access.require(principal, "write", Resource("stream", stream or "", subject))
+        return messages
+    out = []
+    for index, message in enumerate(messages):
+        stream = await streams.capturing(message.subject) or ""
+        access.require(principal, "write", Resource("stream", stream, message.subject))
+        try:
+            out.append(publish.for_writer(message, principal, stream))
+        except errors.GatewayError as exc:
+            if batch:
+                exc.detail = f"messages[{index}]: {exc.detail}"
+            raise
+    return out

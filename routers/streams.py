@@ -8,6 +8,7 @@ from fastapi import Path, Query
 from starlette.responses import Response
 
 from app import errors, validation
+from app.auth import access
 from app.auth.access import AUTHENTICATED, STREAM, Need
 from app.deps import PrincipalDep, StreamName, StreamsDep
 from app.http import JSON, PlainDigits, problems
@@ -34,15 +35,18 @@ async def list_streams(
     offset: Annotated[int, Query(ge=0, le=MAX_GO_INT)] = 0,
     limit: Annotated[int, Query(ge=1, le=1000)] = 256,
 ) -> Any:
-    """List streams with their subjects and state (only those the token may read)."""
+    """List streams with their subjects and state: only those the token may read some of,
+    and `total`, `offset` and `limit` count only those."""
     if subject is not None:
         validation.subject_filter(subject)
-    listing = await streams.list(subject, offset, limit)
-    if not principal.anonymous:
-        listing["streams"] = [
-            s for s in listing["streams"] if principal.readable_prefixes("stream", s["name"]) != []
-        ]
-    return listing
+    if access.sees_account(principal):  # every stream: the server's paging and total hold
+        return await streams.list(subject, offset, limit)
+    return await streams.list(
+        subject,
+        offset,
+        limit,
+        visible=lambda stream: principal.readable_prefixes("stream", stream) != [],
+    )
 
 
 @router.put(

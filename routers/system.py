@@ -8,8 +8,8 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.responses import Response
 
 from app import __version__, errors
-from app.auth.access import AUTHENTICATED, PUBLIC
-from app.deps import RuntimeDep
+from app.auth.access import AUTHENTICATED, PUBLIC, sees_account
+from app.deps import PrincipalDep, RuntimeDep
 from app.errors import ErrorCode
 from app.http import JSON, problems
 from app.nats import features
@@ -45,15 +45,23 @@ async def metrics(runtime: RuntimeDep) -> Response:
 
 
 @router.get("/v1/info", access=AUTHENTICATED, response_class=JSON, responses=problems())
-async def info(runtime: RuntimeDep) -> dict[str, Any]:
-    """Gateway and nats-server versions, what the server lacks, JetStream account, pool."""
+async def info(runtime: RuntimeDep, principal: PrincipalDep) -> dict[str, Any]:
+    """Gateway and nats-server versions, what the server lacks, JetStream account, pool.
+
+    Any token learns the versions, the server's name, cluster and max_payload, what it lacks
+    and the JetStream domain. The account's figures (`jetstream`: streams, consumers,
+    storage, limits, API counters) and the gateway's connections (`pool`) cover every stream:
+    they are null unless the token may read every stream (or auth is off).
+    """
     server = runtime.pool.server_info()
-    account: dict[str, Any] | None
-    try:
-        account = await runtime.js.call("account.info", "INFO")
-        account.pop("type", None)
-    except (errors.Unavailable, errors.Timeout):
-        account = None
+    whole = sees_account(principal)
+    account: dict[str, Any] | None = None
+    if whole:
+        try:
+            account = await runtime.js.call("account.info", "INFO")
+            account.pop("type", None)
+        except (errors.Unavailable, errors.Timeout):
+            account = None
     return {
         "version": __version__,
         "server": {
@@ -72,5 +80,7 @@ async def info(runtime: RuntimeDep) -> dict[str, Any]:
             "size": runtime.settings.pool_size,
             "connected": runtime.pool.connected,
             "connections": runtime.pool.state(),
-        },
+        }
+        if whole
+        else None,
     }

@@ -12,7 +12,8 @@ narrow the results to what the principal may read.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import fnmatch
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,7 +21,8 @@ from fastapi import Request
 
 from app import errors
 from app.auth.guard import SSE_COOKIE, SSE_QUERY, Authenticator
-from app.auth.policy import ANONYMOUS, Principal, Resource
+from app.auth.policy import ANONYMOUS, Principal, Resource, Rule
+from app.auth.subjects import confined, reaches
 from app.errors import ErrorCode
 from app.tls import client_cert_name
 
@@ -116,6 +118,123 @@ def require(principal: Principal, action: str, resource: Resource) -> None:
     """For handlers that check items themselves (publish subjects, results of wildcard reads)."""
     if not principal.allows(action, resource):
         raise _forbidden()
+
+
+# -- what listings and /v1/info show -----------------------------------------------------
+
+
+def sees_consumer(principal: Principal, stream: str, consumer: str) -> bool:
+    """Whether a consumer shows in listings: the token may get its info (consume) or
+    administer it."""
+    resource = Resource("consumer", f"{stream}/{consumer}")
+    return principal.allows("consume", resource) or principal.allows("admin", resource)
+
+
+def sees_account(principal: Principal) -> bool:
+    """Whether the token may see account-wide figures (how many streams and consumers, the
+    storage they use, the API's counters) and the gateway's connections: it may read every
+    stream (a ``stream:*`` rule with ``read``, and no stream rule without it)."""
+    if principal.anonymous:
+        return True
+    streams = [rule for rule in principal.rules if rule.pattern.kind == "stream"]
+    return any(
+        rule.pattern.name == "*" and rule.pattern.prefix is None for rule in streams
+    ) and all("read" in rule.actions for rule in streams)
+
+
+# -- consuming: a consumer grant never reaches past the token's stream rules ---------------
+
+
+def _stream_rules(principal: Principal, stream: str) -> list[Rule]:
+    return [
+        rule
+        for rule in principal.rules
+        if rule.pattern.kind == "stream" and fnmatch.fnmatchcase(stream, rule.pattern.name)
+    ]
+
+
+def concerns_stream(principal: Principal, stream: str) -> bool:
+    """Whether any of the token's stream rules applies to ``stream`` (only then can one deny
+    it some subjects a consumer delivers)."""
+    return bool(_stream_rules(principal, stream))
+
+
+def _decisive(rules: Sequence[Rule], resource: Resource) -> Rule | None:
+    """The rule that decides for ``resource`` (as :meth:`Principal.allows` picks it)."""
+    best: Rule | None = None
+    for rule in rules:
+        if rule.matches(resource) and (
+            best is None or rule.pattern.specificity() > best.pattern.specificity()
+        ):
+            best = rule
+    return best
+
+
+def _named(rule: Rule) -> str:
+    p = rule.pattern
+    return f"{p.kind}:{p.name}" + (f"/{p.prefix}" if p.prefix is not None else "")
+
+
+def consume_denial(
+    principal: Principal, stream: str, filters: Sequence[str]
+) -> tuple[str, Rule] | None:
+    """A filter of a consumer of ``stream`` that reaches subjects the token's stream rules
+    deny it to read, with the rule that denies them; None when there is none.
+
+    ``consume`` on a consumer stands on its own where none of the token's stream rules
+    applies (a consume-only token reads what its consumers deliver). Where one does, the most
+    specific one decides for the subject, as for any read, and must grant ``read``: a rule
+    without it (``actions: []``, or ``[write]``) is a deny that a consumer cannot bypass.
+    ``filters`` empty: the consumer delivers the whole stream.
+    """
+    if principal.anonymous:
+        return None
+    rules = _stream_rules(principal, stream)
+    if not rules:
+        return None
+    # Subjects fall into classes by the longest rule prefix they start with; the rules that
+    # match, and so the decisive one, are the same for every subject of a class.
+    prefixes = sorted({""} | {r.pattern.prefix for r in rules if r.pattern.prefix is not None})
+    for prefix in prefixes:
+        rule = _decisive(rules, Resource("stream", stream, prefix))
+        if rule is None or "read" in rule.actions:
+            continue
+        deeper = [p for p in prefixes if p != prefix and p.startswith(prefix)]
+        for filter_subject in filters or (">",):
+            if reaches(filter_subject, prefix) and not any(
+                confined(filter_subject, p, prefix) for p in deeper
+            ):
+                return filter_subject, rule
+    return None
+
+
+def check_consumer(
+    principal: Principal, stream: str, consumer: str, filters: Sequence[str]
+) -> None:
+    """403 when consumer ``stream``/``consumer`` can deliver what a deny takes from the token
+    (:func:`consume_denial`), naming the filter and the rule."""
+    denied = consume_denial(principal, stream, filters)
+    if denied is not None:
+        filter_subject, rule = denied
+        raise errors.Forbidden(
+            ErrorCode.AUTH_FORBIDDEN,
+            f"consumer {stream}/{consumer} delivers {filter_subject!r}, which reaches subjects "
+            f"that the rule {_named(rule)!r} does not let this token read",
+        )
+
+
+def check_delivered(principal: Principal, stream: str, consumer: str, subject: str) -> None:
+    """403 for a message the consumer delivered that the token may not read: the consumer
+    changed (re-created with a broader filter) since its filter was checked."""
+    if principal.anonymous:
+        return
+    rule = _decisive(_stream_rules(principal, stream), Resource("stream", stream, subject))
+    if rule is not None and "read" not in rule.actions:
+        raise errors.Forbidden(
+            ErrorCode.AUTH_FORBIDDEN,
+            f"consumer {stream}/{consumer} delivered a message that the rule {_named(rule)!r} "
+            "does not let this token read (its filter has changed): not delivered",
+        )
 
 
 async def authorize(request: Request) -> Principal:

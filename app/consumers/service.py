@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import base64
 import builtins
-from collections.abc import AsyncIterator
+import contextlib
+import time
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
@@ -32,6 +34,15 @@ from app.nats.replies import Reply
 
 _LIST_PAGE = 256
 _MAX_REASON = 1024
+# A consumer's filter subjects, as its info said them, are kept this long (bounded): every
+# pull and ack of a token whose grants concern the stream checks them. A consumer re-created
+# with another filter meanwhile is still caught, by the subjects it delivers (a ``Guard``).
+FILTERS_TTL = 1.0
+_FILTERS_CACHE_SIZE = 4096
+
+Guard = Callable[[str], None]
+"""Called with the subject of each message a consumer delivers, before the client sees it;
+raises (:class:`app.errors.Forbidden`) for one the caller may not have."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,11 +60,29 @@ class ConsumerService:
         self.js = js
         self.settings = settings
         self._secret = ack_secret
+        self._filters: dict[tuple[str, str], tuple[float, tuple[str, ...]]] = {}
 
     # -- administration --------------------------------------------------------------------
 
-    async def list(self, stream: str, offset: int, limit: int) -> dict[str, Any]:
-        """Consumers ``[offset, offset+limit)``, paging the server's 256-consumer pages."""
+    async def list(
+        self,
+        stream: str,
+        offset: int,
+        limit: int,
+        visible: Callable[[str], bool] | None = None,
+    ) -> dict[str, Any]:
+        """Consumers ``[offset, offset+limit)``, paging the server's 256-consumer pages.
+
+        With ``visible``, only the consumers it admits (by name) count: the whole listing is
+        read, and ``total`` is of what it admits."""
+        if visible is not None:
+            admitted = [c for c in await self._every(stream) if visible(c.get("name", ""))]
+            return {
+                "consumers": admitted[offset : offset + limit],
+                "total": len(admitted),
+                "offset": offset,
+                "limit": limit,
+            }
         consumers: list[dict[str, Any]] = []
         total = 0
         server_offset = offset
@@ -69,11 +98,44 @@ class ConsumerService:
                 break
         return {"consumers": consumers[:limit], "total": total, "offset": offset, "limit": limit}
 
+    async def _every(self, stream: str) -> builtins.list[dict[str, Any]]:
+        consumers: builtins.list[dict[str, Any]] = []
+        while True:
+            page = await self.js.call(
+                "consumer.list", "CONSUMER", "LIST", stream, body={"offset": len(consumers)}
+            )
+            batch = page.get("consumers") or []
+            consumers.extend(consumer_config.consumer_info_out(info) for info in batch)
+            if not batch or len(consumers) >= page.get("total", 0):
+                return consumers
+
     async def info(self, stream: str, name: str) -> dict[str, Any]:
         return consumer_config.consumer_info_out(await self._info(stream, name))
 
     async def _info(self, stream: str, name: str) -> dict[str, Any]:
-        return await self.js.call("consumer.info", "CONSUMER", "INFO", stream, name)
+        info = await self.js.call("consumer.info", "CONSUMER", "INFO", stream, name)
+        self._remember_filters(stream, name, info.get("config") or {})
+        return info
+
+    def _remember_filters(self, stream: str, name: str, config: dict[str, Any]) -> None:
+        filters = config.get("filter_subjects") or (
+            [config["filter_subject"]] if config.get("filter_subject") else []
+        )
+        if len(self._filters) >= _FILTERS_CACHE_SIZE:
+            self._filters.clear()
+        self._filters[stream, name] = (time.monotonic() + FILTERS_TTL, tuple(filters))
+
+    async def filters(self, stream: str, name: str) -> tuple[str, ...]:
+        """The consumer's filter subjects as the server has them (empty: the whole stream),
+        at most :data:`FILTERS_TTL` old; 404 when the consumer does not exist."""
+        cached = self._filters.get((stream, name))
+        if cached is not None and cached[0] > time.monotonic():
+            return cached[1]
+        await self._info(stream, name)
+        return self._filters[stream, name][1]
+
+    def forget_filters(self, stream: str, name: str) -> None:
+        self._filters.pop((stream, name), None)
 
     async def put(
         self, stream: str, name: str, config: ConsumerConfig
@@ -94,12 +156,15 @@ class ConsumerService:
 
     async def _create(self, stream: str, config: dict[str, Any], action: str) -> dict[str, Any]:
         request = {"stream_name": stream, "config": config, "action": action}
-        return await self.js.call(
+        info = await self.js.call(
             f"consumer.{action}", "CONSUMER", "CREATE", stream, config["name"], body=request
         )
+        self._remember_filters(stream, config["name"], info.get("config") or {})
+        return info
 
     async def delete(self, stream: str, name: str) -> None:
         await self.js.call("consumer.delete", "CONSUMER", "DELETE", stream, name, write=True)
+        self.forget_filters(stream, name)
 
     async def unpin(self, stream: str, name: str, group: str) -> None:
         """Clear the group's pin; the server pins the next client that pulls (ADR-42)."""
@@ -111,9 +176,18 @@ class ConsumerService:
     # -- fetch and next --------------------------------------------------------------------
 
     async def fetch(
-        self, stream: str, name: str, options: PullOptions, pin_id: str | None
+        self,
+        stream: str,
+        name: str,
+        options: PullOptions,
+        pin_id: str | None,
+        guard: Guard | None = None,
     ) -> Fetched:
-        """One pull: what arrived before it ended (404/408 are no errors), or the refusal."""
+        """One pull: what arrived before it ended (404/408 are no errors), or the refusal.
+
+        With a ``guard``, a delivered message it refuses refuses the whole pull: every
+        message of it is nak'ed (delivered again at once, to a client that may have it).
+        """
         request = pull_options.fetch_request(options, self.settings, pin_id)
         bytes_mode = request.max_bytes > 0
         if bytes_mode or request.group is not None:
@@ -129,6 +203,8 @@ class ConsumerService:
         outcome = await self.pool.observe(
             "consumer.fetch", lambda: pull.fetch(client, subject, request, timeout=timeout)
         )
+        if guard is not None:
+            await self._guarded(stream, name, outcome.messages, guard)
         messages = [self._delivered(stream, name, msg) for msg in outcome.messages]
         status = outcome.status
         if status is None:
@@ -151,6 +227,24 @@ class ConsumerService:
         elif not status.ends_quietly:
             raise status.error()
         return Fetched(messages, _pin_of(outcome.messages) or request.pin_id)
+
+    async def _guarded(
+        self, stream: str, name: str, msgs: builtins.list[Msg], guard: Guard
+    ) -> None:
+        try:
+            for msg in msgs:
+                guard(msg.subject)
+        except errors.Forbidden:
+            self.forget_filters(stream, name)
+            await self._nak(msgs)
+            raise
+
+    async def _nak(self, msgs: builtins.list[Msg]) -> None:
+        """Give messages back undelivered (best effort: else they return after ack_wait)."""
+        targets = [(msg.reply, b"-NAK") for msg in msgs if msg.reply]
+        if targets:
+            with contextlib.suppress(errors.GatewayError):
+                await self.pool.requests(targets, operation="consumer.ack")
 
     def _delivered(self, stream: str, name: str, msg: Msg) -> dict[str, Any]:
         """Message JSON plus ``ack_token``, ``delivered``, ``consumer_seq``, ``pending``."""
@@ -176,7 +270,12 @@ class ConsumerService:
     # -- consume ---------------------------------------------------------------------------
 
     async def consume(
-        self, stream: str, name: str, query: ConsumeQuery, pin_id: str | None
+        self,
+        stream: str,
+        name: str,
+        query: ConsumeQuery,
+        pin_id: str | None,
+        guard: Guard | None = None,
     ) -> AsyncIterator[dict[str, str]]:
         """Check everything, then return the SSE events of an ADR-37 consume.
 
@@ -191,14 +290,16 @@ class ConsumerService:
             options,
             check=lambda: self._info(stream, name),
         )
-        return self._events(stream, name, options.template.group, session)
+        return self._events(stream, name, options.template.group, session, guard)
 
     async def _events(
-        self, stream: str, name: str, group: str | None, session: Consume
+        self, stream: str, name: str, group: str | None, session: Consume, guard: Guard | None
     ) -> AsyncIterator[dict[str, str]]:
         async for event in session.events():
             if isinstance(event, Delivered):
                 try:
+                    if guard is not None:
+                        await self._guarded(stream, name, [event.msg], guard)
                     message = self._delivered(stream, name, event.msg)
                 except errors.GatewayError as exc:
                     yield _sse("error", exc.problem())

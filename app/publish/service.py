@@ -5,13 +5,15 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
+import hashlib
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from nats.aio.client import Client
 
 from app import errors, validation
+from app.auth.policy import Principal
 from app.durations import nats_ttl
 from app.errors import ErrorCode, NoResponders
 from app.nats import features
@@ -43,6 +45,9 @@ class Outgoing:
     subject: str
     data: bytes
     headers: dict[str, str]
+    confined: bool = False
+    """The writer may not read the whole stream: JetStream's refusals, which can tell about
+    other subjects' messages, are answered without what they say (:func:`scrubbed`)."""
 
     @property
     def size(self) -> int:
@@ -152,6 +157,64 @@ def batch_item(index: int, item: PublishItem, max_payload: int) -> Outgoing:
         raise
 
 
+# -- subject-limited writers ---------------------------------------------------------------
+
+# Preconditions JetStream checks against the whole stream, not the message's subject.
+STREAM_WIDE_PRECONDITIONS = ("Nats-Expected-Last-Sequence", "Nats-Expected-Last-Msg-Id")
+_SCOPED_IDS = ("Nats-Msg-Id", "Nats-Expected-Last-Msg-Id")
+_ID_SCOPE_CONTEXT = b"jsgw-msg-id-scope\0"
+
+
+def id_scope(principal: Principal) -> str:
+    """The prefix of the Nats-Msg-Ids of a writer whose grant covers part of a stream:
+    ``jsgw~<16 hex digits of SHA-256 over the token's name>~``, so no two token names share
+    an id space and none is a prefix of another's."""
+    digest = hashlib.sha256(_ID_SCOPE_CONTEXT + principal.name.encode()).hexdigest()
+    return f"jsgw~{digest[:16]}~"
+
+
+def for_writer(message: Outgoing, principal: Principal, stream: str) -> Outgoing:
+    """The message as ``principal`` may send it to ``stream``, whose capture of the subject
+    it may write (checked before).
+
+    A writer without write on the whole stream cannot learn or affect anything outside its
+    grant: the stream-wide preconditions need read on the whole stream (403 otherwise), its
+    Nats-Msg-Id (and Nats-Expected-Last-Msg-Id) is scoped to the token (:func:`id_scope`), so
+    de-duplication only ever meets its own ids, and when it may not read the whole stream,
+    JetStream's refusals are scrubbed. A writer of the whole stream sends ids as given.
+    """
+    if principal.anonymous:
+        return message
+    whole_read = principal.allows_all("read", "stream", stream)
+    if not whole_read:
+        for name in STREAM_WIDE_PRECONDITIONS:
+            if name in message.headers:
+                raise errors.Forbidden(
+                    ErrorCode.AUTH_FORBIDDEN,
+                    f"{name} compares with the last message of the whole stream {stream!r}: "
+                    "it needs read on all of it, which this token does not have; "
+                    "Nats-Expected-Last-Subject-Sequence checks the message's own subject",
+                )
+    headers = message.headers
+    if not principal.allows_all("write", "stream", stream):
+        scope = id_scope(principal)
+        headers = {
+            name: scope + value if name in _SCOPED_IDS else value for name, value in headers.items()
+        }
+    return replace(message, headers=headers, confined=not whole_read)
+
+
+def scrubbed(error: errors.GatewayError) -> errors.GatewayError:
+    """A publish refusal without JetStream's words, which may name another subject's last
+    Nats-Msg-Id or sequence (for a writer that may not read the whole stream)."""
+    nats = None
+    if error.nats is not None:
+        nats = {k: v for k, v in error.nats.items() if k != "description"}
+    return errors.for_code(
+        error.code, error.code.meaning, nats=nats, headers=error.headers, extra=error.extra
+    )
+
+
 def acknowledged(reply: Reply) -> bool:
     """Whether a publish's reply is a PubAck (stored), not a refusal.
 
@@ -193,7 +256,12 @@ class Publisher:
             )
         except NoResponders:
             raise await self._why_no_responders(message.subject) from None
-        ack = parse_response(reply.data)
+        try:
+            ack = parse_response(reply.data)
+        except errors.PreconditionFailed as exc:
+            if message.confined:
+                raise scrubbed(exc) from None
+            raise
         if "stream" not in ack or "seq" not in ack:
             raise errors.UpstreamError(
                 ErrorCode.JETSTREAM_BAD_RESPONSE, "the reply was not a PubAck"

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import builtins
 import time
+from collections.abc import Callable
 from typing import Any
 
 from app import errors
@@ -102,16 +104,32 @@ class StreamService:
         # other subjects now.
         direct.on_forget.append(lambda _stream: self._capturing.clear())
 
-    async def list(self, subject: str | None, offset: int, limit: int) -> dict[str, Any]:
-        """Streams ``[offset, offset+limit)``, paging the server's 256-stream pages."""
+    async def list(
+        self,
+        subject: str | None,
+        offset: int,
+        limit: int,
+        visible: Callable[[str], bool] | None = None,
+    ) -> dict[str, Any]:
+        """Streams ``[offset, offset+limit)``, paging the server's 256-stream pages.
+
+        With ``visible``, only the streams it admits count: the whole listing is read, and
+        ``total``, ``offset`` and ``limit`` are of what it admits, so neither the page nor
+        the total tells anything about the others.
+        """
+        if visible is not None:
+            admitted = [s for s in await self._every(subject) if visible(s["name"])]
+            return {
+                "streams": admitted[offset : offset + limit],
+                "total": len(admitted),
+                "offset": offset,
+                "limit": limit,
+            }
         streams: list[dict[str, Any]] = []
         total = 0
         server_offset = offset
         while len(streams) < limit:
-            body: dict[str, Any] = {"offset": server_offset}
-            if subject:
-                body["subject"] = subject
-            page = await self.js.call("stream.list", "STREAM", "LIST", body=body)
+            page = await self._page(subject, server_offset)
             total = page.get("total", 0)
             batch = page.get("streams") or []
             streams.extend(_summary(info) for info in batch)
@@ -119,6 +137,21 @@ class StreamService:
             if not batch or server_offset >= total or len(batch) < _LIST_PAGE:
                 break
         return {"streams": streams[:limit], "total": total, "offset": offset, "limit": limit}
+
+    async def _page(self, subject: str | None, offset: int) -> dict[str, Any]:
+        body: dict[str, Any] = {"offset": offset}
+        if subject:
+            body["subject"] = subject
+        return await self.js.call("stream.list", "STREAM", "LIST", body=body)
+
+    async def _every(self, subject: str | None) -> builtins.list[dict[str, Any]]:
+        streams: builtins.list[dict[str, Any]] = []
+        while True:
+            page = await self._page(subject, len(streams))
+            batch = page.get("streams") or []
+            streams.extend(_summary(info) for info in batch)
+            if not batch or len(streams) >= page.get("total", 0):
+                return streams
 
     async def capturing(self, subject: str) -> str | None:
         """The stream that stores messages published to ``subject``, if any.
