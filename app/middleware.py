@@ -1,5 +1,7 @@
 """Request context middleware: request id, access log line and HTTP metrics (pure ASGI);
-it also refuses header blocks that are ambiguous (see :func:`_read_headers`)."""
+it also refuses header blocks that are ambiguous (see :func:`_read_headers`). The limits on
+request bodies: :class:`BodyLimitMiddleware` (every body) and :func:`read_json_body` (the
+JSON bodies that FastAPI decodes)."""
 
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ from typing import Any
 
 import orjson
 from starlette.exceptions import HTTPException
+from starlette.requests import Request
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app.errors import PROBLEM_CONTENT_TYPE, ErrorCode, GatewayError, InvalidInput, PayloadTooLarge
@@ -184,6 +187,7 @@ def _client(scope: Scope) -> str | None:
 
 
 _HTTP1 = frozenset({"1.0", "1.1"})
+_CLOSE = {"Connection": "close"}
 
 
 class BodyLimitMiddleware:
@@ -231,8 +235,9 @@ class BodyLimitMiddleware:
             if message["type"] == "http.request":
                 received += len(message.get("body", b""))
                 if received > self.limit:
-                    # Starlette's HTTPException passes through body parsing untouched.
-                    raise HTTPException(413, self._detail())
+                    # Starlette's HTTPException passes through body parsing untouched. The
+                    # rest of the body is not read: the connection closes after the answer.
+                    raise HTTPException(413, self._detail(), headers=_CLOSE)
             return message
 
         await self.app(scope, counting_receive, send)
@@ -255,3 +260,46 @@ class BodyLimitMiddleware:
             }
         )
         await send({"type": "http.response.body", "body": body})
+
+
+async def read_json_body(request: Request) -> Request:
+    """The request, its body read whole within ``JSGW_MAX_JSON_BODY``, for FastAPI to decode.
+
+    JSON is decoded and validated whole, on the event loop, into several times its size in
+    objects: its bound is the JSON one, well below the raw bodies' ``JSGW_MAX_BODY``. A
+    declared Content-Length over it is refused before anything is read, any other body as
+    soon as it passes it (413 ``request.json_too_large``, and the connection closes: the rest
+    is not read). The request handed back replays the body, then receives as the original
+    (a disconnect, for the streams).
+    """
+    limit: int = request.state.runtime.settings.max_json_body
+    for name, value in request.scope["headers"]:
+        if name == b"content-length" and value.isdigit() and int(value) > limit:
+            raise _json_too_large(limit)
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise _json_too_large(limit)
+        chunks.append(chunk)
+    body = b"".join(chunks)
+    receive = request.receive
+    replayed = False
+
+    async def replay() -> Message:
+        nonlocal replayed
+        if replayed:
+            return await receive()
+        replayed = True
+        return {"type": "http.request", "body": body, "more_body": False}
+
+    return Request(request.scope, replay)
+
+
+def _json_too_large(limit: int) -> PayloadTooLarge:
+    return PayloadTooLarge(
+        ErrorCode.REQUEST_JSON_TOO_LARGE,
+        f"the JSON body is over the limit of {limit} bytes (JSGW_MAX_JSON_BODY)",
+        headers=dict(_CLOSE),
+    )

@@ -118,8 +118,47 @@ def require(principal: Principal, action: str, resource: Resource) -> None:
         raise _forbidden()
 
 
+PRINCIPAL = "jsgw.principal"  # the scope key of the admitted request's principal
+
+
+async def admit(request: Request) -> Principal:
+    """Who is calling, and may they use this route on this resource: decided from the request
+    head alone, before anything reads the body (:class:`app.routing.Route` and the lean paths
+    call it first). The principal is kept in the scope for :func:`authorize`.
+
+    A refusal (401, 403, 429) leaves the body unread, and answers with ``Connection: close``
+    when the request has one: uvicorn would otherwise read and drop the rest of the body to
+    keep the connection, without any bound (a refused 16 MiB or endless chunked body would be
+    received whole). Closed, at most what is already in flight is read (uvicorn stops reading
+    a body nobody takes past 64 KiB).
+    """
+    try:
+        principal = await _decide(request)
+    except errors.GatewayError as exc:
+        if _declares_body(request):
+            exc.headers = {**exc.headers, "Connection": "close"}
+        raise
+    request.scope[PRINCIPAL] = principal
+    return principal
+
+
 async def authorize(request: Request) -> Principal:
-    """App-wide dependency: who is calling, and may they use this route on this resource."""
+    """The dependency of the routes that take the principal: the one :func:`admit` decided
+    (it runs before FastAPI reads the body); decided here when nothing admitted the request."""
+    principal: Principal | None = request.scope.get(PRINCIPAL)
+    if principal is None:
+        principal = await admit(request)
+    return principal
+
+
+def _declares_body(request: Request) -> bool:
+    for name, value in request.scope["headers"]:
+        if name == b"transfer-encoding" or (name == b"content-length" and value != b"0"):
+            return True
+    return False
+
+
+async def _decide(request: Request) -> Principal:
     authenticator: Authenticator = request.state.runtime.auth
     need: Need | None = getattr(request.scope.get("route"), "access", None)
     if not authenticator.enabled or need is PUBLIC:
