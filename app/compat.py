@@ -486,6 +486,7 @@ def _check_uvicorn(c: _Checks) -> None:
             "_head_refusal",
             "_stop_parser",
             "_refuse_head",
+            "_refusing",
         ),
         serving,
     )

@@ -241,7 +241,7 @@ class GatheringProtocol(HttpToolsProtocol):
             return
         continuing = self._in_head
         super().data_received(data)
-        if self._refused is not None:
+        if self._refusing():
             return  # a head over its bounds, refused by the parser's callbacks
         if self._in_head and self._max_head_bytes:
             # A head still incomplete: the bytes that arrived after the read in which it began
@@ -266,6 +266,9 @@ class GatheringProtocol(HttpToolsProtocol):
             and not self.transport.is_closing()
         ):
             self._head_deadline = self.loop.call_later(self._header_timeout, self._head_too_slow)
+
+    def _refusing(self) -> bool:
+        return self._refused is not None
 
     def on_message_begin(self) -> None:
         self._in_head = True
