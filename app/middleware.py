@@ -187,7 +187,6 @@ def _client(scope: Scope) -> str | None:
 
 
 _HTTP1 = frozenset({"1.0", "1.1"})
-_CLOSE = {"Connection": "close"}
 
 
 class BodyLimitMiddleware:
@@ -197,6 +196,11 @@ class BodyLimitMiddleware:
     counted as it arrives and cut off as soon as it passes the limit. HTTP/1 requests that
     declare no body (no Content-Length, no Transfer-Encoding: most GETs) are passed on
     untouched.
+
+    A request answered before its body was received whole (refused by authentication or a
+    limit, or answered without reading it) is answered with ``Connection: close``: kept open,
+    uvicorn would read and drop the rest of the body, however long, before the next request.
+    Closed, what was not read is not read (uvicorn stops reading a body nobody takes at 64 KiB).
     """
 
     def __init__(self, app: ASGIApp, limit: int) -> None:
@@ -208,7 +212,7 @@ class BodyLimitMiddleware:
         # caller awaits the inner app's directly).
         if scope["type"] != "http":
             return self.app(scope, receive, send)
-        declared = chunked = malformed = False
+        declared = chunked = malformed = empty = False
         for name, value in scope.get("headers", []):
             if name == b"content-length":
                 if not value.isdigit():
@@ -217,6 +221,7 @@ class BodyLimitMiddleware:
                     return self._refuse(scope, send)
                 else:
                     declared = True
+                    empty = value.strip(b"0") == b""
             elif name == b"transfer-encoding":
                 chunked = True
         if not (chunked or malformed or declared) and scope.get("http_version") in _HTTP1:
@@ -224,23 +229,33 @@ class BodyLimitMiddleware:
             # (A declared length is still counted: a test client or another ASGI server may
             # deliver more than it says.)
             return self.app(scope, receive, send)
-        return self._counted(scope, receive, send)
+        return self._counted(scope, receive, send, empty and not chunked)
 
-    async def _counted(self, scope: Scope, receive: Receive, send: Send) -> None:
+    async def _counted(self, scope: Scope, receive: Receive, send: Send, empty: bool) -> None:
         received = 0
+        complete = empty  # the body has been received whole
 
         async def counting_receive() -> Message:
-            nonlocal received
+            nonlocal received, complete
             message = await receive()
             if message["type"] == "http.request":
                 received += len(message.get("body", b""))
                 if received > self.limit:
-                    # Starlette's HTTPException passes through body parsing untouched. The
-                    # rest of the body is not read: the connection closes after the answer.
-                    raise HTTPException(413, self._detail(), headers=_CLOSE)
+                    # Starlette's HTTPException passes through body parsing untouched.
+                    raise HTTPException(413, self._detail())
+                if not message.get("more_body", False):
+                    complete = True
             return message
 
-        await self.app(scope, counting_receive, send)
+        async def closing_send(message: Message) -> None:
+            if message["type"] == "http.response.start" and not complete:
+                headers = list(message.get("headers", ()))
+                if not any(name.lower() == b"connection" for name, _ in headers):
+                    headers.append((b"connection", b"close"))
+                    message["headers"] = headers
+            await send(message)
+
+        await self.app(scope, counting_receive, closing_send)
 
     def _detail(self) -> str:
         return f"the request body is over the limit of {self.limit} bytes (JSGW_MAX_BODY)"
@@ -268,9 +283,9 @@ async def read_json_body(request: Request) -> Request:
     JSON is decoded and validated whole, on the event loop, into several times its size in
     objects: its bound is the JSON one, well below the raw bodies' ``JSGW_MAX_BODY``. A
     declared Content-Length over it is refused before anything is read, any other body as
-    soon as it passes it (413 ``request.json_too_large``, and the connection closes: the rest
-    is not read). The request handed back replays the body, then receives as the original
-    (a disconnect, for the streams).
+    soon as it passes it (413 ``request.json_too_large``); the rest is left unread, and the
+    connection is closed after the answer (:class:`BodyLimitMiddleware`). The request handed
+    back replays the body, then receives as the original (a disconnect, for the streams).
     """
     limit: int = request.state.runtime.settings.max_json_body
     for name, value in request.scope["headers"]:
@@ -301,5 +316,4 @@ def _json_too_large(limit: int) -> PayloadTooLarge:
     return PayloadTooLarge(
         ErrorCode.REQUEST_JSON_TOO_LARGE,
         f"the JSON body is over the limit of {limit} bytes (JSGW_MAX_JSON_BODY)",
-        headers=dict(_CLOSE),
     )

@@ -7,7 +7,7 @@ from typing import Annotated, Any
 from fastapi import Path, Request
 from starlette.responses import Response
 
-from app import errors
+from app import errors, validation
 from app.auth import access
 from app.auth.access import Need
 from app.auth.policy import Principal, Resource
@@ -55,9 +55,10 @@ async def publish_one(
     Nats-Expected-Last-Msg-Id, Nats-TTL, and user headers as Nats-Header-<Name>.
     """
     headers = publish.http_publish_headers(request.headers.items())
+    # The subject is in the path: the access decision comes before the body is read.
+    await _may_publish(principal, streams, [validation.publish_subject(subject)])
     limit = pool.max_payload
     message = publish.outgoing(subject, await read_body(request, limit), headers, limit)
-    await _may_publish(principal, streams, [message.subject])
     # The PubAck dict is what response_model=PubAck would serialize; built here, both the
     # FastAPI route and the lean path (app.fastpath) send it as it is.
     return JSON(await publisher.publish(message))

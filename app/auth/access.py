@@ -126,18 +126,11 @@ async def admit(request: Request) -> Principal:
     head alone, before anything reads the body (:class:`app.routing.Route` and the lean paths
     call it first). The principal is kept in the scope for :func:`authorize`.
 
-    A refusal (401, 403, 429) leaves the body unread, and answers with ``Connection: close``
-    when the request has one: uvicorn would otherwise read and drop the rest of the body to
-    keep the connection, without any bound (a refused 16 MiB or endless chunked body would be
-    received whole). Closed, at most what is already in flight is read (uvicorn stops reading
-    a body nobody takes past 64 KiB).
+    A refusal (401, 403, 429) leaves the body unread; its connection is closed after the
+    answer (:class:`app.middleware.BodyLimitMiddleware`), so that the body is not read either
+    to keep the connection.
     """
-    try:
-        principal = await _decide(request)
-    except errors.GatewayError as exc:
-        if _declares_body(request):
-            exc.headers = {**exc.headers, "Connection": "close"}
-        raise
+    principal = await _decide(request)
     request.scope[PRINCIPAL] = principal
     return principal
 
@@ -149,13 +142,6 @@ async def authorize(request: Request) -> Principal:
     if principal is None:
         principal = await admit(request)
     return principal
-
-
-def _declares_body(request: Request) -> bool:
-    for name, value in request.scope["headers"]:
-        if name == b"transfer-encoding" or (name == b"content-length" and value != b"0"):
-            return True
-    return False
 
 
 async def _decide(request: Request) -> Principal:
