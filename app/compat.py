@@ -39,7 +39,10 @@ uvicorn (``uvicorn.protocols.http.httptools_impl.HttpToolsProtocol``, ``uvicorn.
   ``Server._wait_tasks_to_complete`` waiting for them, and on uvicorn writing a response's
   head in a write of its own (tests/unit/test_uvicorn_internals.py drives a connection).
   To bound request heads and connections it overrides ``data_received`` and
-  ``on_headers_complete`` (llhttp's callback: a head is complete), reads the lifespan state
+  ``on_headers_complete`` (llhttp's callback: a head is complete); to bound a head's size and
+  fields it overrides ``on_message_begin``, ``on_url`` and ``on_header`` (raising from them
+  stops the parser, which uvicorn answers through ``send_400_response``, overridden to answer
+  431), and reads the lifespan state
   ``app_state``, the live ``connections`` set, the request in flight (``cycle``,
   ``response_complete``), the waiting ``pipeline`` and the keep-alive timer
   (``timeout_keep_alive_task``), and passes ``timeout_keep_alive``.
@@ -451,9 +454,12 @@ def _check_uvicorn(c: _Checks) -> None:
         ("pause_writing", ["self"], serving),
         ("resume_writing", ["self"], serving),
         ("shutdown", ["self"], serving),
-        ("on_message_begin", ["self"], tls),
+        ("on_message_begin", ["self"], f"{serving}, {tls}"),
+        ("on_url", ["self", "url"], serving),
+        ("on_header", ["self", "name", "value"], serving),
         ("on_headers_complete", ["self"], serving),
         ("data_received", ["self", "data"], serving),
+        ("send_400_response", ["self", "msg"], serving),
     ):
         c.parameters(
             base.__dict__.get(name), parameters, f"HttpToolsProtocol.{name}", users, coroutine=False
@@ -469,6 +475,18 @@ def _check_uvicorn(c: _Checks) -> None:
             "_refused",
             "_head_too_slow",
             "_refuse",
+            "_drain",
+            "_answer_and_close",
+            "_max_head_bytes",
+            "_max_head_fields",
+            "_in_head",
+            "_head_bytes",
+            "_head_received",
+            "_head_fields",
+            "_head_refusal",
+            "_stop_parser",
+            "_refuse_head",
+            "_refusing",
         ),
         serving,
     )
@@ -506,9 +524,29 @@ def _check_uvicorn(c: _Checks) -> None:
     )
     c.source_uses(
         base.__dict__.get("data_received"),
-        ["self._unset_keepalive_if_required()", "self.parser.feed_data(data)"],
+        [
+            "self._unset_keepalive_if_required()",
+            "self.parser.feed_data(data)",
+            "except httptools.HttpParserError:",
+            "self.send_400_response(msg)",
+        ],
         "HttpToolsProtocol.data_received",
-        "the parser's callbacks tell GatheringProtocol where a request head begins and ends",
+        "the parser's callbacks tell GatheringProtocol where a request head begins and ends, "
+        "and a callback that raises stops the parser and is answered by send_400_response",
+        serving,
+    )
+    c.source_uses(
+        base.__dict__.get("on_header"),
+        ["self.headers.append((name, value))"],
+        "HttpToolsProtocol.on_header",
+        "GatheringProtocol counts a request's header fields where they are added",
+        serving,
+    )
+    c.source_uses(
+        base.__dict__.get("on_message_begin"),
+        ["self.headers = []"],
+        "HttpToolsProtocol.on_message_begin",
+        "GatheringProtocol starts counting a head where its headers start",
         serving,
     )
     c.source_uses(

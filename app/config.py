@@ -62,6 +62,10 @@ class Settings(BaseSettings):
     # or after its first byte arrived; a keep-alive connection idle this long is closed. Once
     # a head is complete nothing here bounds the request: streams and slow bodies go on.
     header_timeout: float = Field(default=20.0, gt=0, le=3600)
+    # The size of a request head (request line and header lines) and its number of header
+    # fields: past either, 431 and the connection closed, before anything else looks at it.
+    max_header_bytes: int = Field(default=64 * 1024, ge=1024, le=16 * 1024 * 1024)
+    max_header_fields: int = Field(default=100, ge=8, le=10_000)
     keep_alive_timeout: float = Field(default=5.0, gt=0, le=3600)
     # Open connections per worker (also kept below the descriptor limit): a connection past
     # it is answered 503 with Retry-After and closed.
@@ -86,6 +90,9 @@ class Settings(BaseSettings):
     data_dir: Path = Path("./data")
 
     max_body: int = Field(default=16 * 1024 * 1024, ge=1024)
+    # JSON bodies (stream and consumer configs, batch publishes, multi reads): decoded and
+    # validated on the event loop, so bounded well below the raw bodies of JSGW_MAX_BODY.
+    max_json_body: int = Field(default=1024 * 1024, ge=1024)
     max_publish_batch: int = Field(default=1000, ge=1, le=100_000)
     max_direct_batch: int = Field(default=100_000, ge=1)
     max_multi_subjects: int = Field(default=100_000, ge=1)

@@ -26,6 +26,7 @@ that carries it (and so its status) and what it means. The hierarchy::
     ├── PreconditionFailed         412
     ├── PayloadTooLarge            413
     ├── Locked                     423
+    ├── HeadTooLarge               431
     ├── TooManyRequests            429
     ├── Unsupported                501
     ├── UpstreamError              502
@@ -161,6 +162,12 @@ class PayloadTooLarge(GatewayError):
 
 class Locked(GatewayError):
     status = 423
+
+
+class HeadTooLarge(GatewayError):
+    """A request head over the gateway's bounds (431 Request Header Fields Too Large)."""
+
+    status = 431
 
 
 class TooManyRequests(GatewayError):
@@ -540,6 +547,10 @@ class ErrorCode(StrEnum):
         "The request body is over the gateway's limit (JSGW_MAX_BODY or the server's "
         "max_payload): send less."
     )
+    REQUEST_JSON_TOO_LARGE = "request.json_too_large", PayloadTooLarge, (
+        "The JSON request body is over JSGW_MAX_JSON_BODY (JSON is decoded and validated "
+        "whole): send less, e.g. a batch in several requests; the connection is closed."
+    )
     MESSAGE_TOO_LARGE = "message.too_large", PayloadTooLarge, (
         "The message is over the server's max_payload or the stream's max_msg_size: not "
         "stored."
@@ -561,7 +572,7 @@ class ErrorCode(StrEnum):
         "More subjects (keys) than one multi-read takes, or filters matching more than 1024: "
         "narrow them or split the request."
     )
-    # -- 423, 429 --------------------------------------------------------------------------
+    # -- 423, 429, 431 ---------------------------------------------------------------------
     CONSUMER_PIN_MISMATCH = "consumer.pin_mismatch", Locked, (
         "The pin id is no longer the group's pinned client: drop it and pull without a "
         "Nats-Pin-Id."
@@ -582,6 +593,14 @@ class ErrorCode(StrEnum):
     )
     CONSUMER_MAX_WAITING_EXCEEDED = "consumer.max_waiting_exceeded", TooManyRequests, (
         "Too many pull requests are waiting on this consumer (max_waiting): retry shortly."
+    )
+    HEADER_TOO_LARGE = "header.too_large", HeadTooLarge, (
+        "The request head (request line and headers) is over JSGW_MAX_HEADER_BYTES: the "
+        "connection was answered and closed; send smaller headers."
+    )
+    HEADER_TOO_MANY = "header.too_many", HeadTooLarge, (
+        "The request has more header fields than JSGW_MAX_HEADER_FIELDS: the connection was "
+        "answered and closed; send fewer."
     )
     # -- 500, 501, 502 ---------------------------------------------------------------------
     GATEWAY_INTERNAL = "gateway.internal", GatewayError, (

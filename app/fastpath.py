@@ -38,7 +38,7 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
-from app.auth.access import authorize
+from app.auth.access import admit, authorize
 from app.auth.policy import ANONYMOUS, Principal
 from app.deps import FROM_RUNTIME
 from app.errors import ErrorCode, GatewayError
@@ -219,8 +219,9 @@ class LeanPaths:
         request = Request(scope, receive)
         runtime = scope["state"]["runtime"]
         try:
-            # With authentication off, authorize answers ANONYMOUS for every route.
-            principal = await authorize(request) if runtime.auth.enabled else ANONYMOUS
+            # Before anything reads the body (the endpoint does). With authentication off,
+            # every route is open to ANONYMOUS.
+            principal = await admit(request) if runtime.auth.enabled else ANONYMOUS
             kwargs = lean.arguments.build(request, params, runtime, principal)
             response = await route.endpoint(**kwargs)
         except GatewayError as exc:

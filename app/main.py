@@ -73,7 +73,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         # scripts from a CDN (and ReDoc its logo, whatever it is told: no /redoc).
         docs_url=None,
         redoc_url=None,
-        # Every route is checked against the access rule it declares before its handler runs.
+        # Every route is checked against the access rule it declares before its body is read
+        # (app.routing.Route admits the request first); this returns the principal it found.
         dependencies=[Depends(authorize)],
         telemetry=None if settings.otel else {"tracing": False, "metrics": False, "logs": False},
     )

@@ -1,5 +1,7 @@
 """Request context middleware: request id, access log line and HTTP metrics (pure ASGI);
-it also refuses header blocks that are ambiguous (see :func:`_read_headers`)."""
+it also refuses header blocks that are ambiguous (see :func:`_read_headers`). The limits on
+request bodies: :class:`BodyLimitMiddleware` (every body) and :func:`read_json_body` (the
+JSON bodies that FastAPI decodes)."""
 
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ from typing import Any
 
 import orjson
 from starlette.exceptions import HTTPException
+from starlette.requests import Request
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app.errors import PROBLEM_CONTENT_TYPE, ErrorCode, GatewayError, InvalidInput, PayloadTooLarge
@@ -193,6 +196,11 @@ class BodyLimitMiddleware:
     counted as it arrives and cut off as soon as it passes the limit. HTTP/1 requests that
     declare no body (no Content-Length, no Transfer-Encoding: most GETs) are passed on
     untouched.
+
+    A request answered before its body was received whole (refused by authentication or a
+    limit, or answered without reading it) is answered with ``Connection: close``: kept open,
+    uvicorn would read and drop the rest of the body, however long, before the next request.
+    Closed, what was not read is not read (uvicorn stops reading a body nobody takes at 64 KiB).
     """
 
     def __init__(self, app: ASGIApp, limit: int) -> None:
@@ -204,7 +212,7 @@ class BodyLimitMiddleware:
         # caller awaits the inner app's directly).
         if scope["type"] != "http":
             return self.app(scope, receive, send)
-        declared = chunked = malformed = False
+        declared = chunked = malformed = empty = False
         for name, value in scope.get("headers", []):
             if name == b"content-length":
                 if not value.isdigit():
@@ -213,6 +221,7 @@ class BodyLimitMiddleware:
                     return self._refuse(scope, send)
                 else:
                     declared = True
+                    empty = value.strip(b"0") == b""
             elif name == b"transfer-encoding":
                 chunked = True
         if not (chunked or malformed or declared) and scope.get("http_version") in _HTTP1:
@@ -220,22 +229,33 @@ class BodyLimitMiddleware:
             # (A declared length is still counted: a test client or another ASGI server may
             # deliver more than it says.)
             return self.app(scope, receive, send)
-        return self._counted(scope, receive, send)
+        return self._counted(scope, receive, send, empty and not chunked)
 
-    async def _counted(self, scope: Scope, receive: Receive, send: Send) -> None:
+    async def _counted(self, scope: Scope, receive: Receive, send: Send, empty: bool) -> None:
         received = 0
+        complete = empty  # the body has been received whole
 
         async def counting_receive() -> Message:
-            nonlocal received
+            nonlocal received, complete
             message = await receive()
             if message["type"] == "http.request":
                 received += len(message.get("body", b""))
                 if received > self.limit:
                     # Starlette's HTTPException passes through body parsing untouched.
                     raise HTTPException(413, self._detail())
+                if not message.get("more_body", False):
+                    complete = True
             return message
 
-        await self.app(scope, counting_receive, send)
+        async def closing_send(message: Message) -> None:
+            if message["type"] == "http.response.start" and not complete:
+                headers = list(message.get("headers", ()))
+                if not any(name.lower() == b"connection" for name, _ in headers):
+                    headers.append((b"connection", b"close"))
+                    message["headers"] = headers
+            await send(message)
+
+        await self.app(scope, counting_receive, closing_send)
 
     def _detail(self) -> str:
         return f"the request body is over the limit of {self.limit} bytes (JSGW_MAX_BODY)"
@@ -255,3 +275,45 @@ class BodyLimitMiddleware:
             }
         )
         await send({"type": "http.response.body", "body": body})
+
+
+async def read_json_body(request: Request) -> Request:
+    """The request, its body read whole within ``JSGW_MAX_JSON_BODY``, for FastAPI to decode.
+
+    JSON is decoded and validated whole, on the event loop, into several times its size in
+    objects: its bound is the JSON one, well below the raw bodies' ``JSGW_MAX_BODY``. A
+    declared Content-Length over it is refused before anything is read, any other body as
+    soon as it passes it (413 ``request.json_too_large``); the rest is left unread, and the
+    connection is closed after the answer (:class:`BodyLimitMiddleware`). The request handed
+    back replays the body, then receives as the original (a disconnect, for the streams).
+    """
+    limit: int = request.state.runtime.settings.max_json_body
+    for name, value in request.scope["headers"]:
+        if name == b"content-length" and value.isdigit() and int(value) > limit:
+            raise _json_too_large(limit)
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise _json_too_large(limit)
+        chunks.append(chunk)
+    body = b"".join(chunks)
+    receive = request.receive
+    replayed = False
+
+    async def replay() -> Message:
+        nonlocal replayed
+        if replayed:
+            return await receive()
+        replayed = True
+        return {"type": "http.request", "body": body, "more_body": False}
+
+    return Request(request.scope, replay)
+
+
+def _json_too_large(limit: int) -> PayloadTooLarge:
+    return PayloadTooLarge(
+        ErrorCode.REQUEST_JSON_TOO_LARGE,
+        f"the JSON body is over the limit of {limit} bytes (JSGW_MAX_JSON_BODY)",
+    )

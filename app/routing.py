@@ -11,20 +11,29 @@ operation's OpenAPI (``x-jsgw-access``). Everything else is derived from the rou
 :func:`app.auth.access.authorize` reads ``route.access`` from the matched route, and
 :mod:`app.fastpath` builds the lean dispatch from the routes marked ``lean`` and their
 compiled path patterns. :func:`check_declared` fails start-up when an API route has no rule.
+
+A route's handler admits the request (:func:`app.auth.access.admit`: authentication and the
+access decision, from the head alone) before FastAPI reads or decodes anything of its body,
+so that a refused request costs the reading of its head; a route that takes a JSON body then
+reads it within ``JSGW_MAX_JSON_BODY`` (:func:`app.middleware.read_json_body`) before FastAPI
+decodes and validates it. Routes that read their raw body themselves keep ``JSGW_MAX_BODY``.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Coroutine, Iterator
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import fastapi.routing
 from fastapi import APIRouter, FastAPI
 from fastapi.routing import APIRoute
+from starlette.requests import Request
+from starlette.responses import Response
 
-from app.auth.access import Need
+from app.auth.access import Need, admit
+from app.middleware import read_json_body
 
 _DECLARED = "__jsgw_route__"
 ACCESS_EXTENSION = "x-jsgw-access"
@@ -55,6 +64,18 @@ class Route(APIRoute):
                 ACCESS_EXTENSION: self.access.openapi(),
             }
         super().__init__(path, endpoint, **kwargs)
+
+    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
+        handler = super().get_route_handler()
+        takes_json = self.body_field is not None  # a body model: FastAPI decodes it as JSON
+
+        async def admitted(request: Request) -> Response:
+            await admit(request)
+            if takes_json:
+                request = await read_json_body(request)
+            return await handler(request)
+
+        return admitted
 
 
 def _declare(

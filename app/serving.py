@@ -31,6 +31,17 @@ nothing, or sends its headers a byte at a time). A complete head ends the bound,
 streams and slow uploads go on. Past ``JSGW_MAX_CONNECTIONS`` open connections (kept below
 the process's descriptor limit, which ``jsgw serve`` raises to its hard limit at start) a new
 connection gets a 503 problem with ``Retry-After`` and is closed before anything is read.
+
+Request heads are bounded in size too, before anything else (authentication included) looks at
+them: past ``JSGW_MAX_HEADER_BYTES`` (the request line and header lines, counted as the
+parser hands them over, and as bytes received while a head is incomplete, so that a 64 MiB
+header line is refused after about the limit instead of being gathered whole by the parser)
+or ``JSGW_MAX_HEADER_FIELDS`` fields, the request gets a 431 problem and the connection is
+closed. The parser is stopped by raising from its callback (``on_url``, ``on_header``,
+``on_headers_complete``); uvicorn then answers an invalid request through
+``send_400_response``, which answers the 431 instead. A refused connection reads and drops
+what its client still sends for at most ``REFUSAL_LINGER`` seconds and ``REFUSAL_DRAIN``
+bytes before it closes, so that the answer is not lost to a reset while staying bounded.
 The limits come from the app's settings in the lifespan state (``app_state["runtime"]``);
 the head bound is armed at connection and otherwise only when bytes arrive on an idle
 connection and leave it without a request, so a request on a kept-alive connection pays a few
@@ -55,7 +66,7 @@ import orjson
 from starlette.applications import Starlette
 
 from app.compat import HttpToolsProtocol
-from app.errors import ErrorCode, Unavailable
+from app.errors import ErrorCode, HeadTooLarge, Unavailable
 
 log = logging.getLogger("jsgw.serving")
 
@@ -66,8 +77,18 @@ GC_YOUNG_THRESHOLD = 10_000
 # Descriptors kept for what is not a client connection: NATS connections, the listener,
 # log files, the embedded server's pipes.
 DESCRIPTOR_RESERVE = 64
-# How long a refused connection (past the connection cap) reads and drops before it closes.
+# How long, and how much, a refused connection (past the connection cap, or a head over its
+# bounds) reads and drops before it closes.
 REFUSAL_LINGER = 1.0
+REFUSAL_DRAIN = 256 * 1024
+# What a request line adds to its target's length: method, spaces, version, CRLF.
+_REQUEST_LINE = 24
+# What a header line adds to its name and value: ": " and CRLF.
+_HEADER_LINE = 4
+
+
+class _HeadRefused(Exception):
+    """Raised from a parser callback to stop the parser at a head over its bounds."""
 
 
 class HeldHeads:
@@ -168,6 +189,14 @@ class GatheringProtocol(HttpToolsProtocol):
     _header_timeout = 0.0  # 0: no bound (no settings in the lifespan state)
     _head_deadline: asyncio.TimerHandle | None = None
     _refused: asyncio.TimerHandle | None = None  # the close of a refused connection
+    _drain = 0  # what a refused connection may still read and drop
+    _max_head_bytes = 0  # 0: no bound (no settings in the lifespan state)
+    _max_head_fields = 0
+    _in_head = False  # a request head has begun and is not complete
+    _head_bytes = 0  # its size so far: the request target and the header lines
+    _head_received = 0  # bytes received since the read in which it began
+    _head_fields = 0
+    _head_refusal: ErrorCode | None = None  # why the parser was stopped
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(GatheringTransport(transport, self.loop))  # type: ignore[arg-type]
@@ -179,27 +208,51 @@ class GatheringProtocol(HttpToolsProtocol):
             self._refuse(settings.retry_after)
             return
         self._header_timeout = settings.header_timeout
+        self._max_head_bytes = settings.max_header_bytes
+        self._max_head_fields = settings.max_header_fields
         self._head_deadline = self.loop.call_later(self._header_timeout, self._head_too_slow)
 
     def _refuse(self, retry_after: int) -> None:
-        """Answer 503 and close, gently: the client's request, sent before it reads, is read
-        and dropped for a moment, so that the close does not reset the connection (a reset
-        would lose the answer before the client reads it)."""
+        """Answer 503 and close, gently (see :meth:`_answer_and_close`)."""
         body = _busy_body()
         head = (
             b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/problem+json\r\n"
             b"retry-after: %d\r\nconnection: close\r\ncontent-length: %d\r\n\r\n"
             % (retry_after, len(body))
         )
-        self.transport.write(head + body)
+        self._answer_and_close(head + body)
+
+    def _answer_and_close(self, answer: bytes) -> None:
+        """Write ``answer`` and close, gently: what the client sent before it reads is read
+        and dropped for a moment (``REFUSAL_LINGER``, at most ``REFUSAL_DRAIN`` bytes), so that
+        the close does not reset the connection (a reset would lose the answer before the
+        client reads it); a client still sending past that is cut."""
+        self.transport.write(answer)
         if self.transport.can_write_eof():  # (TLS transports cannot half-close)
             self.transport.write_eof()
+        self._drain = REFUSAL_DRAIN
         self._refused = self.loop.call_later(REFUSAL_LINGER, self.transport.close)
 
     def data_received(self, data: bytes) -> None:
-        if self._refused is not None:
-            return  # a refused connection's request: dropped
+        if self._refused is not None:  # a refused connection's request: dropped
+            self._drain -= len(data)
+            if self._drain < 0 and not self.transport.is_closing():
+                self.transport.close()
+            return
+        continuing = self._in_head
         super().data_received(data)
+        if self._refusing():
+            return  # a head over its bounds, refused by the parser's callbacks
+        if self._in_head and self._max_head_bytes:
+            # A head still incomplete: the bytes that arrived after the read in which it began
+            # are all its own (that read is bounded by the size of a read, and what the parser
+            # handed over of it is counted by the callbacks): either count is at most the
+            # head's size, and the parser never gathers much more than the bound.
+            if continuing:
+                self._head_received += len(data)
+            if max(self._head_received, self._head_bytes) > self._max_head_bytes:
+                self._refuse_head(ErrorCode.HEADER_TOO_LARGE)
+                return
         # Bytes that leave the connection idle (uvicorn's keep-alive bound just cancelled,
         # no request in flight): a head cut across reads, or bytes that are no request (CR/LF
         # between requests), must come to a complete head in time. While a response is in
@@ -214,11 +267,64 @@ class GatheringProtocol(HttpToolsProtocol):
         ):
             self._head_deadline = self.loop.call_later(self._header_timeout, self._head_too_slow)
 
+    def _refusing(self) -> bool:
+        return self._refused is not None
+
+    def on_message_begin(self) -> None:
+        self._in_head = True
+        self._head_bytes = _REQUEST_LINE
+        self._head_received = self._head_fields = 0
+        super().on_message_begin()
+
+    def on_url(self, url: bytes) -> None:
+        self._head_bytes += len(url)
+        if self._max_head_bytes and self._head_bytes > self._max_head_bytes:
+            self._stop_parser(ErrorCode.HEADER_TOO_LARGE)
+        super().on_url(url)
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self._head_bytes += len(name) + len(value) + _HEADER_LINE
+        self._head_fields += 1
+        if self._max_head_bytes:
+            if self._head_bytes > self._max_head_bytes:
+                self._stop_parser(ErrorCode.HEADER_TOO_LARGE)
+            if self._head_fields > self._max_head_fields:
+                self._stop_parser(ErrorCode.HEADER_TOO_MANY)
+        super().on_header(name, value)
+
     def on_headers_complete(self) -> None:
+        self._in_head = False
         deadline, self._head_deadline = self._head_deadline, None
         if deadline is not None:
             deadline.cancel()
         super().on_headers_complete()
+
+    def _stop_parser(self, code: ErrorCode) -> None:
+        """Stop the parser in a callback: uvicorn answers through :meth:`send_400_response`."""
+        self._head_refusal = code
+        raise _HeadRefused(code)
+
+    def send_400_response(self, msg: str) -> None:
+        refusal, self._head_refusal = self._head_refusal, None
+        if refusal is None:
+            super().send_400_response(msg)  # a request the parser could not read
+        else:
+            self._refuse_head(refusal)
+
+    def _refuse_head(self, code: ErrorCode) -> None:
+        """Answer 431 to a head over its bounds, and close (nothing of it reached the app)."""
+        self._in_head = False
+        deadline, self._head_deadline = self._head_deadline, None
+        if deadline is not None:
+            deadline.cancel()
+        log.debug("refusing a request head: %s", code)
+        body = _head_refusal_body(code, self._max_head_bytes, self._max_head_fields)
+        head = (
+            b"HTTP/1.1 431 Request Header Fields Too Large\r\n"
+            b"content-type: application/problem+json\r\nconnection: close\r\n"
+            b"content-length: %d\r\n\r\n" % len(body)
+        )
+        self._answer_and_close(head + body)
 
     def _head_too_slow(self) -> None:
         self._head_deadline = None
@@ -251,6 +357,16 @@ class GatheringProtocol(HttpToolsProtocol):
                 timer.cancel()
         self._stall_check = self._head_deadline = None
         super().connection_lost(exc)
+
+
+@functools.cache
+def _head_refusal_body(code: ErrorCode, max_bytes: int, max_fields: int) -> bytes:
+    detail = (
+        f"the request head is over the limit of {max_bytes} bytes (JSGW_MAX_HEADER_BYTES)"
+        if code is ErrorCode.HEADER_TOO_LARGE
+        else f"the request has over {max_fields} header fields (JSGW_MAX_HEADER_FIELDS)"
+    )
+    return orjson.dumps(HeadTooLarge(code, detail).problem())
 
 
 @functools.cache

@@ -7,7 +7,7 @@ from typing import Annotated, Any
 from fastapi import Path, Request
 from starlette.responses import Response
 
-from app import errors
+from app import errors, validation
 from app.auth import access
 from app.auth.access import Need
 from app.auth.policy import Principal, Resource
@@ -56,9 +56,12 @@ async def publish_one(
     Nats-Expected-Last-Msg-Id, Nats-TTL, and user headers as Nats-Header-<Name>.
     """
     headers = publish.http_publish_headers(request.headers.items())
+    # The subject is in the path: the access decision comes before the body is read.
+    stream = await _may_write(principal, streams, validation.publish_subject(subject))
     limit = pool.max_payload
     message = publish.outgoing(subject, await read_body(request, limit), headers, limit)
-    (message,) = await _may_publish(principal, streams, [message])
+    if not principal.anonymous:
+        message = publish.for_writer(message, principal, stream)
     # The PubAck dict is what response_model=PubAck would serialize; built here, both the
     # FastAPI route and the lean path (app.fastpath) send it as it is.
     return JSON(await publisher.publish(message))
@@ -106,8 +109,7 @@ async def _may_publish(
         return messages
     out = []
     for index, message in enumerate(messages):
-        stream = await streams.capturing(message.subject) or ""
-        access.require(principal, "write", Resource("stream", stream, message.subject))
+        stream = await _may_write(principal, streams, message.subject)
         try:
             out.append(publish.for_writer(message, principal, stream))
         except errors.GatewayError as exc:
@@ -115,3 +117,14 @@ async def _may_publish(
                 exc.detail = f"messages[{index}]: {exc.detail}"
             raise
     return out
+
+
+async def _may_write(principal: Principal, streams: StreamService, subject: str) -> str:
+    """The stream that captures ``subject``, which the token must be allowed to write there
+    (403 otherwise; "" when no stream captures it, which only a grant on every stream
+    passes)."""
+    if principal.anonymous:
+        return ""
+    stream = await streams.capturing(subject) or ""
+    access.require(principal, "write", Resource("stream", stream, subject))
+    return stream

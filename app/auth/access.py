@@ -237,8 +237,33 @@ def check_delivered(principal: Principal, stream: str, consumer: str, subject: s
         )
 
 
+PRINCIPAL = "jsgw.principal"  # the scope key of the admitted request's principal
+
+
+async def admit(request: Request) -> Principal:
+    """Who is calling, and may they use this route on this resource: decided from the request
+    head alone, before anything reads the body (:class:`app.routing.Route` and the lean paths
+    call it first). The principal is kept in the scope for :func:`authorize`.
+
+    A refusal (401, 403, 429) leaves the body unread; its connection is closed after the
+    answer (:class:`app.middleware.BodyLimitMiddleware`), so that the body is not read either
+    to keep the connection.
+    """
+    principal = await _decide(request)
+    request.scope[PRINCIPAL] = principal
+    return principal
+
+
 async def authorize(request: Request) -> Principal:
-    """App-wide dependency: who is calling, and may they use this route on this resource."""
+    """The dependency of the routes that take the principal: the one :func:`admit` decided
+    (it runs before FastAPI reads the body); decided here when nothing admitted the request."""
+    principal: Principal | None = request.scope.get(PRINCIPAL)
+    if principal is None:
+        principal = await admit(request)
+    return principal
+
+
+async def _decide(request: Request) -> Principal:
     authenticator: Authenticator = request.state.runtime.auth
     need: Need | None = getattr(request.scope.get("route"), "access", None)
     if not authenticator.enabled or need is PUBLIC:

@@ -20,6 +20,7 @@ from app.schemas import (
     Duration,
     Message,
     Strict,
+    StrMap,
     SubjectFilter,
     UInt64,
     validated,
@@ -69,9 +70,9 @@ class ConsumerConfig(Strict):
     ack_policy: Literal["none", "all", "explicit"] = "explicit"
     ack_wait: Duration | None = None
     max_deliver: int | None = Field(default=None, ge=-1, le=MAX_GO_INT)
-    backoff: list[Duration] | None = None
+    backoff: list[Duration] | None = Field(default=None, fail_fast=True)
     filter_subject: SubjectFilter | None = None
-    filter_subjects: list[SubjectFilter] | None = None
+    filter_subjects: list[SubjectFilter] | None = Field(default=None, fail_fast=True)
     replay_policy: Literal["instant", "original"] | None = None
     sample_freq: str | None = Field(default=None, pattern=r"\A[0-9]{1,3}%?\z")
     max_waiting: int | None = Field(default=None, ge=1, le=MAX_GO_INT)
@@ -83,9 +84,9 @@ class ConsumerConfig(Strict):
     inactive_threshold: Duration | None = None
     num_replicas: int | None = Field(default=None, ge=0, le=5)
     mem_storage: bool | None = None
-    metadata: dict[str, str] | None = None
+    metadata: StrMap | None = None
     pause_until: Time | None = None
-    priority_groups: list[GroupName] | None = None
+    priority_groups: list[GroupName] | None = Field(default=None, fail_fast=True)
     priority_policy: Literal["none", "overflow", "pinned_client", "prioritized"] | None = None
     priority_timeout: Duration | None = None
 
@@ -214,7 +215,7 @@ class AckItem(Strict):
 
 
 class AckBatch(Strict):
-    acks: list[AckItem] = Field(min_length=1)
+    acks: list[AckItem] = Field(min_length=1, fail_fast=True)
 
 
 class AckResult(BaseModel):

@@ -13,7 +13,7 @@ from app.schemas import Message, Strict, SubjectFilter, UInt64
 class MultiRequest(Strict):
     """Last message of each subject (filters allowed), all as of one stream sequence."""
 
-    subjects: list[SubjectFilter] = Field(min_length=1)
+    subjects: list[SubjectFilter] = Field(min_length=1, fail_fast=True)
     up_to_seq: UInt64 | None = Field(default=None, ge=1)
     up_to_time: str | None = Field(default=None, description="RFC 3339")
     batch: int | None = Field(

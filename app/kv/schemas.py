@@ -100,7 +100,9 @@ class KVKeys(BaseModel):
 class KVReadRequest(Strict):
     """Keys or key filters to read together, as of one revision (or time)."""
 
-    keys: list[str] = Field(min_length=1, description="keys or filters with * and >")
+    keys: list[str] = Field(
+        min_length=1, fail_fast=True, description="keys or filters with * and >"
+    )
     at_revision: UInt64 | None = Field(default=None, ge=1)
     at_time: str | None = Field(default=None, description="RFC 3339")
     include_deleted: bool = Field(

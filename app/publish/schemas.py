@@ -9,7 +9,7 @@ from pydantic import (
     Field,
 )
 
-from app.schemas import Strict
+from app.schemas import Strict, StrMap
 
 
 class PubAck(BaseModel):
@@ -22,14 +22,14 @@ class PubAck(BaseModel):
 class PublishItem(Strict):
     subject: str
     data: str = Field(default="", description="base64")
-    headers: dict[str, str] | None = Field(
+    headers: StrMap | None = Field(
         default=None, description="NATS headers: the publish headers of this API, and user headers"
     )
     msg_id: str | None = None
 
 
 class PublishBatch(Strict):
-    messages: list[PublishItem] = Field(min_length=1)
+    messages: list[PublishItem] = Field(min_length=1, fail_fast=True)
 
 
 class PublishResult(BaseModel):

@@ -15,6 +15,7 @@ from app.schemas import (
     Int64,
     StreamName,
     Strict,
+    StrMap,
     SubjectFilter,
     UInt64,
 )
@@ -22,7 +23,7 @@ from app.schemas import (
 
 class Placement(Strict):
     cluster: str | None = None
-    tags: list[str] | None = None
+    tags: list[str] | None = Field(default=None, fail_fast=True)
     preferred: str | None = None
 
 
@@ -47,7 +48,7 @@ class StreamSource(Strict):
     opt_start_seq: UInt64 | None = None
     opt_start_time: str | None = None
     filter_subject: SubjectFilter | None = None
-    subject_transforms: list[SubjectTransform] | None = None
+    subject_transforms: list[SubjectTransform] | None = Field(default=None, fail_fast=True)
     external: ExternalStream | None = None
     domain: str | None = None
 
@@ -62,7 +63,7 @@ class StreamConfig(Strict):
 
     name: StreamName | None = None
     description: str | None = Field(default=None, max_length=4096)
-    subjects: list[SubjectFilter] | None = None
+    subjects: list[SubjectFilter] | None = Field(default=None, fail_fast=True)
     retention: Literal["limits", "interest", "workqueue"] | None = None
     max_consumers: int | None = Field(default=None, ge=-1, le=MAX_GO_INT)
     max_msgs: Int64 | None = None
@@ -77,7 +78,7 @@ class StreamConfig(Strict):
     duplicate_window: Duration | None = None
     placement: Placement | None = None
     mirror: StreamSource | None = None
-    sources: list[StreamSource] | None = None
+    sources: list[StreamSource] | None = Field(default=None, fail_fast=True)
     compression: Literal["none", "s2"] | None = None
     first_seq: UInt64 | None = None
     subject_transform: SubjectTransform | None = None
@@ -96,7 +97,7 @@ class StreamConfig(Strict):
     allow_atomic: bool | None = None
     allow_msg_schedules: bool | None = None
     persist_mode: Literal["default", "async"] | None = None
-    metadata: dict[str, str] | None = None
+    metadata: StrMap | None = None
 
     def to_nats(self, name: str) -> dict[str, Any]:
         body = self.model_dump(exclude_none=True)

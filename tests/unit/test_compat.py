@@ -76,7 +76,10 @@ def test_a_moved_uvicorn_method(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delattr(httptools_impl.HttpToolsProtocol, "on_message_begin")
     message = _refusal()
     assert f"uvicorn {compat.UVICORN.installed} (tested: 0.54.x)" in message
-    assert "HttpToolsProtocol.on_message_begin does not exist; used by app/tls.py" in message
+    assert (
+        "HttpToolsProtocol.on_message_begin does not exist; used by app/serving.py, app/tls.py"
+        in message
+    )
 
 
 def test_a_name_the_subclass_would_shadow(monkeypatch: pytest.MonkeyPatch) -> None:
