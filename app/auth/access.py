@@ -21,7 +21,7 @@ from fastapi import Request
 
 from app import errors
 from app.auth.guard import SSE_COOKIE, SSE_QUERY, Authenticator
-from app.auth.policy import ANONYMOUS, Principal, Resource, Rule
+from app.auth.policy import ANONYMOUS, Principal, Resource, Rule, decisive, kv_twins
 from app.auth.subjects import confined, reaches
 from app.errors import ErrorCode
 from app.tls import client_cert_name
@@ -145,33 +145,25 @@ def sees_account(principal: Principal) -> bool:
 # -- consuming: a consumer grant never reaches past the token's stream rules ---------------
 
 
-def _stream_rules(principal: Principal, stream: str) -> list[Rule]:
-    return [
+def _rule_sets(principal: Principal, stream: str) -> list[list[Rule]]:
+    """The sets of the token's rules that each must let it read what ``stream`` delivers: its
+    stream rules, and for a bucket's stream (``KV_<bucket>``) its kv: rules on that bucket."""
+    own = [
         rule
         for rule in principal.rules
         if rule.pattern.kind == "stream" and fnmatch.fnmatchcase(stream, rule.pattern.name)
     ]
+    return [rules for rules in (own, kv_twins(principal.rules, stream)) if rules]
 
 
 def concerns_stream(principal: Principal, stream: str) -> bool:
-    """Whether any of the token's stream rules applies to ``stream`` (only then can one deny
-    it some subjects a consumer delivers)."""
-    return bool(_stream_rules(principal, stream))
-
-
-def _decisive(rules: Sequence[Rule], resource: Resource) -> Rule | None:
-    """The rule that decides for ``resource`` (as :meth:`Principal.allows` picks it)."""
-    best: Rule | None = None
-    for rule in rules:
-        if rule.matches(resource) and (
-            best is None or rule.pattern.specificity() > best.pattern.specificity()
-        ):
-            best = rule
-    return best
+    """Whether any of the token's stream (or, for a bucket's stream, kv:) rules applies to
+    ``stream`` (only then can one deny it some subjects a consumer delivers)."""
+    return bool(_rule_sets(principal, stream))
 
 
 def _named(rule: Rule) -> str:
-    p = rule.pattern
+    p = rule.origin or rule.pattern
     return f"{p.kind}:{p.name}" + (f"/{p.prefix}" if p.prefix is not None else "")
 
 
@@ -189,14 +181,19 @@ def consume_denial(
     """
     if principal.anonymous:
         return None
-    rules = _stream_rules(principal, stream)
-    if not rules:
-        return None
+    for rules in _rule_sets(principal, stream):
+        denied = _denial(rules, stream, filters)
+        if denied is not None:
+            return denied
+    return None
+
+
+def _denial(rules: list[Rule], stream: str, filters: Sequence[str]) -> tuple[str, Rule] | None:
     # Subjects fall into classes by the longest rule prefix they start with; the rules that
     # match, and so the decisive one, are the same for every subject of a class.
     prefixes = sorted({""} | {r.pattern.prefix for r in rules if r.pattern.prefix is not None})
     for prefix in prefixes:
-        rule = _decisive(rules, Resource("stream", stream, prefix))
+        rule = decisive(rules, Resource("stream", stream, prefix))
         if rule is None or "read" in rule.actions:
             continue
         deeper = [p for p in prefixes if p != prefix and p.startswith(prefix)]
@@ -228,13 +225,15 @@ def check_delivered(principal: Principal, stream: str, consumer: str, subject: s
     changed (re-created with a broader filter) since its filter was checked."""
     if principal.anonymous:
         return
-    rule = _decisive(_stream_rules(principal, stream), Resource("stream", stream, subject))
-    if rule is not None and "read" not in rule.actions:
-        raise errors.Forbidden(
-            ErrorCode.AUTH_FORBIDDEN,
-            f"consumer {stream}/{consumer} delivered a message that the rule {_named(rule)!r} "
-            "does not let this token read (its filter has changed): not delivered",
-        )
+    for rules in _rule_sets(principal, stream):
+        rule = decisive(rules, Resource("stream", stream, subject))
+        if rule is not None and "read" not in rule.actions:
+            raise errors.Forbidden(
+                ErrorCode.AUTH_FORBIDDEN,
+                f"consumer {stream}/{consumer} delivered a message that the rule "
+                f"{_named(rule)!r} does not let this token read (its filter has changed): "
+                "not delivered",
+            )
 
 
 PRINCIPAL = "jsgw.principal"  # the scope key of the admitted request's principal

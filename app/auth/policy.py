@@ -123,6 +123,8 @@ class Resource:
 class Rule:
     pattern: Pattern
     actions: frozenset[str]
+    # For a rule derived from a kv: rule (:func:`kv_twins`), that rule's pattern.
+    origin: Pattern | None = None
 
     def matches(self, resource: Resource) -> bool:
         p = self.pattern
@@ -133,6 +135,38 @@ class Rule:
         return resource.item is not None and resource.item.startswith(p.prefix)
 
 
+KV_STREAM_PREFIX = "KV_"  # a bucket's data is also stream KV_<bucket>, subjects $KV.<bucket>.<key>
+
+
+def kv_twins(rules: tuple[Rule, ...], stream: str) -> list[Rule]:
+    """The kv: rules that concern the bucket behind ``stream`` (``KV_<bucket>``), as rules on
+    the stream: ``kv:USERS/1234.`` becomes ``stream:KV_USERS/$KV.USERS.1234.``. A bucket's
+    keys are reachable as that stream's messages too (Direct Get, consumers, stream admin),
+    and what the kv: rules deny must stay denied there."""
+    if not stream.startswith(KV_STREAM_PREFIX):
+        return []
+    bucket = stream[len(KV_STREAM_PREFIX) :]
+    twins = []
+    for rule in rules:
+        p = rule.pattern
+        if p.kind == "kv" and fnmatch.fnmatchcase(bucket, p.name):
+            prefix = None if p.prefix is None else f"$KV.{bucket}.{p.prefix}"
+            name = KV_STREAM_PREFIX + p.name
+            twins.append(Rule(Pattern("stream", name, prefix), rule.actions, origin=p))
+    return twins
+
+
+def decisive(rules: list[Rule] | tuple[Rule, ...], resource: Resource) -> Rule | None:
+    """The most specific of ``rules`` that matches ``resource``, which decides for it."""
+    best: Rule | None = None
+    for rule in rules:
+        if rule.matches(resource) and (
+            best is None or rule.pattern.specificity() > best.pattern.specificity()
+        ):
+            best = rule
+    return best
+
+
 @dataclass(frozen=True)
 class Principal:
     name: str
@@ -140,16 +174,31 @@ class Principal:
     anonymous: bool = False
 
     def allows(self, action: str, resource: Resource) -> bool:
-        """The most specific matching rule decides; no rule, no access."""
+        """The most specific matching rule decides; no rule, no access. On a bucket's stream
+        (``KV_<bucket>``) the kv: rules that concern the item must allow it as well."""
         if self.anonymous:
             return True
-        best: Rule | None = None
-        for rule in self.rules:
-            if rule.matches(resource) and (
-                best is None or rule.pattern.specificity() > best.pattern.specificity()
-            ):
-                best = rule
-        return best is not None and action in best.actions
+        best = decisive(self.rules, resource)
+        if best is None or action not in best.actions:
+            return False
+        if resource.kind == "stream" and resource.name.startswith(KV_STREAM_PREFIX):
+            twin = decisive(kv_twins(self.rules, resource.name), resource)
+            return twin is None or action in twin.actions
+        return True
+
+    def item_rules(self, kind: str, name: str) -> list[Rule]:
+        """The rules with an item prefix that concern bucket/stream ``name`` (for a bucket's
+        stream, the kv: rules' twins too)."""
+        own = [
+            rule
+            for rule in self.rules
+            if rule.pattern.kind == kind
+            and rule.pattern.prefix is not None
+            and fnmatch.fnmatchcase(name, rule.pattern.name)
+        ]
+        if kind == "stream":
+            own += [r for r in kv_twins(self.rules, name) if r.pattern.prefix is not None]
+        return own
 
     def allows_all(self, action: str, kind: str, name: str) -> bool:
         """``action`` on every item of one bucket/stream: the whole is granted, and no more
@@ -163,10 +212,7 @@ class Principal:
         # prefix rule decides is the prefix itself.
         return all(
             self.allows(action, Resource(kind, name, rule.pattern.prefix))
-            for rule in self.rules
-            if rule.pattern.kind == kind
-            and rule.pattern.prefix is not None
-            and fnmatch.fnmatchcase(name, rule.pattern.name)
+            for rule in self.item_rules(kind, name)
         )
 
     def readable_prefixes(self, kind: str, name: str, action: str = "read") -> list[str] | None:
@@ -177,6 +223,8 @@ class Principal:
         """
         if self.allows_all(action, kind, name):
             return None
+        # Only the token's own rules on ``kind`` grant; a bucket's kv: rules can take items
+        # of its stream away (checked item by item through :meth:`allows`), never give them.
         prefixes = [
             rule.pattern.prefix
             for rule in self.rules
