@@ -16,6 +16,7 @@ from app.schemas import (
     StreamName,
     Strict,
     SubjectFilter,
+    Time,
     UInt64,
 )
 
@@ -45,7 +46,7 @@ class ExternalStream(Strict):
 class StreamSource(Strict):
     name: StreamName
     opt_start_seq: UInt64 | None = None
-    opt_start_time: str | None = None
+    opt_start_time: Time | None = None
     filter_subject: SubjectFilter | None = None
     subject_transforms: list[SubjectTransform] | None = None
     external: ExternalStream | None = None
