@@ -57,7 +57,8 @@ def rfc3339(draw: st.DrawFn) -> str:
 
 TIMES = st.one_of(st.sampled_from(EXTREME_TIMES), rfc3339())
 
-MAX_NS = 2**63 - 1
+# -- durations (NATS holds them as int64 nanoseconds: at most 2562047h47m16.854775807s) --------
+
 EXTREME_DURATION_TEXTS = [
     "2562047h47m16.854775807s",  # the largest Go duration
     "2562047h47m16.854775808s",
@@ -104,6 +105,10 @@ EXTREME_DURATION_NUMBERS = [
     "1.7976931348623157e308",
     "1e999",
     "-1",
+    # not JSON, but Python's decoder takes them
+    "NaN",
+    "Infinity",
+    "-Infinity",
 ]
 
 
