@@ -1,5 +1,6 @@
 """The ``jsgw`` command: ``jsgw serve`` runs the gateway, ``jsgw openapi`` prints the spec,
-``jsgw docs`` writes the pages of the problem codes."""
+``jsgw docs`` writes the pages of the problem codes, ``jsgw auth check`` and ``jsgw auth
+explain`` review an auth file."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from app import logs
 if TYPE_CHECKING:
     from fastapi import FastAPI
 
+    from app.auth.policy import Policy
     from app.config import Settings
 
 log = logging.getLogger("jsgw.cli")
@@ -126,6 +128,58 @@ def docs(args: argparse.Namespace) -> int:
     return 0
 
 
+def _auth_policy(args: argparse.Namespace) -> tuple[Policy, str]:
+    from pathlib import Path
+
+    from app.auth.policy import PolicyError, load
+
+    path = args.file or os.environ.get("JSGW_AUTH_FILE")
+    if not path:
+        raise SystemExit("jsgw auth: give --file or set JSGW_AUTH_FILE")
+    try:
+        return load(Path(path), warn=False), path
+    except PolicyError as exc:
+        raise SystemExit(f"jsgw auth: {exc}") from None
+
+
+def auth_check(args: argparse.Namespace) -> int:
+    """The rules of the auth file that can never take effect: 0 when there are none, 1 else."""
+    from app.auth.review import ineffective_rules
+
+    policy, path = _auth_policy(args)
+    warnings = ineffective_rules(policy)
+    for warning in warnings:
+        print(f"{path}: {warning}")
+    if not warnings:
+        print(f"{path}: {len(policy.principals)} tokens, every rule can take effect")
+    return 1 if warnings else 0
+
+
+def auth_explain(args: argparse.Namespace) -> int:
+    """Which rule decides ACTION on RESOURCE for the token named NAME, and why: 0 when
+    allowed, 1 when denied, 2 for a question that cannot be answered."""
+    from app.auth.policy import PolicyError
+    from app.auth.review import explain, parse_resource
+
+    policy, _ = _auth_policy(args)
+    principals = [p for p in policy.principals if p.name == args.token]
+    if not principals:
+        known = ", ".join(sorted({p.name for p in policy.principals})) or "none"
+        print(f"jsgw auth: no token named {args.token!r} (tokens: {known})", file=sys.stderr)
+        return 2
+    try:
+        resource = parse_resource(args.resource)
+        explanations = [explain(p, args.action, resource) for p in principals]
+    except PolicyError as exc:
+        print(f"jsgw auth: {exc}", file=sys.stderr)
+        return 2
+    if len(principals) > 1:
+        print(f"{len(principals)} tokens are named {args.token!r}: each is explained")
+    for explanation in explanations:
+        print("\n".join(explanation.lines()))
+    return 0 if all(e.allowed for e in explanations) else 1
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="jsgw", description="HTTP/REST + SSE gateway for NATS JetStream"
@@ -140,5 +194,22 @@ def main(argv: list[str] | None = None) -> int:
     pages = sub.add_parser("docs", help="write the pages of the problem codes (docs/problems/)")
     pages.add_argument("-o", "--output", default="docs/problems", help="the directory to write")
     pages.set_defaults(func=docs)
+    auth = sub.add_parser("auth", help="review an auth file (JSGW_AUTH_FILE or --file)")
+    auth_sub = auth.add_subparsers(dest="auth_command", required=True)
+    check = auth_sub.add_parser("check", help="list the rules that can never take effect")
+    check.set_defaults(func=auth_check)
+    why = auth_sub.add_parser(
+        "explain",
+        help="say which rule decides an action on a resource for a token, and why",
+        description="Exit status: 0 allowed, 1 denied, 2 unknown token or bad resource/action.",
+    )
+    why.add_argument("--token", required=True, metavar="NAME", help="the token's name")
+    why.add_argument(
+        "resource", help="kv:<bucket>[/<key>], stream:<name>[/<subject>], consumer:<stream>/<name>"
+    )
+    why.add_argument("action", choices=["read", "write", "admin", "consume"])
+    why.set_defaults(func=auth_explain)
+    for command in (check, why):
+        command.add_argument("--file", help="the auth file (default: $JSGW_AUTH_FILE)")
     args = parser.parse_args(argv)
     return int(getattr(args, "func", serve)(args))

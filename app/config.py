@@ -180,7 +180,9 @@ class Settings(BaseSettings):
         from app.auth.policy import load
 
         if path is not None:
-            load(path)  # raises PolicyError (a ValueError) naming the problem
+            # Raises PolicyError (a ValueError) naming the problem; the warnings about rules
+            # without effect come when the gateway loads it.
+            load(path, warn=False)
         return path
 
     @model_validator(mode="after")

@@ -24,6 +24,9 @@ _GO_DURATION = re.compile(r"(?:\d+(?:\.\d*)?|\.\d+)(?:ns|us|µs|μs|ms|s|m|h)")
 _GO_PART = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|μs|ms|s|m|h)")
 MAX_DURATION_NS = 2**63 - 1
 _ZERO_TIME_PREFIX = "0001-01-01"
+MIN_TIME = "0001-01-01T00:00:00Z"
+MAX_TIME = "9999-12-31T23:59:59.999999Z"
+"""The range of times a request may give, once in UTC (Python's, within RFC 3339's)."""
 
 
 def parse_duration_ns(value: object) -> int:
@@ -87,7 +90,11 @@ def parse_time(value: str) -> datetime:
         raise ValueError(f"not an RFC 3339 time: {value!r}") from None
     if parsed.tzinfo is None:
         raise ValueError(f"time {value!r} has no UTC offset (add 'Z')")
-    return parsed.astimezone(UTC)
+    try:
+        # 9999-12-31T23:59:59-00:01 is valid RFC 3339, but a year 10000 in UTC.
+        return parsed.astimezone(UTC)
+    except OverflowError:
+        raise ValueError(f"time {value!r} is outside {MIN_TIME} to {MAX_TIME}") from None
 
 
 def format_time(value: datetime) -> str:
@@ -102,5 +109,6 @@ def nats_time(value: str | None) -> str | None:
 
 
 def time_for_nats(value: datetime) -> str:
-    """A time as the JetStream API wants it in a request."""
-    return value.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    """A time as the JetStream API wants it in a request (four-digit years: strftime's %Y
+    gives "1" for the year 1 on glibc, which the server cannot parse)."""
+    return value.astimezone(UTC).isoformat(timespec="microseconds").replace("+00:00", "Z")

@@ -18,19 +18,46 @@ from pydantic import (
 from pydantic_core import PydanticCustomError
 
 from app import validation
-from app.durations import parse_duration_ns
+from app.durations import (
+    MAX_DURATION_NS,
+    NS_PER_SECOND,
+    parse_duration_ns,
+    parse_time,
+    time_for_nats,
+)
 from app.errors import ErrorCode, InvalidInput
 
 _DURATION_SCHEMA = {
     "oneOf": [
-        {"type": "number", "minimum": 0, "description": "seconds"},
-        {"type": "string", "examples": ["30s", "1h30m", "500ms"]},
+        {
+            "type": "number",
+            "minimum": 0,
+            "maximum": MAX_DURATION_NS // NS_PER_SECOND,
+            "description": "seconds",
+        },
+        # go-duration: Go's time.ParseDuration syntax, unsigned, up to 2562047h47m16.854775807s
+        # (NATS's int64 nanoseconds); tests/contract generates its extremes.
+        {"type": "string", "format": "go-duration", "examples": ["30s", "1h30m", "500ms"]},
     ],
-    "description": "seconds, or a Go-style duration string",
+    "description": "seconds, or a Go-style duration string (at most ~292 years)",
 }
 
 Duration = Annotated[int, BeforeValidator(parse_duration_ns), WithJsonSchema(_DURATION_SCHEMA)]
 """A duration in a request: seconds or ``"1h30m"``; held as nanoseconds for NATS."""
+
+_TIME_SCHEMA = {"type": "string", "format": "date-time"}
+
+
+def _time_for_nats(value: str) -> str:
+    return time_for_nats(parse_time(value))
+
+
+Time = Annotated[str, AfterValidator(_time_for_nats), WithJsonSchema(_TIME_SCHEMA)]
+"""An RFC 3339 time in a request (0001-01-01 to 9999-12-31 once in UTC), passed on in the form
+the JetStream API wants."""
+
+TimeText = Annotated[str, WithJsonSchema({**_TIME_SCHEMA, "description": "RFC 3339"})]
+"""An RFC 3339 time that the service checks where it uses it (a 400 naming the parameter)."""
 
 
 def validated(fn: Any) -> AfterValidator:

@@ -21,6 +21,7 @@ from app.errors import ErrorCode
 from app.http import JSON, PlainDigits, problems, wants_json
 from app.nats.direct import EndOfBatch, StoredMessage
 from app.routing import Router
+from app.schemas import TimeText
 
 router = Router(prefix="/v1/streams", tags=["direct get"])
 
@@ -84,7 +85,7 @@ async def direct_get(
         str | None, Query(description="first message at/after seq on this subject")
     ] = None,
     start_time: Annotated[
-        str | None, Query(description="first message at/after this RFC 3339 time")
+        TimeText | None, Query(description="first message at/after this RFC 3339 time")
     ] = None,
     batch: Annotated[
         int | None, Query(ge=1, description="read up to this many messages (NDJSON)")

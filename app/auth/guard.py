@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import base64
 import hashlib
 import hmac
 import logging
@@ -12,7 +11,7 @@ from pathlib import Path
 
 import orjson
 
-from app import errors
+from app import b64url, errors
 from app.auth.policy import ANONYMOUS, Policy, PolicyError, Principal, load
 from app.errors import ErrorCode
 
@@ -168,13 +167,11 @@ class Authenticator:
 
 
 def _b64(raw: bytes) -> str:
-    return base64.urlsafe_b64encode(raw).rstrip(b"=").decode()
+    return b64url.encode(raw)
 
 
 def _unb64(text: str) -> bytes:
+    """Strict: one spelling per token (app/b64url.py)."""
     if not text or len(text) > 4096:
         raise ValueError("bad token part")
-    try:
-        return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
-    except (ValueError, TypeError):
-        raise ValueError("bad token part") from None
+    return b64url.decode(text)

@@ -25,12 +25,15 @@ import fnmatch
 import hashlib
 import hmac
 import json
+import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+log = logging.getLogger("jsgw.auth")
 
 Action = Literal["read", "write", "admin", "consume"]
 ACTIONS: frozenset[str] = frozenset({"read", "write", "admin", "consume"})
@@ -262,7 +265,9 @@ class Policy:
         return found
 
 
-def load(path: Path) -> Policy:
+def load(path: Path, *, warn: bool = True) -> Policy:
+    """The tokens of an auth file; PolicyError names what is wrong with it. With ``warn``,
+    logs a warning for each rule that can never take effect (app/auth/review.py)."""
     try:
         text = path.read_text()
         data: Any = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
@@ -282,4 +287,9 @@ def load(path: Path) -> Policy:
             policy.by_digest[digest] = principal
         if token.client_cert:
             policy.by_cert[token.client_cert] = principal
+    if warn:
+        from app.auth.review import ineffective_rules  # it builds on this module
+
+        for warning in ineffective_rules(policy):
+            log.warning("%s: %s", path, warning)
     return policy

@@ -5,16 +5,13 @@ from __future__ import annotations
 from typing import Annotated, Any, Literal
 
 from pydantic import (
-    AfterValidator,
     BaseModel,
     ConfigDict,
     Field,
-    WithJsonSchema,
     model_validator,
 )
 
 from app import validation
-from app.durations import parse_time, time_for_nats
 from app.schemas import (
     MAX_GO_INT,
     Duration,
@@ -22,6 +19,7 @@ from app.schemas import (
     Strict,
     StrMap,
     SubjectFilter,
+    Time,
     UInt64,
     validated,
 )
@@ -29,15 +27,6 @@ from app.schemas import (
 ConsumerName = Annotated[str, validated(validation.consumer_name)]
 GroupName = Annotated[str, validated(validation.group_name)]
 
-
-def _time_for_nats(value: str) -> str:
-    return time_for_nats(parse_time(value))
-
-
-Time = Annotated[
-    str, AfterValidator(_time_for_nats), WithJsonSchema({"type": "string", "format": "date-time"})
-]
-"""An RFC 3339 time in a request, passed on in the form the JetStream API wants."""
 
 # Settings that only push consumers have: refused with a clear message rather than as
 # unknown fields, since the gateway manages pull consumers only.

@@ -7,7 +7,7 @@ from pydantic import (
     Field,
 )
 
-from app.schemas import Message, Strict, SubjectFilter, UInt64
+from app.schemas import Message, Strict, SubjectFilter, TimeText, UInt64
 
 
 class MultiRequest(Strict):
@@ -15,7 +15,7 @@ class MultiRequest(Strict):
 
     subjects: list[SubjectFilter] = Field(min_length=1, fail_fast=True)
     up_to_seq: UInt64 | None = Field(default=None, ge=1)
-    up_to_time: str | None = Field(default=None, description="RFC 3339")
+    up_to_time: TimeText | None = Field(default=None, description="RFC 3339")
     batch: int | None = Field(
         default=None, ge=1, le=1000, description="messages per server request (paging)"
     )

@@ -10,7 +10,7 @@ from pydantic import (
     Field,
 )
 
-from app.schemas import Duration, Int64, Strict, UInt64
+from app.schemas import Duration, Int64, Strict, TimeText, UInt64
 from app.streams.schemas import Placement, Republish
 
 
@@ -104,7 +104,7 @@ class KVReadRequest(Strict):
         min_length=1, fail_fast=True, description="keys or filters with * and >"
     )
     at_revision: UInt64 | None = Field(default=None, ge=1)
-    at_time: str | None = Field(default=None, description="RFC 3339")
+    at_time: TimeText | None = Field(default=None, description="RFC 3339")
     include_deleted: bool = Field(
         default=False, description="report keys deleted/purged at that revision (no value)"
     )

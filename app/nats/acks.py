@@ -9,14 +9,12 @@ and any replica can verify a token another one issued: no server-side session st
 
 from __future__ import annotations
 
-import base64
-import binascii
 import hashlib
 import hmac
 import re
 from dataclasses import dataclass
 
-from app import errors
+from app import b64url, errors
 from app.errors import ErrorCode
 
 MAX_TOKEN_LENGTH = 1024
@@ -74,7 +72,7 @@ def sign(secret: bytes, stream: str, consumer: str, reply: str) -> str:
     """The opaque token for a message delivered from ``stream``/``consumer`` with ``reply``."""
     body = _VERSION + reply.encode()
     raw = body + _mac(secret, stream, consumer, body)
-    return base64.urlsafe_b64encode(raw).rstrip(b"=").decode()
+    return b64url.encode(raw)
 
 
 def verify(secret: bytes, stream: str, consumer: str, token: str) -> AckSubject:
@@ -105,8 +103,8 @@ def _decode(token: str) -> tuple[bytes, bytes]:
     if len(token) > MAX_TOKEN_LENGTH or _TOKEN.fullmatch(token) is None:
         raise _invalid()
     try:
-        raw = base64.urlsafe_b64decode(token + "=" * (-len(token) % 4))
-    except (binascii.Error, ValueError):
+        raw = b64url.decode(token)  # strict: one spelling per token
+    except ValueError:
         raise _invalid() from None
     if len(raw) <= len(_VERSION) + _MAC_SIZE or not raw.startswith(_VERSION):
         raise _invalid()

@@ -17,6 +17,7 @@ from app.schemas import (
     Strict,
     StrMap,
     SubjectFilter,
+    Time,
     UInt64,
 )
 
@@ -46,7 +47,7 @@ class ExternalStream(Strict):
 class StreamSource(Strict):
     name: StreamName
     opt_start_seq: UInt64 | None = None
-    opt_start_time: str | None = None
+    opt_start_time: Time | None = None
     filter_subject: SubjectFilter | None = None
     subject_transforms: list[SubjectTransform] | None = Field(default=None, fail_fast=True)
     external: ExternalStream | None = None

@@ -143,6 +143,7 @@ async def test_sse_token(nats_server: EmbeddedServer, auth_file: Path) -> None:
         token = minted.json()["token"]
         assert "jsgw_sse" in minted.headers["set-cookie"]
         assert "HttpOnly" in minted.headers["set-cookie"]
+        assert "secure" not in minted.headers["set-cookie"].lower()  # plain HTTP here
         # Not a bearer token, and not accepted outside SSE routes.
         problem(await gw.get("/v1/info", headers=bearer(token)), 401)
         problem(await gw.get("/v1/info", params={"access_token": token}), 401)

@@ -426,10 +426,17 @@ _QUERY: list[tuple[str, str, str]] = [
         "GET",
         f"/v1/streams/{STREAM}/direct?start_time=2020-01-01T00:00:00%2B99:00",
     ),
+    # Valid RFC 3339, but before the year 1 or after 9999 once in UTC (0001-01-01T00:00:00Z
+    # itself is a time like any other: the first message at or after it).
     (
-        "direct start_time=year-1",
+        "direct start_time=year-0-in-utc",
         "GET",
-        f"/v1/streams/{STREAM}/direct?start_time=0001-01-01T00:00:00Z",
+        f"/v1/streams/{STREAM}/direct?start_time=0001-01-01T00:00:00%2B00:01",
+    ),
+    (
+        "direct start_time=year-10000-in-utc",
+        "GET",
+        f"/v1/streams/{STREAM}/direct?start_time=9999-12-31T23:59:59-00:01",
     ),
     ("direct start_time=empty", "GET", f"/v1/streams/{STREAM}/direct?start_time="),
     ("messages erase=maybe", "DELETE", f"/v1/streams/{STREAM}/messages/1?erase=maybe"),

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from app.durations import format_time, ns_to_seconds, parse_duration_ns, parse_time
+from app.durations import format_time, ns_to_seconds, parse_duration_ns, parse_time, time_for_nats
 
 
 @pytest.mark.parametrize(
@@ -66,3 +66,45 @@ def test_times() -> None:
     for bad in ("yesterday", "2024-05-01T10:00:00", "2024-13-01T00:00:00Z"):
         with pytest.raises(ValueError):
             parse_time(bad)
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        "9999-12-31T23:59:59-00:01",  # the year 10000 once in UTC
+        "0001-01-01T00:00:00+00:01",  # the year 0 once in UTC
+        "9999-12-31T23:59:59.999999-23:59",
+    ],
+)
+def test_times_out_of_range_once_in_utc_are_value_errors(value: str) -> None:
+    with pytest.raises(ValueError, match="outside 0001-01-01T00:00:00Z to 9999-12-31"):
+        parse_time(value)
+
+
+@pytest.mark.parametrize(
+    ("value", "sent"),
+    [
+        ("0001-01-01T00:00:00Z", "0001-01-01T00:00:00.000000Z"),
+        ("0001-01-01T23:59:00+23:59", "0001-01-01T00:00:00.000000Z"),
+        ("0999-05-01T00:00:00Z", "0999-05-01T00:00:00.000000Z"),
+        ("9999-12-31T23:59:59.999999Z", "9999-12-31T23:59:59.999999Z"),
+        ("2024-05-01T12:00:00+02:00", "2024-05-01T10:00:00.000000Z"),
+    ],
+)
+def test_times_for_nats_have_four_digit_years(value: str, sent: str) -> None:
+    assert time_for_nats(parse_time(value)) == sent
+
+
+@given(
+    st.datetimes(min_value=datetime(1, 1, 1), max_value=datetime(9999, 12, 31, 23, 59, 59, 999999)),
+    st.integers(min_value=-(24 * 60 - 1), max_value=24 * 60 - 1),
+)
+def test_any_rfc3339_time_parses_or_is_a_value_error(moment: datetime, minutes: int) -> None:
+    sign = "-" if minutes < 0 else "+"
+    text = moment.isoformat() + f"{sign}{abs(minutes) // 60:02d}:{abs(minutes) % 60:02d}"
+    try:
+        parsed = parse_time(text)
+    except ValueError:
+        return
+    assert parsed.tzinfo is UTC
+    assert len(time_for_nats(parsed)) == len("2024-05-01T10:00:00.000000Z")
