@@ -118,6 +118,7 @@ class KVService:
         # see get() and app.kv.floors.
         self.floors = RevisionFloors()
         self._stale_reads = metrics.kv_stale_reads
+        self._retry_after = {"Retry-After": str(settings.retry_after)}
         self.buckets = Buckets(js, direct)
         self.watches = Watches(
             js,
@@ -494,8 +495,16 @@ class KVService:
     ) -> StoredMessage | None:
         """The key's last message as the stream leader has it, for the revision a 412 reports
         (a replica's Direct Get may lag behind the write that made the precondition fail).
-        It raises the key's floor: a 412 tells the client that revision."""
-        message = await self._msg_get(stream, {"last_by_subj": subject}, timeout)
+        It raises the key's floor: a 412 tells the client that revision.
+
+        A stream without a leader (being elected) is answered ``10008 JetStream cluster not
+        available``: a 503 to retry, with Retry-After as the gateway's other 503s.
+        """
+        try:
+            message = await self._msg_get(stream, {"last_by_subj": subject}, timeout)
+        except errors.Unavailable as exc:
+            exc.headers = {**self._retry_after, **exc.headers}
+            raise
         if message is not None and message.subject == subject:
             self.floors.advance(subject, message.seq)
         return message

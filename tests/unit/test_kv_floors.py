@@ -13,7 +13,6 @@ import pytest
 
 from app import errors
 from app.config import Settings
-from app.errors import ErrorCode
 from app.kv.floors import RevisionFloors
 from app.kv.service import KVService
 from app.metrics import Metrics
@@ -86,12 +85,18 @@ def _service(leader: _Leader, metrics: Metrics) -> KVService:
 
 async def test_a_stale_answer_is_never_given_when_the_leader_does_not_answer() -> None:
     metrics = Metrics()
-    leader = _Leader(errors.Unavailable(ErrorCode.JETSTREAM_UNAVAILABLE, "no leader"))
+    # What a stream without a leader answers STREAM.MSG.GET with (10008), as the API maps it.
+    leader = _Leader(
+        errors.from_jetstream(
+            {"code": 503, "err_code": 10008, "description": "JetStream cluster not available"}
+        )
+    )
     kv = _service(leader, metrics)
     try:
         kv.floors.advance("$KV.b.k", 5)
-        with pytest.raises(errors.Unavailable):
+        with pytest.raises(errors.Unavailable) as raised:
             await kv.get("b", "k")
+        assert raised.value.headers == {"Retry-After": "1"}
         assert leader.asked == [("STREAM", "MSG", "GET", "KV_b")]
         assert kv.floors.revisions == {"$KV.b.k": 5}
         assert metrics.registry.get_sample_value("jsgw_kv_stale_reads_total") == 1
