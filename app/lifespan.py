@@ -86,7 +86,7 @@ def make_lifespan(
             js = JetStreamApi(pool, settings.js_domain)
             direct = DirectGet(js)
             publisher = Publisher(pool, js)
-            kv = KVService(js, direct, publisher, settings)
+            kv = KVService(js, direct, publisher, settings, metrics)
             runtime = Runtime(
                 settings=settings,
                 metrics=metrics,

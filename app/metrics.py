@@ -170,6 +170,13 @@ class Metrics:
             "Pooled connections that the client gave up on and the pool replaced.",
             registry=self.registry,
         )
+        self.kv_stale_reads = Counter(
+            "jsgw_kv_stale_reads_total",
+            "Reads of a KV key's latest value that Direct Get answered older than a revision "
+            "this process had served or written for the key (a replica catching up), read "
+            "again from the stream leader.",
+            registry=self.registry,
+        )
 
     def observe_http(self, method: str, route: str, status: int, seconds: float) -> None:
         series = self.requests

@@ -227,7 +227,9 @@ async def get_key(
     `consistency=leader` reads the latest value from the stream leader
     (`$JS.API.STREAM.MSG.GET`), never from the read cache or a replica: a value acknowledged
     to any writer before the read started is seen (read-your-writes). Direct Get may be
-    answered by a replica that has not caught up yet, most visibly during a partition.
+    answered by a replica that has not caught up yet, most visibly during a partition; but
+    reads of the latest value through one gateway process never go back behind a revision
+    of the key it has served or written (such an answer is read again from the leader).
     """
     entry = await kv.get(bucket, key, revision, leader=consistency == "leader")
     return entry_response(entry, request.headers, if_none_match)

@@ -15,9 +15,10 @@ changes still on their way from the server to the gateway (the delivery lag of a
 consumer: typically well under a millisecond on a LAN; if deliveries stop, the cache stops
 answering after at most two heartbeat intervals). A write through this gateway process is never
 missed by its own later reads: the written revision is remembered until the feed delivers it,
-and reads of that key go to NATS until then. Entries with a TTL (per key, or the bucket's
-``max_age``) are not answered from memory once expired. Reads of a revision (``?revision=``),
-history and listings never use the cache.
+and reads of that key go to NATS until then (nor is an entry older than what the process has
+already served for its key answered: see KVService.get). Entries with a TTL (per key, or the
+bucket's ``max_age``) are not answered from memory once expired. Reads of a revision
+(``?revision=``), history and listings never use the cache.
 
 Purges. A stream purge made by other means than the KV API (``purge_stream``, with or without
 a subject filter, ``purge_deletes``) removes messages without a word to consumers. What it

@@ -28,6 +28,7 @@ from app.errors import ErrorCode
 from app.kv import model as kv_model
 from app.kv.buckets import Buckets
 from app.kv.cache import ReadCaches
+from app.kv.floors import RevisionFloors
 from app.kv.keys import list_keys
 from app.kv.model import (
     ANY_REVISION,
@@ -43,6 +44,7 @@ from app.kv.model import (
     stream_name,
 )
 from app.kv.watch import Watches, WatchOptions, WatchSession
+from app.metrics import Metrics
 from app.nats.direct import DirectGet, StoredMessage
 from app.nats.jsapi import JetStreamApi
 from app.nats.scan import ConsumerScan
@@ -102,11 +104,21 @@ def ttl_header(value: str) -> str:
 
 class KVService:
     def __init__(
-        self, js: JetStreamApi, direct: DirectGet, publisher: Publisher, settings: Settings
+        self,
+        js: JetStreamApi,
+        direct: DirectGet,
+        publisher: Publisher,
+        settings: Settings,
+        metrics: Metrics,
     ) -> None:
         self.js = js
         self.direct = direct
         self.publisher = publisher
+        # Reads of a key's latest value never go behind what this process served or wrote:
+        # see get() and app.kv.floors.
+        self.floors = RevisionFloors()
+        self._stale_reads = metrics.kv_stale_reads
+        self._retry_after = {"Retry-After": str(settings.retry_after)}
         self.buckets = Buckets(js, direct)
         self.watches = Watches(
             js,
@@ -142,28 +154,50 @@ class KVService:
         ``leader``: read the latest value from the stream leader (``STREAM.MSG.GET``), never
         from the read cache or a replica's Direct Get, which may lag behind a write just
         acknowledged (read-your-writes).
+
+        A latest-value read never answers older than its key's floor, the highest revision
+        this process has served or written for it (app.kv.floors): a cached entry behind it
+        is not answered, a Direct Get answer behind it is read again from the stream leader.
+        A delete or purge marker counts as much as a value, so a read never answers an older
+        value after a newer delete. Reads of a revision are answered as they are, and raise
+        the floor (as writes, histories and the revision of a 412 do; watches do not: a watch
+        of a large bucket would push every other key out of the bounded floors).
         """
         stream, subject = self._names(bucket, key)
         if leader and revision is not None:
             raise errors.InvalidInput(
                 ErrorCode.REQUEST_INVALID, "consistency=leader reads the latest value only"
             )
+        floor = self.floors.revisions.get(subject, 0)
         if revision is None and not leader:
             cached, entry = self.cache.lookup(bucket, key)
             if cached:
-                if entry is None:
-                    raise _key_not_found(key)
-                if entry.operation != PUT:
-                    raise _key_not_found(key, entry)
-                return entry
+                seen = 0 if entry is None else entry.revision
+                if seen >= floor:  # else the feed is behind an answer already given: NATS
+                    if seen > floor:
+                        self.floors.advance(subject, seen)
+                    if entry is None:
+                        raise _key_not_found(key)
+                    if entry.operation != PUT:
+                        raise _key_not_found(key, entry)
+                    return entry
         delta: int | None
         try:
             if leader:
                 message, delta = await self._leader_last(stream, subject), 0
+                self.floors.settle(subject, floor, 0 if message is None else message.seq)
             elif revision is None:
                 message, delta = await self._last(stream, subject), 0
+                seen = 0 if message is None else message.seq
+                if seen != floor:
+                    if seen < floor:
+                        message = await self._behind(stream, subject, floor)
+                    else:
+                        self.floors.advance(subject, seen)
             else:
                 message, delta = await self._at(stream, subject, revision)
+                if message is not None and message.seq > floor:
+                    self.floors.advance(subject, message.seq)
         except errors.NotFound as exc:  # bucket_errors, inline on the hottest path
             raise as_bucket_error(bucket, exc) from None
         # Never another key's value: the subject must be this key's exactly.
@@ -173,6 +207,28 @@ class KVService:
         if entry.operation != PUT:
             raise _key_not_found(key, entry)
         return entry
+
+    async def _behind(self, stream: str, subject: str, floor: int) -> StoredMessage | None:
+        """The key's last message from the stream leader, for a Direct Get answered older
+        than the key's floor (by a replica catching up, typically a server just restarted).
+
+        Errors are the leader read's (as for ``consistency=leader``): the stale answer is
+        never given instead.
+        """
+        self._stale_reads.inc()
+        message = await self._leader_last(stream, subject)
+        self.floors.settle(subject, floor, 0 if message is None else message.seq)
+        return message
+
+    async def _latest(self, stream: str, subject: str) -> StoredMessage | None:
+        """The key's last message as :meth:`get` reads it: never older than its floor."""
+        floor = self.floors.revisions.get(subject, 0)
+        message = await self._last(stream, subject)
+        seen = 0 if message is None else message.seq
+        if seen < floor:
+            return await self._behind(stream, subject, floor)
+        self.floors.advance(subject, seen)
+        return message
 
     async def _last(self, stream: str, subject: str) -> StoredMessage | None:
         try:
@@ -239,6 +295,7 @@ class KVService:
                 entries = await self._history_by_consumer(bucket, stream, subject)
         if not entries:
             raise _key_not_found(key)
+        self.floors.advance(subject, entries[-1].revision)
         return entries
 
     async def _history_by_direct(self, bucket: str, stream: str, subject: str) -> list[Entry]:
@@ -310,6 +367,7 @@ class KVService:
                 expected = await self._expected(stream, subject, key, precondition)
                 revision = await self._write(stream, subject, key, value, headers, expected)
         self.cache.written(bucket, key, revision)
+        self.floors.advance(subject, revision)
         return revision, precondition.create
 
     async def delete(
@@ -341,6 +399,7 @@ class KVService:
             expected = await self._expected(stream, subject, key, precondition)
             revision = await self._write(stream, subject, key, b"", headers, expected)
         self.cache.written(bucket, key, revision)
+        self.floors.advance(subject, revision)
         return revision
 
     async def _expected(
@@ -349,7 +408,7 @@ class KVService:
         """The revision a write must find, from If-Match (``*``: whatever value is there)."""
         if precondition.revision != ANY_REVISION:
             return precondition.revision
-        last = await self._last(stream, subject)
+        last = await self._latest(stream, subject)
         if last is None or operation_of(last.headers) != PUT:
             raise self._mismatch(key, last)
         return last.seq
@@ -435,8 +494,20 @@ class KVService:
         self, stream: str, subject: str, timeout: float | None = None
     ) -> StoredMessage | None:
         """The key's last message as the stream leader has it, for the revision a 412 reports
-        (a replica's Direct Get may lag behind the write that made the precondition fail)."""
-        return await self._msg_get(stream, {"last_by_subj": subject}, timeout)
+        (a replica's Direct Get may lag behind the write that made the precondition fail).
+        It raises the key's floor: a 412 tells the client that revision.
+
+        A stream without a leader (being elected) is answered ``10008 JetStream cluster not
+        available``: a 503 to retry, with Retry-After as the gateway's other 503s.
+        """
+        try:
+            message = await self._msg_get(stream, {"last_by_subj": subject}, timeout)
+        except errors.Unavailable as exc:
+            exc.headers = {**self._retry_after, **exc.headers}
+            raise
+        if message is not None and message.subject == subject:
+            self.floors.advance(subject, message.seq)
+        return message
 
     async def _publish(
         self,
