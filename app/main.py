@@ -89,6 +89,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     # the API above.
     ui.install(app)
     routing.check_declared(app)
+    # 405s name every method of the path, and OPTIONS is answered (app.problems).
+    app.state.allowed = routing.Allowed(app)
     # Built (and checked) also when off. Served inside the middleware below: metrics,
     # request ids, CORS and limits still apply.
     lean_paths = fastpath.install(app)

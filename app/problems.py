@@ -71,7 +71,31 @@ async def _request_validation(request: Request, exc: Exception) -> Response:
 
 async def _http_exception(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, StarletteHTTPException)
+    if exc.status_code == 405:
+        return _method_not_allowed(request, exc)
     return http_exception_response(exc, request.scope)
+
+
+def _method_not_allowed(request: Request, exc: StarletteHTTPException) -> Response:
+    """A path some route serves, with a method none of them takes: ``OPTIONS`` is answered
+    (204 and the methods), any other method is a 405 whose Allow lists every method the path
+    is served with (:class:`app.routing.Allowed`), not only those of the first route that
+    matched. Both are answered before authentication (the route's handler is not reached):
+    they tell nothing but the methods, which the public OpenAPI document states too."""
+    allowed = getattr(request.app.state, "allowed", None)
+    methods = allowed.methods(request.scope) if allowed is not None else []
+    if not methods:  # not one of the app's own routes: as Starlette answered
+        return http_exception_response(exc, request.scope)
+    allow = ", ".join(methods)
+    if request.method == "OPTIONS":
+        return Response(status_code=204, headers={"Allow": allow})
+    error = for_code(
+        ErrorCode.ROUTE_METHOD_NOT_ALLOWED,
+        f"{request.method} is not a method of this resource; it takes {allow}.",
+        status=405,
+        headers={"Allow": allow},
+    )
+    return problem_response(error, request_id_of(request.scope))
 
 
 _HTTP_CODES = {

@@ -27,10 +27,13 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import fastapi.routing
+import starlette.routing
 from fastapi import APIRouter, FastAPI
 from fastapi.routing import APIRoute
+from starlette._utils import get_route_path  # the path Starlette's router matches
 from starlette.requests import Request
 from starlette.responses import Response
+from starlette.types import Scope
 
 from app.auth.access import Need, admit
 from app.middleware import read_json_body
@@ -179,3 +182,50 @@ def check_declared(app: FastAPI) -> None:
         raise RuntimeError(
             "routes without an access rule (declare access= at the route): " + ", ".join(missing)
         )
+
+
+# The order methods are listed in an Allow header (RFC 9110 §10.2.1 sets none: a stable one).
+_METHOD_ORDER = ("GET", "HEAD", "PUT", "POST", "PATCH", "DELETE", "OPTIONS")
+
+
+def _method_key(method: str) -> tuple[int, str]:
+    try:
+        return (_METHOD_ORDER.index(method), method)
+    except ValueError:
+        return (len(_METHOD_ORDER), method)
+
+
+class Allowed:
+    """The methods each path is served with, over every route whose pattern matches it.
+
+    Starlette's router answers 405 from the first route whose path matches and names that
+    route's methods only; a resource declared as several routes (one per method) takes the
+    union (RFC 9110 §15.5.6: the Allow header of a 405 lists *the* methods the target resource
+    supports). ``OPTIONS`` is answered for every path a route matches, so it is listed too.
+    Built once at start-up from the app's routes (the API's and the plain ones, such as
+    ``/openapi.json``); mounted applications (static files) answer for themselves.
+    """
+
+    def __init__(self, app: FastAPI) -> None:
+        entries: list[tuple[re.Pattern[str], frozenset[str]]] = [
+            (m.path_regex, m.methods) for m in api_routes(app) if m.methods
+        ]
+        for route in app.routes:
+            if (
+                isinstance(route, starlette.routing.Route)
+                and not isinstance(route, APIRoute)
+                and route.methods
+            ):
+                entries.append((route.path_regex, frozenset(route.methods)))
+        self._entries = tuple(entries)
+
+    def methods(self, scope: Scope) -> list[str]:
+        """The methods served at the request's path, in Allow order (empty: no route)."""
+        path = get_route_path(scope)
+        found: set[str] = set()
+        for pattern, methods in self._entries:
+            if pattern.match(path):
+                found |= methods
+        if found:
+            found.add("OPTIONS")
+        return sorted(found, key=_method_key)

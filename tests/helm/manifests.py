@@ -26,7 +26,10 @@ KUBE_VERSION = "1.33.0"
 
 # Kinds whose schemas are CRDs that kubernetes-validate does not ship; their tests check
 # them field by field instead.
-CRD_KINDS = {("monitoring.coreos.com/v1", "ServiceMonitor")}
+CRD_KINDS = {
+    ("monitoring.coreos.com/v1", "ServiceMonitor"),
+    ("monitoring.coreos.com/v1", "PrometheusRule"),
+}
 
 RECOMMENDED_LABELS = (
     "app.kubernetes.io/name",

@@ -72,6 +72,11 @@ VALUE_SETS: dict[str, dict[str, Any]] = {
             "targetMemoryUtilizationPercentage": 80,
         },
     },
+    "monitoring": {
+        "serviceMonitor": {"enabled": True},
+        "prometheusRule": {"enabled": True, "labels": {"release": "prometheus"}},
+        "grafanaDashboard": {"enabled": True, "annotations": {"grafana_folder": "Messaging"}},
+    },
     "everything": {
         "replicaCount": 3,
         "image": {
@@ -145,6 +150,12 @@ EXTERNAL_SECRETS = {
 }
 
 
+def settings_configmap(docs: list[Doc]) -> Doc:
+    """The ConfigMap of the gateway's settings (the dashboard's, when enabled, is another)."""
+    (found,) = [d for d in by_kind(docs, "ConfigMap") if d["metadata"]["name"] == FULLNAME]
+    return found
+
+
 @pytest.fixture(params=sorted(VALUE_SETS))
 def value_set(request: pytest.FixtureRequest) -> tuple[str, dict[str, Any]]:
     return request.param, VALUE_SETS[request.param]
@@ -182,7 +193,7 @@ def test_every_manifest_is_valid_kubernetes(
         assert labels["app.kubernetes.io/name"] == "jsgw"
         assert labels["app.kubernetes.io/instance"] == RELEASE
         assert labels["app.kubernetes.io/managed-by"] == "Helm"
-        assert labels["helm.sh/chart"] == "jsgw-0.1.0"
+        assert labels["helm.sh/chart"] == "jsgw-0.2.0"
 
 
 def test_references_resolve(render: Render, value_set: tuple[str, dict[str, Any]]) -> None:
@@ -306,7 +317,7 @@ def test_rendered_settings_are_accepted_by_the_gateway(
     """
     _, values = value_set
     docs = render(values)
-    env: dict[str, str] = dict(one(docs, "ConfigMap")["data"])
+    env: dict[str, str] = dict(settings_configmap(docs)["data"])
     files: dict[str, str] = {}
     if values.get("mode") == "sidecar":
         env["JSGW_HOST"] = "127.0.0.1"  # the sidecar's pods are checked in test_sidecar_example
@@ -372,7 +383,7 @@ def _parent_chart(tmp_path: Path, values: dict[str, Any]) -> Path:
     shutil.copytree(CHART, root / "charts" / "jsgw")
     (root / "Chart.yaml").write_text(
         "apiVersion: v2\nname: app\nversion: 0.1.0\n"
-        "dependencies:\n  - name: jsgw\n    version: 0.1.0\n"
+        "dependencies:\n  - name: jsgw\n    version: 0.2.0\n"
     )
     (root / "values.yaml").write_text(yaml.safe_dump(values))
     (root / "templates" / "pod.yaml").write_text(
@@ -619,3 +630,73 @@ def test_values_yaml_is_documented_value_by_value() -> None:
 
     walk(root, schema, "")
     assert not undocumented, f"values without a comment: {undocumented}"
+
+
+MONITORING_ON = VALUE_SETS["monitoring"]
+DEPLOY = CHART.parents[1] / "deploy"
+
+
+def test_monitoring_objects_are_off_by_default(render: Render) -> None:
+    docs = render()
+    kinds = {d["kind"] for d in docs}
+    assert not kinds & {"ServiceMonitor", "PrometheusRule"}
+    assert [d["metadata"]["name"] for d in by_kind(docs, "ConfigMap")] == [FULLNAME]
+
+
+def test_prometheus_rule_holds_the_shipped_rules(render: Render) -> None:
+    docs = render(MONITORING_ON)
+    rule = one(docs, "PrometheusRule")
+    assert rule["apiVersion"] == "monitoring.coreos.com/v1"
+    assert rule["metadata"]["name"] == FULLNAME
+    assert rule["metadata"]["labels"]["release"] == "prometheus"
+    shipped = yaml.safe_load((DEPLOY / "prometheus" / "jsgw-rules.yaml").read_text())
+    assert rule["spec"] == {"groups": shipped["groups"]}
+    # Prometheus's own templates pass through Helm untouched.
+    annotations = rule["spec"]["groups"][0]["rules"][0]["annotations"]
+    assert "{{ $labels.job }}" in annotations["description"]
+
+
+def test_dashboard_configmap_holds_the_shipped_dashboard(render: Render) -> None:
+    docs = render(MONITORING_ON)
+    (dashboard,) = [d for d in by_kind(docs, "ConfigMap") if d["metadata"]["name"] != FULLNAME]
+    assert dashboard["metadata"]["name"] == f"{FULLNAME}-dashboard"
+    assert dashboard["metadata"]["labels"]["grafana_dashboard"] == "1"
+    assert dashboard["metadata"]["annotations"] == {"grafana_folder": "Messaging"}
+    assert "namespace" not in dashboard["metadata"]
+    shipped = json.loads((DEPLOY / "grafana" / "jsgw-dashboard.json").read_text())
+    assert json.loads(dashboard["data"]["jsgw-dashboard.json"]) == shipped
+
+
+def test_dashboard_label_and_namespace_are_optional(render: Render) -> None:
+    values = {
+        "grafanaDashboard": {
+            "enabled": True,
+            "sidecarLabel": "",
+            "labels": {"dashboards": "jsgw"},
+            "namespace": "monitoring",
+        }
+    }
+    docs = render(values)
+    (dashboard,) = [d for d in by_kind(docs, "ConfigMap") if d["metadata"]["name"] != FULLNAME]
+    assert "grafana_dashboard" not in dashboard["metadata"]["labels"]
+    assert dashboard["metadata"]["labels"]["dashboards"] == "jsgw"
+    assert dashboard["metadata"]["namespace"] == "monitoring"
+    for doc in docs:
+        validate_k8s(doc)
+
+
+def test_monitoring_objects_are_standalone_only(render: Render) -> None:
+    docs = render({**VALUE_SETS["sidecar"], **MONITORING_ON})
+    kinds = {d["kind"] for d in docs}
+    assert not kinds & {"ServiceMonitor", "PrometheusRule"}
+    assert all(d["metadata"]["name"] != f"{FULLNAME}-dashboard" for d in docs)
+
+
+def test_the_chart_ships_the_deploy_files() -> None:
+    for shipped in (
+        DEPLOY / "prometheus" / "jsgw-rules.yaml",
+        DEPLOY / "grafana" / "jsgw-dashboard.json",
+    ):
+        assert (CHART / "files" / shipped.name).read_bytes() == shipped.read_bytes(), (
+            f"helm/jsgw/files/{shipped.name} differs from {shipped.relative_to(CHART.parents[1])}"
+        )

@@ -251,3 +251,24 @@ async def test_the_setting_sends_everything_to_fastapi(
         metrics = (await gw.get("/metrics")).text
     assert lean_calls == []
     assert 'route="/v1/kv/{bucket}/keys/{key}",status="200"' in metrics
+
+
+@pytest.mark.parametrize(
+    ("path", "allow"),
+    [
+        ("/v1/kv/B/keys/a.b", "GET, HEAD, PUT, DELETE, OPTIONS"),
+        ("/v1/publish/a.b", "POST, OPTIONS"),
+    ],
+)
+async def test_lean_paths_leave_other_methods_to_the_router(
+    gateway: httpx.AsyncClient, lean_calls: list[str], path: str, allow: str
+) -> None:
+    """The lean routes' paths with a method they do not serve: a 405 (and OPTIONS) naming
+    every method of the resource, as on any other route; the lean paths never answer."""
+    refused = await gateway.patch(path)
+    assert refused.status_code == 405, refused.text
+    assert refused.headers["allow"] == allow
+    assert refused.json()["code"] == "route.method_not_allowed"
+    options = await gateway.options(path)
+    assert (options.status_code, options.headers["allow"]) == (204, allow)
+    assert lean_calls == []
