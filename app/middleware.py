@@ -88,15 +88,14 @@ class RequestContextMiddleware:
         if refusal is not None:
             app = _problem_app(refusal)  # still logged and counted like any request
         if not probe:
-            self.metrics.requests.in_flight += 1
+            self.metrics.request_started()
         try:
             await app(scope, receive, send_with_id)
         finally:
             elapsed = time.perf_counter() - started
             route = _route_template(scope)
             if not probe:
-                self.metrics.requests.in_flight -= 1
-                self.metrics.observe_http(scope["method"], route, status, elapsed)
+                self.metrics.request_ended(scope["method"], route, status, elapsed)
             if self.log_requests:
                 access_log.info(
                     "%s %s %s",
