@@ -97,6 +97,9 @@ class SharedFiles:
         self.in_flight_key = mmap_key(_IN_FLIGHT[0], _IN_FLIGHT[0], [], [], _IN_FLIGHT[1])
         self.gauges.write_value(self.in_flight_key, 0.0, 0.0)
 
+    def in_flight(self, value: int) -> None:
+        self.gauges.write_value(self.in_flight_key, value, 0.0)
+
     def counter(self, labels: dict[str, str]) -> tuple[str, float]:
         key = mmap_key(
             _REQUESTS[0], _REQUESTS[0] + "_total", list(labels), list(labels.values()), _REQUESTS[1]
@@ -111,10 +114,7 @@ class SharedFiles:
             for bound in _BOUNDS
         ]
         keys.append(mmap_key(name, name + "_sum", names, values, documentation))
-        latencies = _Latencies(self.histograms, keys)
-        latencies.counts = [int(self.histograms.read_value(key)[0]) for key in keys[:-1]]
-        latencies.total = self.histograms.read_value(keys[-1])[0]
-        return latencies
+        return _SharedLatencies(self.histograms, keys)
 
 
 def prune_dead_workers(path: str) -> None:
@@ -148,26 +148,40 @@ def _alive(pid: int) -> bool:
 
 
 class _Latencies:
-    """One histogram series: counts per bucket (not cumulative), sum, creation time; with
-    several workers, also the file and the keys (per bucket, then the sum) they are written to."""
+    """One histogram series: counts per bucket (not cumulative), sum, creation time."""
 
-    __slots__ = ("counts", "created", "file", "keys", "total")
+    __slots__ = ("counts", "created", "total")
 
-    def __init__(self, file: _ValueFile | None = None, keys: list[str] | None = None) -> None:
+    def __init__(self) -> None:
         self.counts = [0] * (len(_LATENCY_BUCKETS) + 1)  # the last one is +Inf
         self.total = 0.0
         self.created = time.time()
-        self.file = file
-        self.keys = keys
 
     def observe(self, seconds: float) -> None:
-        bucket = bisect_left(_LATENCY_BUCKETS, seconds)  # buckets are "le"
-        self.counts[bucket] += 1
+        self.counts[bisect_left(_LATENCY_BUCKETS, seconds)] += 1  # buckets are "le"
         self.total += seconds
-        if self.file is not None:
-            keys = self.keys
-            self.file.write_value(keys[bucket], self.counts[bucket], 0.0)  # type: ignore[index]
-            self.file.write_value(keys[-1], self.total, 0.0)  # type: ignore[index]
+
+
+class _SharedLatencies(_Latencies):
+    """A histogram series also written to the worker's file: the keys of its buckets, then of
+    its sum (a class of its own, so that one worker pays no test per observation)."""
+
+    __slots__ = ("file", "keys")
+
+    def __init__(self, file: _ValueFile, keys: list[str]) -> None:
+        super().__init__()
+        self.file = file
+        self.keys = keys
+        self.counts = [int(file.read_value(key)[0]) for key in keys[:-1]]
+        self.total = file.read_value(keys[-1])[0]
+
+    def observe(self, seconds: float) -> None:
+        bucket = bisect_left(_LATENCY_BUCKETS, seconds)
+        counts = self.counts
+        counts[bucket] += 1
+        self.total += seconds
+        self.file.write_value(self.keys[bucket], counts[bucket], 0.0)
+        self.file.write_value(self.keys[-1], self.total, 0.0)
 
 
 class RequestSeries(Collector):
@@ -312,19 +326,6 @@ class Metrics:
         self.refresh()
         prune_dead_workers(self.shared_dir)
         return generate_latest(self._all_workers)
-
-    def request_started(self) -> None:
-        series = self.requests
-        series.in_flight += 1
-        if series.shared is not None:
-            series.shared.gauges.write_value(series.shared.in_flight_key, series.in_flight, 0.0)
-
-    def request_ended(self, method: str, route: str, status: int, seconds: float) -> None:
-        series = self.requests
-        series.in_flight -= 1
-        if series.shared is not None:
-            series.shared.gauges.write_value(series.shared.in_flight_key, series.in_flight, 0.0)
-        self.observe_http(method, route, status, seconds)
 
     def observe_http(self, method: str, route: str, status: int, seconds: float) -> None:
         series = self.requests
