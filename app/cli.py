@@ -130,6 +130,7 @@ def serve(_: argparse.Namespace) -> int:
         if shared_server is not None:
             shared_server.stop()
         if metrics_dir is not None:
+            os.environ.pop(MULTIPROC_DIR, None)
             shutil.rmtree(metrics_dir, ignore_errors=True)
     return 0
 
