@@ -26,6 +26,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from prometheus_client.mmap_dict import MmapedDict
 
 from app.nats.embedded import EmbeddedServer
 
@@ -178,6 +179,18 @@ def _settle(gateway: Gateway, expected: int, seen: list[float]) -> str:
     return text
 
 
+def _counted_per_worker(gateway: Gateway) -> dict[str, float]:
+    """The requests to ROUTE each worker's file holds."""
+    counted = {}
+    for file in gateway.metrics_dir().glob("counter_requests-*.db"):
+        counted[file.name] = sum(
+            value
+            for key, value, _, _ in MmapedDict.read_all_values_from_file(str(file))
+            if f'"route": "{ROUTE}"' in key
+        )
+    return counted
+
+
 def _monotonic(seen: list[float]) -> None:
     backwards = [(a, b) for a, b in itertools.pairwise(seen) if b < a]
     assert not backwards, f"the counter went back: {backwards} in {seen}"
@@ -189,8 +202,11 @@ def test_two_workers_count_every_request_in_one_view(gateway: Gateway) -> None:
     text = _settle(gateway, REQUESTS, seen)
     _monotonic(seen)
     assert seen[-1] == REQUESTS, seen
-    # Both workers took requests (else this test shows nothing about combining them).
-    assert len(list(gateway.metrics_dir().glob("counter_requests-*.db"))) == 2
+    # Both workers took requests (else this test shows nothing about combining them), and the
+    # exposition is the sum of what each wrote.
+    per_worker = _counted_per_worker(gateway)
+    assert len(per_worker) == 2 and all(per_worker.values()), per_worker
+    assert sum(per_worker.values()) == REQUESTS
     count = _sample(
         text, "jsgw_http_request_duration_seconds_count", f'{{method="GET",route="{ROUTE}"}}'
     )
