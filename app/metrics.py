@@ -246,7 +246,8 @@ def _histogram(
 
 class Metrics:
     """The collectors. The per-request series are in :attr:`requests`; observe them through
-    :meth:`observe_http`, :meth:`observe_nats` and :attr:`requests.in_flight`."""
+    :meth:`observe_http`, :meth:`observe_nats` and :attr:`requests.in_flight` (with several
+    workers, also written through ``requests.shared.in_flight``, as the middleware does)."""
 
     def __init__(self) -> None:
         # The process's own collectors; with several workers, /metrics reads every worker's
