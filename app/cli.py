@@ -22,6 +22,9 @@ if TYPE_CHECKING:
     from app.config import Settings
 
 log = logging.getLogger("jsgw.cli")
+# prometheus_client's multiprocess directory (app/metrics.py). Not imported from there: the
+# variable must be settled before prometheus_client is imported in this process.
+MULTIPROC_DIR = "PROMETHEUS_MULTIPROC_DIR"
 
 
 def app_from_env() -> FastAPI:
@@ -48,7 +51,27 @@ def _load_settings() -> Settings:
         raise SystemExit(2) from None
 
 
+def _shared_metrics_dir(workers: int) -> str | None:
+    """With several workers: a new, empty directory for their metrics (prometheus_client's
+    multiprocess mode), named in PROMETHEUS_MULTIPROC_DIR for the workers, which are spawned
+    and so import prometheus_client after it is set. With one, the variable is removed: the
+    worker is this process and keeps its metrics in memory. Either way a value inherited from
+    the environment is not used: the directory must hold this gateway's workers only."""
+    if workers <= 1:
+        return None
+    import tempfile
+
+    path = tempfile.mkdtemp(prefix="jsgw-metrics-")
+    os.environ[MULTIPROC_DIR] = path
+    return path
+
+
 def serve(_: argparse.Namespace) -> int:
+    # Before anything imports prometheus_client (see _shared_metrics_dir).
+    os.environ.pop(MULTIPROC_DIR, None)
+    os.environ.pop(MULTIPROC_DIR.lower(), None)  # (its old spelling, still read)
+    import shutil
+
     import uvicorn
 
     from app import compat
@@ -88,6 +111,9 @@ def serve(_: argparse.Namespace) -> int:
         settings.keep_alive_timeout,
     )
     options = {**serving_options(settings.keep_alive_timeout), **uvicorn_options(settings)}
+    metrics_dir = _shared_metrics_dir(settings.workers)
+    if metrics_dir is not None:
+        log.info("metrics of the %d workers shared in %s", settings.workers, metrics_dir)
     try:
         uvicorn.run(
             "app.cli:app_from_env",
@@ -103,6 +129,9 @@ def serve(_: argparse.Namespace) -> int:
     finally:
         if shared_server is not None:
             shared_server.stop()
+        if metrics_dir is not None:
+            os.environ.pop(MULTIPROC_DIR, None)
+            shutil.rmtree(metrics_dir, ignore_errors=True)
     return 0
 
 

@@ -1,10 +1,12 @@
-"""What the gateway uses of nats-py, uvicorn and sse-starlette beyond their public APIs.
+"""What the gateway uses of nats-py, uvicorn, sse-starlette and prometheus-client beyond their
+public APIs.
 
 The fast paths subclass other libraries' classes and touch their private names. Every such
 name is reached through this module, and :func:`check` verifies, once per process at start-up
 (``jsgw serve`` before it starts uvicorn, and the app's lifespan), that the installed releases
-still have each of them in the form the gateway relies on. pyproject.toml caps the three
-libraries at the release series tested (:data:`NATS`, :data:`UVICORN`, :data:`SSE`) and
+still have each of them in the form the gateway relies on. pyproject.toml caps the
+libraries at the release series tested (:data:`NATS`, :data:`UVICORN`, :data:`SSE`,
+:data:`PROMETHEUS`) and
 constraints.txt pins them; an upgrade that moves a name fails start-up with a message naming
 the library, its version, the tested series, what moved and which module uses it, instead
 of misbehaving under load. Widening a pin is then a decision: re-read the modules named
@@ -51,6 +53,12 @@ uvicorn (``uvicorn.protocols.http.httptools_impl.HttpToolsProtocol``, ``uvicorn.
   ``__self__`` (``Server.capture_signals`` installs ``Server.handle_exit``) and reads its
   ``should_exit``.
 - app/cli.py, app/serving.py, app/tls.py: the ``uvicorn.run`` options passed.
+
+prometheus-client (``prometheus_client.mmap_dict``):
+
+- app/metrics.py: with several workers, writes its lock-free series into files of its own
+  with ``MmapedDict`` (``write_value``, ``read_value``, ``close``) under keys from ``mmap_key``,
+  in the format ``MultiProcessCollector`` reads (checked by writing one and reading it back).
 
 sse-starlette:
 
@@ -146,7 +154,8 @@ class Pin:
 NATS = Pin("nats-py", "2.16")
 UVICORN = Pin("uvicorn", "0.54")
 SSE = Pin("sse-starlette", "3.7")
-PINS = (NATS, UVICORN, SSE)
+PROMETHEUS = Pin("prometheus-client", "0.26")
+PINS = (NATS, UVICORN, SSE, PROMETHEUS)
 
 
 # -- the private names, reached from the gateway's modules ---------------------------------
@@ -632,10 +641,62 @@ def _check_sse(c: _Checks) -> None:
     )
 
 
+def _check_prometheus(c: _Checks) -> None:
+    import tempfile
+    from pathlib import Path
+
+    from prometheus_client import mmap_dict
+
+    users = "app/metrics.py"
+    files = c.exists(mmap_dict, "MmapedDict", "prometheus_client.mmap_dict.MmapedDict", users)
+    key = c.exists(mmap_dict, "mmap_key", "prometheus_client.mmap_dict.mmap_key", users)
+    if key is not None:
+        c.parameters(
+            key,
+            ["metric_name", "name", "labelnames", "labelvalues", "help_text"],
+            "mmap_key",
+            users,
+            coroutine=False,
+        )
+    if files is None:
+        return
+    c.parameters(
+        getattr(files, "read_value", None),
+        ["self", "key"],
+        "MmapedDict.read_value",
+        users,
+        coroutine=False,
+    )
+    c.parameters(
+        getattr(files, "write_value", None),
+        ["self", "key", "value", "timestamp"],
+        "MmapedDict.write_value",
+        users,
+        coroutine=False,
+    )
+    if key is None:
+        return
+    # What a worker writes, prometheus_client's multiprocess collector must read back.
+    with tempfile.TemporaryDirectory() as folder:
+        path = str(Path(folder) / "counter_1.db")
+        name = mmap_dict.mmap_key("jsgw_check", "jsgw_check_total", [], [], "check")
+        written = files(path)
+        written.write_value(name, 2.0, 0.0)
+        written.close()
+        values = list(files.read_all_values_from_file(path))
+        c.require(
+            [(k, v) for k, v, *_ in values] == [(name, 2.0)],
+            "MmapedDict files",
+            f"read back as {values!r}",
+            users,
+        )
+
+
 _CHECKS: tuple[tuple[Pin, Callable[[_Checks], None]], ...] = (
     (NATS, _check_nats),
     (UVICORN, _check_uvicorn),
     (SSE, _check_sse),
+    (PROMETHEUS, _check_prometheus),
 )
 
 

@@ -5,17 +5,30 @@ latency) are plain numbers kept by :class:`RequestSeries` and turned into metric
 scraped: prometheus_client's own counters and histograms take a lock for every increment, and
 every request made several of them. A worker observes and scrapes them on its one event-loop
 thread, so no lock is needed; the exposition is the one prometheus_client writes for its own.
+
+With several workers (``JSGW_WORKERS``), ``jsgw serve`` gives them a directory of their own in
+``PROMETHEUS_MULTIPROC_DIR`` (set before any worker imports prometheus_client) and the workers
+run in prometheus_client's multiprocess mode: every value is also written to a memory-mapped
+file per worker, and ``/metrics``, whichever worker answers, reads the files of all of them
+(see :class:`SharedFiles` and :meth:`Metrics.exposition`). Without the variable (one worker,
+tests) nothing is written to files and the exposition is the process's own registry.
 """
 
 from __future__ import annotations
 
+import contextlib
+import glob
+import os
 import time
 from bisect import bisect_left
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import Any, Protocol, cast
 
-from prometheus_client import CollectorRegistry, Counter, Gauge
+from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 from prometheus_client import metrics as prometheus_metrics
 from prometheus_client.metrics_core import Metric
+from prometheus_client.mmap_dict import MmapedDict, mmap_key
+from prometheus_client.multiprocess import MultiProcessCollector, mark_process_dead
 from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
@@ -35,6 +48,103 @@ _LATENCY_BUCKETS = (
     5.0,
     10.0,
 )
+_BOUNDS = (*map(floatToGoString, _LATENCY_BUCKETS), "+Inf")
+MULTIPROC_DIR = "PROMETHEUS_MULTIPROC_DIR"
+
+_REQUESTS = ("jsgw_http_requests", "HTTP requests answered, by method, route template and status.")
+_HTTP_LATENCY = (
+    "jsgw_http_request_duration_seconds",
+    "Time to the end of the HTTP response, by method and route template.",
+)
+_IN_FLIGHT = ("jsgw_http_requests_in_flight", "HTTP requests (and open streams) being served.")
+_NATS_LATENCY = (
+    "jsgw_nats_request_duration_seconds",
+    "NATS request/reply latency by gateway operation.",
+)
+
+
+class _ValueFile(Protocol):
+    """What is used of prometheus_client's ``MmapedDict`` (untyped): a file of named floats."""
+
+    def read_value(self, key: str) -> tuple[float, float]: ...
+
+    def write_value(self, key: str, value: float, timestamp: float) -> None: ...
+
+
+def _value_file(path: str) -> _ValueFile:
+    return cast(_ValueFile, MmapedDict(path))  # type: ignore[no-untyped-call]
+
+
+def multiprocess_dir() -> str | None:
+    """The directory the workers share their values in, when ``jsgw serve`` runs several."""
+    return os.environ.get(MULTIPROC_DIR) or None
+
+
+class SharedFiles:
+    """This worker's files for the lock-free series, in prometheus_client's multiprocess
+    format (what its ``MultiProcessCollector`` reads). Their names differ from the ones its own
+    values use (``counter_<pid>.db``, ...): two writers of one file would overwrite each other.
+    A value is written where it is kept, one ``struct.pack_into`` in a shared mapping; a new
+    series starts from what its file holds (a worker that reuses a dead one's pid continues its
+    counts instead of overwriting them)."""
+
+    def __init__(self, path: str) -> None:
+        pid = os.getpid()
+        self.counters = _value_file(os.path.join(path, f"counter_requests-{pid}.db"))
+        self.histograms = _value_file(os.path.join(path, f"histogram_requests-{pid}.db"))
+        # gauge_<mode>_<pid>_<name>.db: the collector reads the mode from the second part.
+        self.gauges = _value_file(os.path.join(path, f"gauge_livesum_{pid}_requests.db"))
+        self.in_flight_key = mmap_key(_IN_FLIGHT[0], _IN_FLIGHT[0], [], [], _IN_FLIGHT[1])
+        self.gauges.write_value(self.in_flight_key, 0.0, 0.0)
+
+    def in_flight(self, value: int) -> None:
+        self.gauges.write_value(self.in_flight_key, value, 0.0)
+
+    def counter(self, labels: dict[str, str]) -> tuple[str, float]:
+        key = mmap_key(
+            _REQUESTS[0], _REQUESTS[0] + "_total", list(labels), list(labels.values()), _REQUESTS[1]
+        )
+        return key, self.counters.read_value(key)[0]
+
+    def histogram(self, family: tuple[str, str], labels: dict[str, str]) -> _Latencies:
+        name, documentation = family
+        names, values = list(labels), list(labels.values())
+        keys = [
+            mmap_key(name, name + "_bucket", [*names, "le"], [*values, bound], documentation)
+            for bound in _BOUNDS
+        ]
+        keys.append(mmap_key(name, name + "_sum", names, values, documentation))
+        return _SharedLatencies(self.histograms, keys)
+
+
+def prune_dead_workers(path: str) -> None:
+    """Remove the live gauges of workers that are gone (killed ones included: uvicorn's
+    supervisor, which replaces them, calls nothing of prometheus_client's). Their counters and
+    histograms stay: what a worker counted before it died has happened."""
+    seen: set[int] = set()
+    for file in glob.glob(os.path.join(path, "gauge_live*_*.db")):
+        parts = os.path.basename(file)[: -len(".db")].split("_")
+        try:
+            pid = int(parts[2])
+        except (IndexError, ValueError):
+            continue
+        if pid in seen or _alive(pid):
+            continue
+        seen.add(pid)
+        mark_process_dead(pid, path)  # type: ignore[no-untyped-call]
+        for own in glob.glob(os.path.join(path, f"gauge_live*_{pid}_*.db")):
+            with contextlib.suppress(FileNotFoundError):
+                os.remove(own)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 class _Latencies:
@@ -52,45 +162,58 @@ class _Latencies:
         self.total += seconds
 
 
+class _SharedLatencies(_Latencies):
+    """A histogram series also written to the worker's file: the keys of its buckets, then of
+    its sum (a class of its own, so that one worker pays no test per observation)."""
+
+    __slots__ = ("file", "keys")
+
+    def __init__(self, file: _ValueFile, keys: list[str]) -> None:
+        super().__init__()
+        self.file = file
+        self.keys = keys
+        self.counts = [int(file.read_value(key)[0]) for key in keys[:-1]]
+        self.total = file.read_value(keys[-1])[0]
+
+    def observe(self, seconds: float) -> None:
+        bucket = bisect_left(_LATENCY_BUCKETS, seconds)
+        counts = self.counts
+        counts[bucket] += 1
+        self.total += seconds
+        self.file.write_value(self.keys[bucket], counts[bucket], 0.0)
+        self.file.write_value(self.keys[-1], self.total, 0.0)
+
+
 class RequestSeries(Collector):
     """The per-request series, without locks (see the module's docstring)."""
 
-    def __init__(self) -> None:
+    def __init__(self, shared: SharedFiles | None = None) -> None:
         self.in_flight = 0
-        # (method, route, status) -> [count, created]
-        self.http_counts: dict[tuple[str, str, int], list[float]] = {}
+        self.shared = shared
+        # (method, route, status) -> [count, created, key in the shared file ("" without)]
+        self.http_counts: dict[tuple[str, str, int], list[Any]] = {}
         self.http_latency: dict[tuple[str, str], _Latencies] = {}
         self.nats_latency: dict[str, _Latencies] = {}
 
     def collect(self) -> Iterator[Metric]:
         created = _use_created()
-        requests = Metric(
-            "jsgw_http_requests",
-            "HTTP requests answered, by method, route template and status.",
-            "counter",
-        )
-        for (method, route, status), (count, since) in self.http_counts.items():
+        requests = Metric(*_REQUESTS, "counter")
+        for (method, route, status), (count, since, _) in self.http_counts.items():
             labels = {"method": method, "route": route, "status": str(status)}
             requests.add_sample("jsgw_http_requests_total", labels, count)
             if created:
                 requests.add_sample("jsgw_http_requests_created", labels, since)
         yield requests
         yield _histogram(
-            "jsgw_http_request_duration_seconds",
-            "Time to the end of the HTTP response, by method and route template.",
+            *_HTTP_LATENCY,
             [({"method": m, "route": r}, series) for (m, r), series in self.http_latency.items()],
             created,
         )
-        in_flight = Metric(
-            "jsgw_http_requests_in_flight",
-            "HTTP requests (and open streams) being served.",
-            "gauge",
-        )
+        in_flight = Metric(*_IN_FLIGHT, "gauge")
         in_flight.add_sample("jsgw_http_requests_in_flight", {}, self.in_flight)
         yield in_flight
         yield _histogram(
-            "jsgw_nats_request_duration_seconds",
-            "NATS request/reply latency by gateway operation.",
+            *_NATS_LATENCY,
             [({"operation": op}, series) for op, series in self.nats_latency.items()],
             created,
         )
@@ -109,10 +232,9 @@ def _histogram(
     created: bool,
 ) -> Metric:
     metric = Metric(name, documentation, "histogram")
-    bounds = [*map(floatToGoString, _LATENCY_BUCKETS), "+Inf"]
     for labels, latencies in series:
         cumulative = 0
-        for bound, count in zip(bounds, latencies.counts, strict=True):
+        for bound, count in zip(_BOUNDS, latencies.counts, strict=True):
             cumulative += count
             metric.add_sample(name + "_bucket", {**labels, "le": bound}, cumulative)
         metric.add_sample(name + "_count", labels, cumulative)
@@ -124,11 +246,22 @@ def _histogram(
 
 class Metrics:
     """The collectors. The per-request series are in :attr:`requests`; observe them through
-    :meth:`observe_http`, :meth:`observe_nats` and :attr:`requests.in_flight`."""
+    :meth:`observe_http`, :meth:`observe_nats` and :attr:`requests.in_flight` (with several
+    workers, also written through ``requests.shared.in_flight``, as the middleware does)."""
 
     def __init__(self) -> None:
+        # The process's own collectors; with several workers, /metrics reads every worker's
+        # files instead (:meth:`exposition`).
         self.registry = CollectorRegistry(auto_describe=True)
-        self.requests = RequestSeries()
+        self.shared_dir = multiprocess_dir()
+        self._sampled: list[tuple[Gauge, Callable[[], float]]] = []
+        self._all_workers: CollectorRegistry | None = None
+        shared = None
+        if self.shared_dir is not None:
+            shared = SharedFiles(self.shared_dir)
+            self._all_workers = CollectorRegistry()
+            MultiProcessCollector(self._all_workers, self.shared_dir)  # type: ignore[no-untyped-call]
+        self.requests = RequestSeries(shared)
         self.registry.register(self.requests)
         self.nats_errors = Counter(
             "jsgw_nats_request_errors_total",
@@ -140,11 +273,13 @@ class Metrics:
             "jsgw_nats_pool_connections_up",
             "Pooled NATS connections currently connected.",
             registry=self.registry,
+            multiprocess_mode="livesum",
         )
         self.pool_size = Gauge(
             "jsgw_nats_pool_size",
             "Configured number of pooled NATS connections.",
             registry=self.registry,
+            multiprocess_mode="livesum",
         )
         self.nats_reconnects = Counter(
             "jsgw_nats_reconnects_total",
@@ -178,19 +313,60 @@ class Metrics:
             registry=self.registry,
         )
 
+    def gauge_function(self, gauge: Gauge, function: Callable[[], float]) -> None:
+        """A gauge whose value is computed: at scrape time with one worker; with several (no
+        worker can call another's function) whenever :meth:`refresh` is called, which the
+        owner of the value does on every change, and the answering worker before a scrape."""
+        if self.shared_dir is None:
+            gauge.set_function(function)
+        else:
+            self._sampled.append((gauge, function))
+            gauge.set(function())
+
+    def refresh(self) -> None:
+        for gauge, function in self._sampled:
+            gauge.set(function())
+
+    def exposition(self) -> bytes:
+        """The text /metrics answers: this process's registry, or every worker's files."""
+        if self._all_workers is None or self.shared_dir is None:
+            return generate_latest(self.registry)
+        self.refresh()
+        prune_dead_workers(self.shared_dir)
+        return generate_latest(self._all_workers)
+
     def observe_http(self, method: str, route: str, status: int, seconds: float) -> None:
         series = self.requests
         count = series.http_counts.get((method, route, status))
         if count is None:
-            count = series.http_counts[(method, route, status)] = [0, time.time()]
+            count = series.http_counts[(method, route, status)] = self._new_count(
+                method, route, status
+            )
         count[0] += 1
+        if count[2]:
+            series.shared.counters.write_value(count[2], count[0], 0.0)  # type: ignore[union-attr]
         latencies = series.http_latency.get((method, route))
         if latencies is None:
-            latencies = series.http_latency[(method, route)] = _Latencies()
+            latencies = series.http_latency[(method, route)] = self._new_latencies(
+                _HTTP_LATENCY, {"method": method, "route": route}
+            )
         latencies.observe(seconds)
 
     def observe_nats(self, operation: str, seconds: float) -> None:
         latencies = self.requests.nats_latency.get(operation)
         if latencies is None:
-            latencies = self.requests.nats_latency[operation] = _Latencies()
+            latencies = self.requests.nats_latency[operation] = self._new_latencies(
+                _NATS_LATENCY, {"operation": operation}
+            )
         latencies.observe(seconds)
+
+    def _new_count(self, method: str, route: str, status: int) -> list[Any]:
+        shared = self.requests.shared
+        if shared is None:
+            return [0, time.time(), ""]
+        key, count = shared.counter({"method": method, "route": route, "status": str(status)})
+        return [count, time.time(), key]
+
+    def _new_latencies(self, family: tuple[str, str], labels: dict[str, str]) -> _Latencies:
+        shared = self.requests.shared
+        return _Latencies() if shared is None else shared.histogram(family, labels)

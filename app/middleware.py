@@ -87,15 +87,20 @@ class RequestContextMiddleware:
         app = self.app
         if refusal is not None:
             app = _problem_app(refusal)  # still logged and counted like any request
+        requests = self.metrics.requests
         if not probe:
-            self.metrics.requests.in_flight += 1
+            requests.in_flight += 1
+            if requests.shared is not None:  # (several workers)
+                requests.shared.in_flight(requests.in_flight)
         try:
             await app(scope, receive, send_with_id)
         finally:
             elapsed = time.perf_counter() - started
             route = _route_template(scope)
             if not probe:
-                self.metrics.requests.in_flight -= 1
+                requests.in_flight -= 1
+                if requests.shared is not None:
+                    requests.shared.in_flight(requests.in_flight)
                 self.metrics.observe_http(scope["method"], route, status, elapsed)
             if self.log_requests:
                 access_log.info(

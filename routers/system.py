@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST
 from starlette.responses import Response
 
 from app import __version__, errors
@@ -41,7 +41,7 @@ async def readyz(runtime: RuntimeDep) -> dict[str, Any]:
 @router.get("/metrics", access=PUBLIC, response_class=Response)
 async def metrics(runtime: RuntimeDep) -> Response:
     """Prometheus text exposition."""
-    return Response(generate_latest(runtime.metrics.registry), media_type=CONTENT_TYPE_LATEST)
+    return Response(runtime.metrics.exposition(), media_type=CONTENT_TYPE_LATEST)
 
 
 @router.get("/v1/info", access=AUTHENTICATED, response_class=JSON, responses=problems())

@@ -85,7 +85,7 @@ class NatsPool:
         self._any_up = asyncio.Event()
         self.timeout = settings.request_timeout
         metrics.pool_size.set(settings.pool_size)
-        metrics.pool_connections_up.set_function(lambda: sum(s.up for s in self._slots))
+        metrics.gauge_function(metrics.pool_connections_up, lambda: self.connected)
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -149,6 +149,7 @@ class NatsPool:
             slot.connected_since = time.time()
             slot.last_error = None
             self._any_up.set()
+            self._metrics.refresh()  # (computed gauges, with several workers)
             await slot.closed.wait()
             if not self._closing:
                 slot.replaced += 1
@@ -170,6 +171,7 @@ class NatsPool:
                 # No reply can come any more: the requests waiting for one end now.
                 if isinstance(client, LeanClient):
                     client.replies.fail_pending()
+            self._metrics.refresh()
             if not self._closing:
                 log.warning("NATS connection %d disconnected from %s", slot.index, slot.server)
 
@@ -179,10 +181,12 @@ class NatsPool:
                 slot.server = _netloc(slot.client)
             slot.connected_since = time.time()
             self._metrics.nats_reconnects.inc()
+            self._metrics.refresh()
             log.info("NATS connection %d reconnected", slot.index)
 
         async def closed() -> None:
             slot.closed.set()
+            self._metrics.refresh()
 
         async def error(exc: Exception) -> None:
             slot.last_error = repr(exc)

@@ -155,3 +155,19 @@ def test_serve_refuses_before_taking_a_port(
     with pytest.raises(SystemExit) as exit_:
         cli.main(["serve"])
     assert str(exit_.value).startswith("jsgw cannot run") and "X moved" in str(exit_.value)
+
+
+def test_a_moved_prometheus_file_name(monkeypatch: pytest.MonkeyPatch) -> None:
+    from prometheus_client import mmap_dict
+
+    monkeypatch.delattr(mmap_dict, "mmap_key")
+    assert any("mmap_key" in line and "app/metrics.py" in line for line in compat.problems())
+
+
+def test_prometheus_files_that_read_back_otherwise(monkeypatch: pytest.MonkeyPatch) -> None:
+    from prometheus_client import mmap_dict
+
+    monkeypatch.setattr(
+        mmap_dict.MmapedDict, "read_all_values_from_file", staticmethod(lambda path: iter(()))
+    )
+    assert any("MmapedDict files" in line for line in compat.problems())

@@ -5,8 +5,11 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import os
+import tempfile
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -286,3 +289,34 @@ async def test_every_worker_tunes_its_own_collector(
     monkeypatch.setattr(main, "create_app", lambda settings: _app(seen))
     async with LifespanManager(cli.app_from_env()):
         assert seen == [(700, 0)] and _tuned()
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_serve_owns_the_metrics_directory_of_its_workers(
+    workers: int, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """With several workers: a new, empty directory named in PROMETHEUS_MULTIPROC_DIR while
+    they run, removed (and the variable with it) at exit; with one, none. An inherited
+    value is not used either way."""
+    seen: dict[str, Any] = {}
+
+    def run(app: str, **options: Any) -> None:
+        path = os.environ.get("PROMETHEUS_MULTIPROC_DIR")
+        seen["dir"] = path
+        seen["contents"] = os.listdir(path) if path else None
+
+    monkeypatch.setattr(uvicorn, "run", run)
+    monkeypatch.setenv("JSGW_NATS_URL", "nats://127.0.0.1:1")
+    monkeypatch.setenv("JSGW_WORKERS", str(workers))
+    monkeypatch.setenv("JSGW_ACK_SECRET", "s" * 32)
+    monkeypatch.setenv("PROMETHEUS_MULTIPROC_DIR", str(tmp_path))
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
+    (tmp_path / "tmp").mkdir()
+    assert cli.main(["serve"]) == 0
+    if workers == 1:
+        assert seen["dir"] is None
+    else:
+        assert seen["dir"] != str(tmp_path) and Path(seen["dir"]).parent == tmp_path / "tmp"
+        assert seen["contents"] == []
+        assert not Path(seen["dir"]).exists()
+    assert "PROMETHEUS_MULTIPROC_DIR" not in os.environ

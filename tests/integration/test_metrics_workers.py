@@ -1,0 +1,237 @@
+"""One metrics view per gateway with several workers (JSGW_WORKERS=2).
+
+Against a real `jsgw serve` process with two uvicorn workers, on the session's nats-server,
+every request and scrape over a new connection (so the kernel spreads them over the workers):
+
+- ``jsgw_http_requests_total`` never goes back between scrapes and reaches exactly the number
+  of requests sent; gauges are summed over the live workers;
+- a worker killed (SIGKILL) and replaced by uvicorn leaves its counts in, counted once, and
+  its live gauges out;
+- the shared directory is the gateway's: created empty in its TMPDIR, removed at exit.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import pytest
+from prometheus_client.mmap_dict import MmapedDict
+
+from app.nats.embedded import EmbeddedServer
+
+ROUTE = "/v1/info"
+REQUESTS = 300
+POOL_SIZE = 2
+
+
+@dataclass
+class Gateway:
+    proc: subprocess.Popen[bytes]
+    url: str
+    tmp: Path  # the gateway's TMPDIR: its metrics directory is made there
+    log: Path
+
+    def metrics_dir(self) -> Path:
+        (folder,) = self.tmp.glob("jsgw-metrics-*")
+        return folder
+
+    def worker_pids(self) -> set[int]:
+        """The workers that wrote a request series (their live gauge files)."""
+        return {
+            int(f.name.split("_")[2])
+            for f in self.metrics_dir().glob("gauge_livesum_*_requests.db")
+        }
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@pytest.fixture
+def gateway(nats_server: EmbeddedServer, tmp_path: Path) -> Iterator[Gateway]:
+    port = _free_port()
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("JSGW_")}
+    checkout = os.environ.get("JSGW_TEST_CHECKOUT") or str(Path(__file__).resolve().parents[2])
+    env.update(
+        {
+            "PYTHONPATH": checkout,
+            "TMPDIR": str(tmp),
+            # Inherited values are not used: the gateway makes its own directory.
+            "PROMETHEUS_MULTIPROC_DIR": str(tmp_path),
+            "JSGW_NATS_URL": nats_server.url,
+            "JSGW_PORT": str(port),
+            "JSGW_WORKERS": "2",
+            "JSGW_POOL_SIZE": str(POOL_SIZE),
+            "JSGW_ACK_SECRET": "metrics-test-secret-0123456789abcdef",
+            "JSGW_DATA_DIR": str(tmp_path / "data"),
+            "JSGW_LOG_LEVEL": "info",
+            "JSGW_ACCESS_LOG": "false",
+        }
+    )
+    log = tmp_path / "gateway.log"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "app", "serve"],
+        env=env,
+        cwd=checkout,
+        stdout=subprocess.DEVNULL,
+        stderr=open(log, "wb"),  # noqa: SIM115
+    )
+    gateway = Gateway(proc, f"http://127.0.0.1:{port}", tmp, log)
+    try:
+        _wait_for_workers(gateway, 2)
+        yield gateway
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 0, log.read_text()
+    assert not list(tmp.glob("jsgw-metrics-*")), "the metrics directory outlived the gateway"
+    assert not list(tmp_path.glob("*.db")), "an inherited PROMETHEUS_MULTIPROC_DIR was used"
+
+
+def _wait_for_workers(gateway: Gateway, count: int, exclude: frozenset[int] = frozenset()) -> None:
+    """Until ``count`` workers (none of ``exclude``) have started and the gateway is ready."""
+    deadline = time.monotonic() + 60
+    while True:
+        assert gateway.proc.poll() is None, gateway.log.read_text()
+        assert time.monotonic() < deadline, gateway.log.read_text()
+        try:
+            live = [pid for pid in gateway.worker_pids() if pid not in exclude and _alive(pid)]
+            if len(live) >= count and _get(gateway.url + "/readyz").status_code == 200:
+                return
+        except (ValueError, httpx.HTTPError):  # (no directory yet; not listening yet)
+            pass
+        time.sleep(0.2)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
+
+
+def _get(url: str) -> httpx.Response:
+    # A client per request: a new connection every time.
+    with httpx.Client(timeout=10) as client:
+        return client.get(url, headers={"Connection": "close"})
+
+
+def _sample(text: str, name: str, labels: str = "") -> float:
+    match = re.search(rf"^{re.escape(name + labels)} (\S+)$", text, re.MULTILINE)
+    assert match, f"no {name}{labels} in:\n{text}"
+    return float(match.group(1))
+
+
+def _scrape(gateway: Gateway) -> str:
+    answer = _get(gateway.url + "/metrics")
+    assert answer.status_code == 200
+    return answer.text
+
+
+def _requests(text: str) -> float:
+    labels = f'{{method="GET",route="{ROUTE}",status="200"}}'
+    if f"jsgw_http_requests_total{labels}" not in text:
+        return 0.0
+    return _sample(text, "jsgw_http_requests_total", labels)
+
+
+def _send(gateway: Gateway, count: int, seen: list[float]) -> None:
+    """``count`` requests, a scrape after every tenth; every count read goes to ``seen``."""
+    for i in range(count):
+        assert _get(gateway.url + ROUTE).status_code == 200
+        if i % 10 == 9:
+            seen.append(_requests(_scrape(gateway)))
+
+
+def _settle(gateway: Gateway, expected: int, seen: list[float]) -> str:
+    """Scrapes until the count is ``expected`` (a request is counted just after its answer
+    leaves), then a few more: it must stay there."""
+    deadline = time.monotonic() + 10
+    while True:
+        text = _scrape(gateway)
+        seen.append(_requests(text))
+        if seen[-1] >= expected or time.monotonic() > deadline:
+            break
+        time.sleep(0.05)
+    for _ in range(20):
+        text = _scrape(gateway)
+        seen.append(_requests(text))
+    return text
+
+
+def _counted_per_worker(gateway: Gateway) -> dict[str, float]:
+    """The requests to ROUTE each worker's file holds."""
+    counted = {}
+    for file in gateway.metrics_dir().glob("counter_requests-*.db"):
+        counted[file.name] = sum(
+            value
+            for key, value, _, _ in MmapedDict.read_all_values_from_file(str(file))
+            if f'"route": "{ROUTE}"' in key
+        )
+    return counted
+
+
+def _monotonic(seen: list[float]) -> None:
+    backwards = [(a, b) for a, b in itertools.pairwise(seen) if b < a]
+    assert not backwards, f"the counter went back: {backwards} in {seen}"
+
+
+def test_two_workers_count_every_request_in_one_view(gateway: Gateway) -> None:
+    seen: list[float] = []
+    _send(gateway, REQUESTS, seen)
+    text = _settle(gateway, REQUESTS, seen)
+    _monotonic(seen)
+    assert seen[-1] == REQUESTS, seen
+    # Both workers took requests (else this test shows nothing about combining them), and the
+    # exposition is the sum of what each wrote.
+    per_worker = _counted_per_worker(gateway)
+    assert len(per_worker) == 2 and all(per_worker.values()), per_worker
+    assert sum(per_worker.values()) == REQUESTS
+    count = _sample(
+        text, "jsgw_http_request_duration_seconds_count", f'{{method="GET",route="{ROUTE}"}}'
+    )
+    assert count == REQUESTS
+    assert _sample(text, "jsgw_http_requests_in_flight") == 0
+    assert _sample(text, "jsgw_nats_pool_size") == 2 * POOL_SIZE
+    assert _sample(text, "jsgw_nats_pool_connections_up") == 2 * POOL_SIZE
+
+
+def test_a_replaced_worker_is_counted_once(gateway: Gateway) -> None:
+    seen: list[float] = []
+    _send(gateway, 100, seen)
+    _settle(gateway, 100, seen)
+    assert seen[-1] == 100, seen
+    victim = max(gateway.worker_pids())
+    os.kill(victim, signal.SIGKILL)
+    # uvicorn's supervisor replaces it; the survivor serves meanwhile.
+    _wait_for_workers(gateway, 2, exclude=frozenset({victim}))
+    text = _settle(gateway, 100, seen)
+    assert seen[-1] == 100, "the dead worker's requests are lost or counted twice"
+    # Its live gauges are gone: the pool is two workers' again, not three.
+    assert _sample(text, "jsgw_nats_pool_size") == 2 * POOL_SIZE
+    assert _sample(text, "jsgw_nats_pool_connections_up") == 2 * POOL_SIZE
+    assert _sample(text, "jsgw_http_requests_in_flight") == 0
+    _send(gateway, 100, seen)
+    _settle(gateway, 200, seen)
+    _monotonic(seen)
+    assert seen[-1] == 200, seen
