@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import orjson
@@ -40,20 +41,26 @@ def wants_json(headers: Headers) -> bool:
     return "application/json" in headers.get("accept", "")
 
 
-async def read_body(request: Request, limit: int) -> bytes:
-    """The request body, refused with 413 as soon as it is known to exceed ``limit`` bytes."""
+async def read_body(
+    request: Request,
+    limit: int,
+    too_large: Callable[[int], errors.GatewayError] | None = None,
+) -> bytes:
+    """The request body, refused with 413 as soon as it is known to exceed ``limit`` bytes
+    (``too_large(limit)`` says which limit; the server's max_payload by default)."""
+    too_large = too_large or _too_large
     declared = request.headers.get("content-length")
     if declared is not None:
         if not declared.isdigit():
             raise errors.InvalidInput(ErrorCode.REQUEST_INVALID, "Content-Length is not a number")
         if int(declared) > limit:
-            raise _too_large(limit)
+            raise too_large(limit)
     chunks: list[bytes] = []
     size = 0
     async for chunk in request.stream():
         size += len(chunk)
         if size > limit:
-            raise _too_large(limit)
+            raise too_large(limit)
         chunks.append(chunk)
     return b"".join(chunks)
 

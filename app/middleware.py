@@ -19,6 +19,7 @@ from starlette.requests import Request
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app.errors import PROBLEM_CONTENT_TYPE, ErrorCode, GatewayError, InvalidInput, PayloadTooLarge
+from app.http import read_body
 from app.metrics import Metrics
 
 access_log = logging.getLogger("jsgw.access")
@@ -293,17 +294,7 @@ async def read_json_body(request: Request) -> Request:
     back replays the body, then receives as the original (a disconnect, for the streams).
     """
     limit: int = request.state.runtime.settings.max_json_body
-    for name, value in request.scope["headers"]:
-        if name == b"content-length" and value.isdigit() and int(value) > limit:
-            raise _json_too_large(limit)
-    chunks: list[bytes] = []
-    size = 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            raise _json_too_large(limit)
-        chunks.append(chunk)
-    body = b"".join(chunks)
+    body = await read_body(request, limit, _json_too_large)
     receive = request.receive
     replayed = False
 
