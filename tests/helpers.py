@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import os
+import ssl
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
+from pathlib import Path
 
 import httpx
 import uvicorn
@@ -81,3 +86,48 @@ def served_gateway(settings: Settings, port: int = 0) -> Iterator[str]:
     finally:
         server.should_exit = True
         thread.join(15)
+
+
+@contextmanager
+def jsgw_serve(
+    settings: dict[str, str],
+    log: Path,
+    *,
+    ready: str | None,
+    verify: ssl.SSLContext | bool = True,
+    environ: dict[str, str] | None = None,
+) -> Iterator[subprocess.Popen[bytes]]:
+    """``python -m app serve`` in a process of its own, as users start it: the environment
+    without the caller's ``JSGW_*`` variables, plus ``settings`` (and other ``environ``); the
+    code is this checkout's, or ``JSGW_TEST_CHECKOUT``'s (to measure another). Waits until
+    ``ready`` (a URL, e.g. its /readyz) answers 200, unless None; stops the process on exit.
+    Its stderr goes to ``log``, which a failure to start shows."""
+    checkout = os.environ.get("JSGW_TEST_CHECKOUT") or str(Path(__file__).resolve().parents[1])
+    env = {k: v for k, v in os.environ.items() if not k.startswith("JSGW_")}
+    env.update({"PYTHONPATH": checkout, **(environ or {}), **settings})
+    with open(log, "wb") as stderr:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "app", "serve"],
+            env=env,
+            cwd=checkout,
+            stdout=subprocess.DEVNULL,
+            stderr=stderr,
+        )
+    try:
+        deadline = time.monotonic() + 30
+        while ready is not None:
+            try:
+                if httpx.get(ready, verify=verify, timeout=1).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            assert proc.poll() is None and time.monotonic() < deadline, log.read_text()
+            time.sleep(0.1)
+        yield proc
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()

@@ -18,7 +18,6 @@ import re
 import signal
 import socket
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -29,6 +28,7 @@ import pytest
 from prometheus_client.mmap_dict import MmapedDict
 
 from app.nats.embedded import EmbeddedServer
+from tests.helpers import jsgw_serve
 
 ROUTE = "/v1/info"
 REQUESTS = 300
@@ -65,43 +65,26 @@ def gateway(nats_server: EmbeddedServer, tmp_path: Path) -> Iterator[Gateway]:
     port = _free_port()
     tmp = tmp_path / "tmp"
     tmp.mkdir()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("JSGW_")}
-    checkout = os.environ.get("JSGW_TEST_CHECKOUT") or str(Path(__file__).resolve().parents[2])
-    env.update(
-        {
-            "PYTHONPATH": checkout,
-            "TMPDIR": str(tmp),
-            # Inherited values are not used: the gateway makes its own directory.
-            "PROMETHEUS_MULTIPROC_DIR": str(tmp_path),
-            "JSGW_NATS_URL": nats_server.url,
-            "JSGW_PORT": str(port),
-            "JSGW_WORKERS": "2",
-            "JSGW_POOL_SIZE": str(POOL_SIZE),
-            "JSGW_ACK_SECRET": "metrics-test-secret-0123456789abcdef",
-            "JSGW_DATA_DIR": str(tmp_path / "data"),
-            "JSGW_LOG_LEVEL": "info",
-            "JSGW_ACCESS_LOG": "false",
-        }
-    )
+    settings = {
+        "JSGW_NATS_URL": nats_server.url,
+        "JSGW_PORT": str(port),
+        "JSGW_WORKERS": "2",
+        "JSGW_POOL_SIZE": str(POOL_SIZE),
+        "JSGW_ACK_SECRET": "metrics-test-secret-0123456789abcdef",
+        "JSGW_DATA_DIR": str(tmp_path / "data"),
+        "JSGW_LOG_LEVEL": "info",
+        "JSGW_ACCESS_LOG": "false",
+    }
+    environ = {
+        "TMPDIR": str(tmp),
+        # Inherited values are not used: the gateway makes its own directory.
+        "PROMETHEUS_MULTIPROC_DIR": str(tmp_path),
+    }
     log = tmp_path / "gateway.log"
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "app", "serve"],
-        env=env,
-        cwd=checkout,
-        stdout=subprocess.DEVNULL,
-        stderr=open(log, "wb"),  # noqa: SIM115
-    )
-    gateway = Gateway(proc, f"http://127.0.0.1:{port}", tmp, log)
-    try:
+    with jsgw_serve(settings, log, ready=None, environ=environ) as proc:
+        gateway = Gateway(proc, f"http://127.0.0.1:{port}", tmp, log)
         _wait_for_workers(gateway, 2)
         yield gateway
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
     assert proc.returncode == 0, log.read_text()
     assert not list(tmp.glob("jsgw-metrics-*")), "the metrics directory outlived the gateway"
     assert not list(tmp_path.glob("*.db")), "an inherited PROMETHEUS_MULTIPROC_DIR was used"

@@ -2,17 +2,15 @@
 
 from __future__ import annotations
 
-import os
 import ssl
 import subprocess
-import sys
-import time
 from pathlib import Path
 
 import httpx
 import pytest
 
 from app.nats.embedded import EmbeddedServer
+from tests.helpers import jsgw_serve
 from tests.integration.test_embedded import free_port
 
 pytestmark = pytest.mark.slow
@@ -103,23 +101,14 @@ def test_client_certificates_authenticate(
         "    rules: [{resource: 'stream:*', actions: [read]}]\n"
     )
     port = free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("JSGW_")}
-    env.update(
-        {
-            "JSGW_PORT": str(port),
-            "JSGW_NATS_URL": nats_server.url,
-            "JSGW_AUTH_FILE": str(auth),
-            "JSGW_TLS_CERT": str(pki / "server.pem"),
-            "JSGW_TLS_KEY": str(pki / "server.key"),
-            "JSGW_TLS_CLIENT_CA": str(pki / "ca.pem"),
-        }
-    )
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "app", "serve"],
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=open(tmp_path / "gw.log", "wb"),  # noqa: SIM115
-    )
+    settings = {
+        "JSGW_PORT": str(port),
+        "JSGW_NATS_URL": nats_server.url,
+        "JSGW_AUTH_FILE": str(auth),
+        "JSGW_TLS_CERT": str(pki / "server.pem"),
+        "JSGW_TLS_KEY": str(pki / "server.key"),
+        "JSGW_TLS_CLIENT_CA": str(pki / "ca.pem"),
+    }
     base = f"https://127.0.0.1:{port}"
     ca = ssl.create_default_context(cafile=str(pki / "ca.pem"))
 
@@ -129,19 +118,7 @@ def test_client_certificates_authenticate(
             context.load_cert_chain(str(pki / f"{cert}.pem"), str(pki / f"{cert}.key"))
         return httpx.Client(base_url=base, verify=context, timeout=10)
 
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                if httpx.get(f"{base}/readyz", verify=ca, timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            assert proc.poll() is None and time.monotonic() < deadline, (
-                tmp_path / "gw.log"
-            ).read_text()
-            time.sleep(0.1)
-
+    with jsgw_serve(settings, tmp_path / "gw.log", ready=f"{base}/readyz", verify=ca):
         with client("orders") as orders:
             created = orders.put("/v1/streams/ORDERS_TLS", json={"subjects": ["orders_tls.>"]})
             assert created.status_code in (200, 201), created.text
@@ -156,6 +133,3 @@ def test_client_certificates_authenticate(
             assert body["status"] == 401 and "certificate" in body["detail"]
         with client("forged") as forged, pytest.raises(httpx.HTTPError):
             forged.get("/v1/streams/ORDERS_TLS")  # same subject, another CA: no handshake
-    finally:
-        proc.terminate()
-        proc.wait(20)

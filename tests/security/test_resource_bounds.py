@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import socket
 import subprocess
 import sys
@@ -35,6 +34,7 @@ import nats
 import pytest
 
 from app.nats.embedded import EmbeddedServer
+from tests.helpers import jsgw_serve
 
 WRITER = "writer-token-0123456789abcdef"
 READER = "reader-token-0123456789abcdef"
@@ -111,46 +111,17 @@ def gateway(
     auth = folder / "auth.json"
     auth.write_text(json.dumps(POLICY))
     port = _free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("JSGW_")}
-    checkout = os.environ.get("JSGW_TEST_CHECKOUT") or str(Path(__file__).resolve().parents[2])
-    env.update(
-        {
-            "PYTHONPATH": checkout,
-            "JSGW_NATS_URL": nats_server.url,
-            "JSGW_AUTH_FILE": str(auth),
-            "JSGW_PORT": str(port),
-            "JSGW_DATA_DIR": str(folder / "data"),
-            "JSGW_LOG_LEVEL": "warning",
-            "JSGW_ACCESS_LOG": "false",
-        }
-    )
+    settings = {
+        "JSGW_NATS_URL": nats_server.url,
+        "JSGW_AUTH_FILE": str(auth),
+        "JSGW_PORT": str(port),
+        "JSGW_DATA_DIR": str(folder / "data"),
+        "JSGW_LOG_LEVEL": "warning",
+        "JSGW_ACCESS_LOG": "false",
+    }
     log = folder / "gateway.log"
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "app", "serve"],
-        env=env,
-        cwd=checkout,
-        stdout=subprocess.DEVNULL,
-        stderr=open(log, "wb"),  # noqa: SIM115
-    )
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                if httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            assert proc.poll() is None, log.read_text()
-            assert time.monotonic() < deadline, log.read_text()
-            time.sleep(0.1)
+    with jsgw_serve(settings, log, ready=f"http://127.0.0.1:{port}/readyz") as proc:
         yield Gateway(proc, port, log)
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
 
 
 # -- raw HTTP/1.1 over a socket ---------------------------------------------------------------

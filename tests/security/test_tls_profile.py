@@ -8,11 +8,8 @@ profile excludes (TLS 1.1, CBC suites, X448 and P-521), so a regression names it
 
 from __future__ import annotations
 
-import os
 import ssl
 import subprocess
-import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -21,6 +18,7 @@ import pytest
 
 from app.nats.embedded import EmbeddedServer
 from app.tls import INTERMEDIATE_GROUPS
+from tests.helpers import jsgw_serve
 from tests.integration.test_embedded import free_port
 
 pytestmark = pytest.mark.slow
@@ -76,40 +74,18 @@ def https_gateway(
         "    rules: [{resource: 'kv:*', actions: [read]}]\n"
     )
     port = free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("JSGW_")}
-    env.update(
-        {
-            "JSGW_PORT": str(port),
-            "JSGW_NATS_URL": nats_server.url,
-            "JSGW_AUTH_FILE": str(auth),
-            "JSGW_TLS_CERT": str(pki / "server.pem"),
-            "JSGW_TLS_KEY": str(pki / "server.key"),
-        }
-    )
+    settings = {
+        "JSGW_PORT": str(port),
+        "JSGW_NATS_URL": nats_server.url,
+        "JSGW_AUTH_FILE": str(auth),
+        "JSGW_TLS_CERT": str(pki / "server.pem"),
+        "JSGW_TLS_KEY": str(pki / "server.key"),
+    }
     log = d / "gw.log"
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "app", "serve"],
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=open(log, "wb"),  # noqa: SIM115
-    )
     trusted = ssl.create_default_context(cafile=str(pki / "ca.pem"))
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                url = f"https://127.0.0.1:{port}/readyz"
-                if httpx.get(url, verify=trusted, timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            assert proc.poll() is None and time.monotonic() < deadline, log.read_text()
-            time.sleep(0.1)
+    with jsgw_serve(settings, log, ready=f"https://127.0.0.1:{port}/readyz", verify=trusted):
         yield port
         assert "could not set the TLS key exchange groups" not in log.read_text()
-    finally:
-        proc.terminate()
-        proc.wait(20)
 
 
 @pytest.mark.filterwarnings("ignore:Parsed a serial number")  # a public root of sslyze's stores
