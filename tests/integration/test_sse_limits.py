@@ -11,10 +11,10 @@ from app.nats.embedded import EmbeddedServer
 from tests.helpers import gateway_settings, problem, served_gateway
 
 
-async def test_per_token_cap_and_release(
+async def test_per_client_cap_and_release(
     nats_server: EmbeddedServer, nc: nats.NATS, name: str
 ) -> None:
-    settings = gateway_settings(nats_server.url, sse_max_per_token=1, sse_heartbeat=1)
+    settings = gateway_settings(nats_server.url, sse_max_per_address=1, sse_heartbeat=1)
     js = nc.jetstream()
     await js.add_stream(name=name, subjects=[f"{name}.>"])
     await js.add_consumer(name, durable_name="C", ack_policy="explicit")
@@ -25,7 +25,7 @@ async def test_per_token_cap_and_release(
                 assert first.status_code == 200
                 lines = first.aiter_lines()
                 assert (await anext(lines)).startswith(("event:", "id:", ":"))
-                # A second stream of the same token, watch or consume: 429 with Retry-After.
+                # A second stream of the same client, watch or consume: 429 with Retry-After.
                 again = await gw.get(f"/v1/kv/{name}/watch")
                 problem(again, 429, "sse.too_many_streams")
                 assert again.headers["retry-after"] == "1"
