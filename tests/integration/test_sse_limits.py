@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from pathlib import Path
 
 import httpx
 import nats
@@ -14,6 +15,8 @@ from app.nats.embedded import EmbeddedServer
 from tests.helpers import gateway_settings, problem, served_gateway
 
 LOOPBACK = "127.0.0.1"
+TOKEN = "viewer-token-0123456789"
+OTHER = "other-token-0123456789a"
 
 
 def from_address(url: str, address: str, limits: httpx.Limits | None = None) -> httpx.AsyncClient:
@@ -223,3 +226,42 @@ async def test_a_burst_of_anonymous_watchers_is_not_capped_at_100(
                         return
 
             await asyncio.wait_for(asyncio.gather(*(sees_the_put(w) for w in watches)), 30)
+
+
+async def test_a_tokens_streams_count_against_the_token_from_any_address(
+    nats_server: EmbeddedServer, name: str, tmp_path: Path
+) -> None:
+    auth = tmp_path / "auth.yaml"
+    auth.write_text(
+        "tokens:\n"
+        "  - name: viewer\n"
+        f'    token: "{TOKEN}"\n'
+        '    rules: [{resource: "kv:*", actions: [read, admin]}]\n'
+        "  - name: other\n"
+        f'    token: "{OTHER}"\n'
+        '    rules: [{resource: "kv:*", actions: [read]}]\n'
+    )
+    settings = gateway_settings(
+        nats_server.url, auth_file=auth, sse_max_per_token=1, sse_max_per_address=1
+    )
+    viewer = {"Authorization": f"Bearer {TOKEN}"}
+    with served_gateway(settings) as url:
+        async with (
+            from_address(url, LOOPBACK) as one,
+            from_address(url, "127.0.0.2") as two,
+            from_address(url, "127.0.0.3") as three,
+        ):
+            assert (await one.put(f"/v1/kv/{name}", json={}, headers=viewer)).status_code == 201
+            minted = await one.post("/v1/auth/sse-token", headers=viewer)
+            assert minted.status_code in (200, 201), minted.text
+            sse_token = minted.json()["token"]
+            async with open_watch(one, name, viewer) as first:
+                assert first.status_code == 200
+                body = await refused(two, name, **viewer)
+                assert "this token has too many open streams" in body["detail"]
+                # An SSE token minted for it is the same token.
+                watch = await three.get(f"/v1/kv/{name}/watch", params={"access_token": sse_token})
+                problem(watch, 429, "sse.too_many_streams")
+                # Another token from the same address has its own cap.
+                async with open_watch(one, name, {"Authorization": f"Bearer {OTHER}"}) as other:
+                    assert other.status_code == 200
