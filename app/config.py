@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import ipaddress
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Literal
 from urllib.parse import urlsplit
 
 from pydantic import Field, SecretStr, field_validator, model_validator
@@ -84,8 +84,18 @@ class Settings(BaseSettings):
     rate_limit: float = Field(default=0.0, ge=0, description="requests/s per token; 0: off")
     rate_burst: int = Field(default=0, ge=0)
     sse_token_ttl: float = Field(default=300.0, gt=0, le=86_400)
+    # Open SSE streams per worker: in all, per token, and per anonymous client address. One
+    # client's cap is half the worker's: 2,000 watchers from one address (a sidecar's
+    # application, a proxy not listed below) fit, and no one client takes the whole worker.
     sse_max_streams: int = Field(default=5000, ge=1, description="open SSE streams per worker")
-    sse_max_per_token: int = Field(default=100, ge=1, description="open SSE streams per token")
+    sse_max_per_token: int = Field(default=2500, ge=1, description="open SSE streams per token")
+    sse_max_per_address: int = Field(
+        default=2500, ge=1, description="open anonymous SSE streams per client address"
+    )
+    # Proxies whose forwarding header (X-Forwarded-For, or RFC 7239 Forwarded) names the
+    # client of a request (app.clients): IP addresses or CIDR ranges; empty, none is.
+    trusted_proxies: Annotated[list[str], NoDecode] = Field(default_factory=list)
+    proxy_header: Literal["x-forwarded-for", "forwarded"] = "x-forwarded-for"
     cors_origins: Annotated[list[str], NoDecode] = Field(default_factory=list)
     data_dir: Path = Path("./data")
 
@@ -114,7 +124,7 @@ class Settings(BaseSettings):
     kv_cache_max_bytes: int = Field(default=64 * 1024 * 1024, ge=0)
     retry_after: int = Field(default=1, ge=1, le=3600)
 
-    @field_validator("nats_url", "cors_origins", "kv_cache", mode="before")
+    @field_validator("nats_url", "cors_origins", "kv_cache", "trusted_proxies", mode="before")
     @classmethod
     def _split_commas(cls, value: object) -> object:
         if isinstance(value, str):
@@ -129,6 +139,18 @@ class Settings(BaseSettings):
             if parts.scheme not in NATS_URL_SCHEMES or not parts.hostname:
                 raise ValueError(f"not a NATS server URL: {url!r} (expected nats://host:port)")
         return urls
+
+    @field_validator("trusted_proxies")
+    @classmethod
+    def _check_proxies(cls, values: list[str]) -> list[str]:
+        from app.clients import parse_networks
+
+        return [str(network) for network in parse_networks(values)]
+
+    @field_validator("proxy_header", mode="before")
+    @classmethod
+    def _lower_header(cls, value: object) -> object:
+        return value.strip().lower() if isinstance(value, str) else value
 
     @field_validator("kv_cache")
     @classmethod

@@ -581,8 +581,8 @@ class ErrorCode(StrEnum):
         "Too many requests for this token: wait for Retry-After."
     )
     SSE_TOO_MANY_STREAMS = "sse.too_many_streams", TooManyRequests, (
-        "Too many open event streams (for this token or in all): close one or retry after "
-        "Retry-After."
+        "Too many open event streams (for this token, this client address or in all): close "
+        "one or retry after Retry-After."
     )
     KV_TOO_MANY_WATCHES = "kv.too_many_watches", TooManyRequests, (
         "The gateway serves as many watches as it may: retry after Retry-After."

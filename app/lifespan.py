@@ -16,6 +16,7 @@ from fastapi import FastAPI
 
 from app import compat
 from app.auth.guard import Authenticator
+from app.clients import ClientAddresses, parse_networks
 from app.config import Settings
 from app.consumers.service import ConsumerService
 from app.direct.service import DirectService
@@ -101,7 +102,13 @@ def make_lifespan(
                 ack_secret=ack_secret,
                 auth=auth,
                 sse_slots=SseSlots(
-                    settings.sse_max_per_token, settings.sse_max_streams, settings.retry_after
+                    settings.sse_max_per_token,
+                    settings.sse_max_streams,
+                    settings.retry_after,
+                    per_address=settings.sse_max_per_address,
+                    clients=ClientAddresses(
+                        parse_networks(settings.trusted_proxies), settings.proxy_header
+                    ),
                 ),
                 embedded=embedded,
             )

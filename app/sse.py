@@ -18,6 +18,8 @@ from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
 from app import errors
+from app.auth.policy import Principal
+from app.clients import ClientAddresses
 from app.compat import SseAppStatus
 from app.errors import ErrorCode
 
@@ -25,22 +27,42 @@ SHUTDOWN_GRACE = 2.0
 
 
 class SseSlots:
-    """Counts open SSE streams per token and per gateway instance."""
+    """Counts open SSE streams per client and per gateway worker. A client is its token (by
+    name), or for an anonymous request its address (app.clients): without an auth file every
+    request is anonymous, and one cap for all of them would be one cap for every browser."""
 
-    def __init__(self, per_token: int, per_instance: int, retry_after: int) -> None:
+    def __init__(
+        self,
+        per_token: int,
+        per_instance: int,
+        retry_after: int,
+        *,
+        per_address: int | None = None,
+        clients: ClientAddresses | None = None,
+    ) -> None:
         self.per_token = per_token
+        self.per_address = per_token if per_address is None else per_address
         self.per_instance = per_instance
         self.retry_after = retry_after
-        self.by_token: Counter[str] = Counter()
+        self.clients = clients or ClientAddresses()
+        self.by_client: Counter[str] = Counter()
         self.total = 0
 
-    def acquire(self, owner: str) -> Callable[[], Awaitable[None]]:
+    def owner(self, principal: Principal, scope: Scope) -> tuple[str, int, str]:
+        """Whom a stream counts against: the key, its cap, and what to call it in a 429."""
+        if principal.anonymous:
+            address = self.clients.of(scope)
+            return f"address {address}", self.per_address, "this client address"
+        return f"token {principal.name}", self.per_token, "this token"
+
+    def acquire(self, principal: Principal, scope: Scope) -> Callable[[], Awaitable[None]]:
         """Take a slot (429 when none is free); returns its idempotent release."""
+        owner, cap, who = self.owner(principal, scope)
         if self.total >= self.per_instance:
             raise self._full("this gateway has too many open streams")
-        if self.by_token[owner] >= self.per_token:
-            raise self._full("this token has too many open streams")
-        self.by_token[owner] += 1
+        if self.by_client[owner] >= cap:
+            raise self._full(f"{who} has too many open streams")
+        self.by_client[owner] += 1
         self.total += 1
         released = False
 
@@ -49,9 +71,9 @@ class SseSlots:
             if not released:
                 released = True
                 self.total -= 1
-                self.by_token[owner] -= 1
-                if self.by_token[owner] <= 0:
-                    del self.by_token[owner]
+                self.by_client[owner] -= 1
+                if self.by_client[owner] <= 0:
+                    del self.by_client[owner]
 
         return release
 

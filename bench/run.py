@@ -226,10 +226,7 @@ class Bench:
             "JSGW_LOG_LEVEL": "warning",
             "JSGW_ACK_SECRET": secrets.token_hex(32),
             "JSGW_DATA_DIR": str(self.workdir / "gateway-data"),
-            # Every benchmark client is anonymous, i.e. one token: let the SSE section open
-            # its watchers (defaults: 100 streams per token, 5,000 per worker).
-            "JSGW_SSE_MAX_PER_TOKEN": str(self.sse_slots),
-            "JSGW_SSE_MAX_STREAMS": str(max(5000, self.sse_slots)),
+            **self.sse_caps,
         }
         self.gateway = self.procs.start(
             "gateway", [PYTHON, "-m", "app", "serve"], env=env, log=self.workdir / "gateway.log"
@@ -373,6 +370,17 @@ class Bench:
     @property
     def sse_slots(self) -> int:
         return max(100, max(self.args.sse or [0]) + 100)
+
+    @property
+    def sse_caps(self) -> dict[str, str]:
+        """The SSE caps the gateway needs beyond its defaults (2,500 streams per client
+        address, 5,000 per worker): every benchmark client is anonymous, on one address."""
+        caps = {}
+        if self.sse_slots > 2500:
+            caps["JSGW_SSE_MAX_PER_ADDRESS"] = str(self.sse_slots)
+        if self.sse_slots > 5000:
+            caps["JSGW_SSE_MAX_STREAMS"] = str(self.sse_slots)
+        return caps
 
     @property
     def fetch_messages(self) -> int:
@@ -1056,10 +1064,14 @@ class Bench:
                 if a.nats_max_consumers
                 else "; nats-server with its default settings"
             )
-            + ". The gateway runs with its defaults except `JSGW_ACCESS_LOG=false` and, so that "
-            f"the anonymous SSE clients fit, `JSGW_SSE_MAX_PER_TOKEN={self.sse_slots}` "
-            f"`JSGW_SSE_MAX_STREAMS={max(5000, self.sse_slots)}`. "
-            "Everything (servers and load generators) shares the same cores.",
+            + ". The gateway runs with its defaults except `JSGW_ACCESS_LOG=false`"
+            + (
+                " and, so that the anonymous SSE clients fit, "
+                + " ".join(f"`{k}={v}`" for k, v in self.sse_caps.items())
+                if self.sse_caps
+                else ""
+            )
+            + ". Everything (servers and load generators) shares the same cores.",
             "",
             "CPU columns: % of one core (200 = both cores) used during the measurement by the "
             "server under test (the gateway, the raw or FastAPI app, etcd), by nats-server, by the "

@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 from typing import Annotated, Any
 
-from fastapi import Header, Query
+from fastapi import Header, Query, Request
 from sse_starlette import EventSourceResponse
 from starlette.responses import Response
 
@@ -209,6 +209,7 @@ async def consume_messages(
     settings: SettingsDep,
     slots: SseSlotsDep,
     principal: PrincipalDep,
+    http: Request,
     pin_id: PinId = None,
 ) -> EventSourceResponse:
     """Consume continuously over Server-Sent Events (ADR-37), acking with the ack_tokens.
@@ -217,7 +218,7 @@ async def consume_messages(
     to you are not acked and come back after the consumer's ack_wait.
     """
     guard = await _may_consume(principal, consumers, stream, name)
-    release = slots.acquire(principal.name)
+    release = slots.acquire(principal, http.scope)
     try:
         events = await consumers.consume(stream, name, query, pin_id, guard)
     except BaseException:

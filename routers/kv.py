@@ -400,6 +400,7 @@ async def watch(
     kv: KVDep,
     principal: PrincipalDep,
     slots: SseSlotsDep,
+    request: Request,
     key: Annotated[
         str | None, Query(description="key, or filter with * and >; default: all")
     ] = None,
@@ -429,7 +430,7 @@ async def watch(
         since=since,
         last_event_id=last_event_id,
     )
-    release = slots.acquire(principal.name)
+    release = slots.acquire(principal, request.scope)
     try:
         session = await kv.watch(bucket, options, _keys_visible(principal, bucket))
     except BaseException:

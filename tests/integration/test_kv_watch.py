@@ -317,8 +317,9 @@ async def test_many_watchers_connecting_at_once_stay_under_the_consumer_limit(
     nats_server: EmbeddedServer, nc: nats.NATS, name: str
 ) -> None:
     """Catch-up consumers are limited per worker: 300 clients connecting together on a bucket
-    whose stream allows only 40 consumers all get their initial values and every change."""
-    settings = gateway_settings(nats_server.url, sse_max_per_token=1000)
+    whose stream allows only 40 consumers all get their initial values and every change.
+    (Anonymous, from one address, with the default stream caps.)"""
+    settings = gateway_settings(nats_server.url)
     with served_gateway(settings) as served:
         limits = httpx.Limits(max_connections=400)
         async with httpx.AsyncClient(base_url=served, timeout=30, limits=limits) as http:
