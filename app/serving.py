@@ -195,6 +195,7 @@ class GatheringProtocol(HttpToolsProtocol):
     _in_head = False  # a request head has begun and is not complete
     _head_bytes = 0  # its size so far: the request target and the header lines
     _head_received = 0  # bytes received since the read in which it began
+    _heads_begun = 0  # request heads begun on this connection
     _head_fields = 0
     _head_refusal: ErrorCode | None = None  # why the parser was stopped
 
@@ -239,7 +240,7 @@ class GatheringProtocol(HttpToolsProtocol):
             if self._drain < 0 and not self.transport.is_closing():
                 self.transport.close()
             return
-        continuing = self._in_head
+        continuing, begun = self._in_head, self._heads_begun
         super().data_received(data)
         if self._refusing():
             return  # a head over its bounds, refused by the parser's callbacks
@@ -247,8 +248,10 @@ class GatheringProtocol(HttpToolsProtocol):
             # A head still incomplete: the bytes that arrived after the read in which it began
             # are all its own (that read is bounded by the size of a read, and what the parser
             # handed over of it is counted by the callbacks): either count is at most the
-            # head's size, and the parser never gathers much more than the bound.
-            if continuing:
+            # head's size, and the parser never gathers much more than the bound. A read that
+            # ended one head and began another (pipelining: the rest of a head, a body, more
+            # requests, then a new head's start) is that new head's first read.
+            if continuing and self._heads_begun == begun:
                 self._head_received += len(data)
             if max(self._head_received, self._head_bytes) > self._max_head_bytes:
                 self._refuse_head(ErrorCode.HEADER_TOO_LARGE)
@@ -272,6 +275,7 @@ class GatheringProtocol(HttpToolsProtocol):
 
     def on_message_begin(self) -> None:
         self._in_head = True
+        self._heads_begun += 1
         self._head_bytes = _REQUEST_LINE
         self._head_received = self._head_fields = 0
         super().on_message_begin()

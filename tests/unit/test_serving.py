@@ -320,3 +320,37 @@ def test_serve_owns_the_metrics_directory_of_its_workers(
         assert seen["contents"] == []
         assert not Path(seen["dir"]).exists()
     assert "PROMETHEUS_MULTIPROC_DIR" not in os.environ
+
+
+async def test_a_pipelined_head_after_a_large_body_is_not_taken_for_a_large_head() -> None:
+    """A read that ends one head, carries its body and begins the next request's head is the
+    new head's first read: its bytes are not counted against the new head's bound."""
+    from starlette.requests import Request
+    from starlette.responses import PlainTextResponse
+    from starlette.routing import Route
+
+    async def ok(request: Request) -> PlainTextResponse:
+        await request.body()
+        return PlainTextResponse("ok")
+
+    app = Starlette(routes=[Route("/x", ok, methods=["GET", "POST"])])
+    config = Config(app, http=GatheringProtocol, lifespan="off", access_log=False)
+    config.load()
+    protocol = GatheringProtocol(config, ServerState(), {})
+    transport = SocketTransport()
+    protocol.connection_made(transport)
+    protocol._max_head_bytes, protocol._max_head_fields = 8192, 100
+    body = b"a" * 20_000
+    first = b"POST /x HTTP/1.1\r\nHost: h\r\nContent-Length: %d\r\n\r\n" % len(body) + body
+    second = b"GET /x HTTP/1.1\r\nHost: h\r\n\r\n"
+    protocol.data_received(first[:10])  # the first head, incomplete
+    protocol.data_received(first[10:] + second[:8])  # its rest and body, the next head begun
+    for _ in range(50):
+        await asyncio.sleep(0)
+    protocol.data_received(second[8:])
+    for _ in range(50):
+        await asyncio.sleep(0)
+    answers = b"".join(transport.writes)
+    assert answers.count(b"HTTP/1.1 200 OK") == 2, answers[:300]
+    assert b"431" not in answers
+    protocol.connection_lost(None)
