@@ -61,7 +61,7 @@ async def publish_one(
     limit = pool.max_payload
     message = publish.outgoing(subject, await read_body(request, limit), headers, limit)
     if not principal.anonymous:
-        message = publish.for_writer(message, principal, stream)
+        message = publish.for_writer(message, principal, stream, limit)
     # The PubAck dict is what response_model=PubAck would serialize; built here, both the
     # FastAPI route and the lean path (app.fastpath) send it as it is.
     return JSON(await publisher.publish(message))
@@ -95,12 +95,12 @@ async def publish_batch(
         )
     limit = pool.max_payload
     messages = [publish.batch_item(i, item, limit) for i, item in enumerate(batch.messages)]
-    messages = await _may_publish(principal, streams, messages, batch=True)
+    messages = await _may_publish(principal, streams, messages, limit)
     return {"results": await publisher.publish_batch(messages)}
 
 
 async def _may_publish(
-    principal: Principal, streams: StreamService, messages: list[Outgoing], batch: bool = False
+    principal: Principal, streams: StreamService, messages: list[Outgoing], max_payload: int
 ) -> list[Outgoing]:
     """Each subject needs `write` on the stream that captures it, and a writer limited to
     part of a stream stays in it (:func:`app.publish.service.for_writer`); all checked before
@@ -111,10 +111,9 @@ async def _may_publish(
     for index, message in enumerate(messages):
         stream = await _may_write(principal, streams, message.subject)
         try:
-            out.append(publish.for_writer(message, principal, stream))
+            out.append(publish.for_writer(message, principal, stream, max_payload))
         except errors.GatewayError as exc:
-            if batch:
-                exc.detail = f"messages[{index}]: {exc.detail}"
+            exc.detail = f"messages[{index}]: {exc.detail}"
             raise
     return out
 

@@ -133,7 +133,10 @@ def _ttl(value: str) -> str:
 
 
 def outgoing(subject: str, data: bytes, headers: dict[str, str], max_payload: int) -> Outgoing:
-    message = Outgoing(validation.publish_subject(subject), data, headers)
+    return _fitting(Outgoing(validation.publish_subject(subject), data, headers), max_payload)
+
+
+def _fitting(message: Outgoing, max_payload: int) -> Outgoing:
     if message.size > max_payload:
         raise errors.PayloadTooLarge(
             ErrorCode.MESSAGE_TOO_LARGE,
@@ -173,15 +176,17 @@ def id_scope(principal: Principal) -> str:
     return f"jsgw~{digest[:16]}~"
 
 
-def for_writer(message: Outgoing, principal: Principal, stream: str) -> Outgoing:
+def for_writer(message: Outgoing, principal: Principal, stream: str, max_payload: int) -> Outgoing:
     """The message as ``principal`` may send it to ``stream``, whose capture of the subject
     it may write (checked before).
 
-    A writer without write on the whole stream cannot learn or affect anything outside its
-    grant: the stream-wide preconditions need read on the whole stream (403 otherwise), its
-    Nats-Msg-Id (and Nats-Expected-Last-Msg-Id) is scoped to the token (:func:`id_scope`), so
-    de-duplication only ever meets its own ids, and when it may not read the whole stream,
-    JetStream's refusals are scrubbed. A writer of the whole stream sends ids as given.
+    A writer without write and read on the whole stream cannot learn or affect anything
+    outside its grant: the stream-wide preconditions need read on the whole stream (403
+    otherwise), its Nats-Msg-Id (and Nats-Expected-Last-Msg-Id) is scoped to the token
+    (:func:`id_scope`), so de-duplication only ever meets its own ids (an id that matched
+    another writer's would tell that message's sequence), and when it may not read the whole
+    stream, JetStream's refusals are scrubbed. A writer and reader of the whole stream sends
+    ids as given. The scoped message must still fit ``max_payload``.
     """
     if principal.anonymous:
         return message
@@ -196,11 +201,13 @@ def for_writer(message: Outgoing, principal: Principal, stream: str) -> Outgoing
                     "Nats-Expected-Last-Subject-Sequence checks the message's own subject",
                 )
     headers = message.headers
-    if not principal.allows_all("write", "stream", stream):
+    if not (whole_read and principal.allows_all("write", "stream", stream)):
         scope = id_scope(principal)
         headers = {
             name: scope + value if name in _SCOPED_IDS else value for name, value in headers.items()
         }
+        if headers != message.headers:
+            return _fitting(replace(message, headers=headers, confined=not whole_read), max_payload)
     return replace(message, headers=headers, confined=not whole_read)
 
 

@@ -122,17 +122,17 @@ def _message(**headers: str) -> Outgoing:
 
 def test_for_writer() -> None:
     writer = principal("writer", ("stream:ORDERS/orders.eu.", ["write"]))
-    scoped = for_writer(_message(**{"Nats-Msg-Id": "m1"}), writer, "ORDERS")
+    scoped = for_writer(_message(**{"Nats-Msg-Id": "m1"}), writer, "ORDERS", 1 << 20)
     assert scoped.headers["Nats-Msg-Id"] == f"{id_scope(writer)}m1"
     assert scoped.confined
     for header in ("Nats-Expected-Last-Sequence", "Nats-Expected-Last-Msg-Id"):
         with pytest.raises(errors.Forbidden, match=header):
-            for_writer(_message(**{header: "1"}), writer, "ORDERS")
+            for_writer(_message(**{header: "1"}), writer, "ORDERS", 1 << 20)
     subject_seq = _message(**{"Nats-Expected-Last-Subject-Sequence": "1"})
-    assert for_writer(subject_seq, writer, "ORDERS").headers == subject_seq.headers
+    assert for_writer(subject_seq, writer, "ORDERS", 1 << 20).headers == subject_seq.headers
 
     whole = principal("whole", ("stream:ORDERS", ["read", "write"]))
-    kept = for_writer(_message(**{"Nats-Msg-Id": "m1"}), whole, "ORDERS")
+    kept = for_writer(_message(**{"Nats-Msg-Id": "m1"}), whole, "ORDERS", 1 << 20)
     assert kept.headers == {"Nats-Msg-Id": "m1"} and not kept.confined
 
     # Id spaces: distinct per token name, none a prefix of another's.
@@ -195,3 +195,20 @@ async def test_a_consume_ends_at_a_message_the_token_may_not_read() -> None:
     assert json.loads(events[1]["data"])["code"] == "auth.forbidden"
     assert "orders.secret.1" not in events[1]["data"]
     assert pool.sent == [(denied.reply, b"-NAK")]
+
+
+def test_a_writer_of_the_whole_stream_that_reads_part_of_it_has_its_ids_scoped() -> None:
+    """A matching id would answer "duplicate" with another subject's message sequence."""
+    token = principal(
+        "partial-reader", ("stream:ORDERS", ["write"]), ("stream:ORDERS/orders.eu.", ["read"])
+    )
+    scoped = for_writer(_message(**{"Nats-Msg-Id": "m1"}), token, "ORDERS", 1 << 20)
+    assert scoped.headers["Nats-Msg-Id"] == f"{id_scope(token)}m1" and scoped.confined
+
+
+def test_a_scoped_id_that_no_longer_fits_is_a_413() -> None:
+    writer = principal("writer", ("stream:ORDERS/orders.eu.", ["write"]))
+    message = _message(**{"Nats-Msg-Id": "m1"})
+    for_writer(message, writer, "ORDERS", message.size + len(id_scope(writer)))
+    with pytest.raises(errors.PayloadTooLarge, match="max_payload"):
+        for_writer(message, writer, "ORDERS", message.size + len(id_scope(writer)) - 1)
