@@ -17,10 +17,8 @@ tokens and SSE tokens: the secret is what makes them portable.
 from __future__ import annotations
 
 import asyncio
-import os
 import socket
 import subprocess
-import sys
 import time
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
@@ -31,7 +29,7 @@ import httpx
 import pytest
 
 from tests.cluster import Cluster
-from tests.helpers import problem
+from tests.helpers import jsgw_serve, problem
 from tests.integration.test_kv_watch import SSE
 
 pytestmark = pytest.mark.slow
@@ -73,56 +71,20 @@ def _replica(
     port = _free_port()
     home = tmp / name
     home.mkdir()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("JSGW_")}
-    checkout = os.environ.get("JSGW_TEST_CHECKOUT") or str(Path(__file__).resolve().parents[2])
-    env.update(
-        {
-            "PYTHONPATH": checkout,
-            "TMPDIR": str(home),
-            "JSGW_NATS_URL": nats_url,
-            "JSGW_PORT": str(port),
-            "JSGW_ACK_SECRET": secret,
-            "JSGW_AUTH_FILE": str(auth_file),
-            "JSGW_DATA_DIR": str(home / "data"),
-            "JSGW_REQUEST_TIMEOUT": "5",
-            "JSGW_KV_WATCH_HEARTBEAT": "0.5",
-            "JSGW_ACCESS_LOG": "false",
-        }
-    )
+    settings = {
+        "JSGW_NATS_URL": nats_url,
+        "JSGW_PORT": str(port),
+        "JSGW_ACK_SECRET": secret,
+        "JSGW_AUTH_FILE": str(auth_file),
+        "JSGW_DATA_DIR": str(home / "data"),
+        "JSGW_REQUEST_TIMEOUT": "5",
+        "JSGW_KV_WATCH_HEARTBEAT": "0.5",
+        "JSGW_ACCESS_LOG": "false",
+    }
     log = home / "gateway.log"
-    with open(log, "wb") as stderr:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "app", "serve"],
-            env=env,
-            cwd=checkout,
-            stdout=subprocess.DEVNULL,
-            stderr=stderr,
-        )
-    replica = Replica(name, proc, f"http://127.0.0.1:{port}", log)
-    try:
-        _wait_ready(replica)
-        yield replica
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-
-
-def _wait_ready(replica: Replica) -> None:
-    deadline = time.monotonic() + 60
-    while True:
-        assert replica.proc.poll() is None, replica.log.read_text()
-        assert time.monotonic() < deadline, replica.log.read_text()
-        try:
-            with httpx.Client(timeout=5) as client:
-                if client.get(replica.url + "/readyz").status_code == 200:
-                    return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.2)
+    url = f"http://127.0.0.1:{port}"
+    with jsgw_serve(settings, log, ready=f"{url}/readyz", environ={"TMPDIR": str(home)}) as proc:
+        yield Replica(name, proc, url, log)
 
 
 @dataclass
