@@ -86,7 +86,7 @@ def make_lifespan(
             _reload_on_sighup(auth)
             js = JetStreamApi(pool, settings.js_domain)
             direct = DirectGet(js)
-            publisher = Publisher(pool, js)
+            publisher = Publisher(pool, js, metrics)
             kv = KVService(js, direct, publisher, settings, metrics)
             runtime = Runtime(
                 settings=settings,
@@ -98,7 +98,7 @@ def make_lifespan(
                 streams=StreamService(js, direct),
                 kv=kv,
                 publisher=publisher,
-                consumers=ConsumerService(pool, js, settings, ack_secret),
+                consumers=ConsumerService(pool, js, settings, ack_secret, metrics),
                 ack_secret=ack_secret,
                 auth=auth,
                 sse_slots=SseSlots(
@@ -109,6 +109,7 @@ def make_lifespan(
                     clients=ClientAddresses(
                         parse_networks(settings.trusted_proxies), settings.proxy_header
                     ),
+                    metrics=metrics,
                 ),
                 embedded=embedded,
             )

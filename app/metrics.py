@@ -61,6 +61,16 @@ _NATS_LATENCY = (
     "jsgw_nats_request_duration_seconds",
     "NATS request/reply latency by gateway operation.",
 )
+# The ``method`` label takes these as they are and "other" for anything else: a client that
+# sends made-up methods must not make a series of each.
+_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
+
+# The fixed label values of the event-stream and write-outcome series (also set to 0 at start,
+# so that rates and increases have a series to start from).
+SSE_KINDS = ("kv_watch", "consume")
+SSE_REFUSALS = ("streams", "token", "address", "kv_watches")
+WATCH_DROPS = ("behind", "stuck")
+UNKNOWN_OUTCOMES = ("publish", "kv_write", "ack")
 
 
 class _ValueFile(Protocol):
@@ -305,6 +315,58 @@ class Metrics:
             "Pooled connections that the client gave up on and the pool replaced.",
             registry=self.registry,
         )
+        self.sse_streams_open = Gauge(
+            "jsgw_sse_streams_open",
+            "Open SSE streams (KV watches, consume streams), by kind.",
+            ["kind"],
+            registry=self.registry,
+            multiprocess_mode="livesum",
+        )
+        self.sse_streams_limit = Gauge(
+            "jsgw_sse_streams_limit",
+            "The cap on open SSE streams (JSGW_SSE_MAX_STREAMS, per worker).",
+            registry=self.registry,
+            multiprocess_mode="livesum",
+        )
+        self.sse_streams_refused = Counter(
+            "jsgw_sse_streams_refused",
+            "SSE streams refused with 429 at a cap: 'streams' (the worker's), 'token', "
+            "'address' (an anonymous client's), 'kv_watches' (JSGW_KV_MAX_WATCHES).",
+            ["reason"],
+            registry=self.registry,
+        )
+        self.kv_watches_open = Gauge(
+            "jsgw_kv_watches_open",
+            "Open KV watches.",
+            registry=self.registry,
+            multiprocess_mode="livesum",
+        )
+        self.kv_watches_limit = Gauge(
+            "jsgw_kv_watches_limit",
+            "The cap on open KV watches (JSGW_KV_MAX_WATCHES, per worker).",
+            registry=self.registry,
+            multiprocess_mode="livesum",
+        )
+        self.kv_watches_dropped = Counter(
+            "jsgw_kv_watches_dropped",
+            "KV watches cut off because their client was too slow: 'behind' (its queue of "
+            "JSGW_SSE_QUEUE_SIZE events was full), 'stuck' (a send waited too long).",
+            ["reason"],
+            registry=self.registry,
+        )
+        self.outcome_unknown = Counter(
+            "jsgw_publish_outcome_unknown",
+            "Writes answered nats.outcome_unknown (not confirmed in time: they may or may not "
+            "have been applied), by operation: 'publish', 'kv_write', 'ack'.",
+            ["operation"],
+            registry=self.registry,
+        )
+        for reason in SSE_REFUSALS:
+            self.sse_streams_refused.labels(reason)
+        for reason in WATCH_DROPS:
+            self.kv_watches_dropped.labels(reason)
+        for operation in UNKNOWN_OUTCOMES:
+            self.outcome_unknown.labels(operation)
         self.kv_stale_reads = Counter(
             "jsgw_kv_stale_reads_total",
             "Reads of a KV key's latest value that Direct Get answered older than a revision "
@@ -336,6 +398,8 @@ class Metrics:
         return generate_latest(self._all_workers)
 
     def observe_http(self, method: str, route: str, status: int, seconds: float) -> None:
+        if method not in _METHODS:
+            method = "other"
         series = self.requests
         count = series.http_counts.get((method, route, status))
         if count is None:

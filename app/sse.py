@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import signal
 from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -22,6 +23,7 @@ from app.auth.policy import Principal
 from app.clients import ClientAddresses
 from app.compat import SseAppStatus
 from app.errors import ErrorCode
+from app.metrics import SSE_KINDS, Metrics
 
 SHUTDOWN_GRACE = 2.0
 
@@ -29,7 +31,10 @@ SHUTDOWN_GRACE = 2.0
 class SseSlots:
     """Counts open SSE streams per client and per gateway worker. A client is its token (by
     name), or for an anonymous request its address (app.clients): without an auth file every
-    request is anonymous, and one cap for all of them would be one cap for every browser."""
+    request is anonymous, and one cap for all of them would be one cap for every browser.
+
+    With ``metrics``, the open streams (by kind, one of :data:`app.metrics.SSE_KINDS`), the
+    worker's cap and the refusals are exported."""
 
     def __init__(
         self,
@@ -39,6 +44,7 @@ class SseSlots:
         *,
         per_address: int | None = None,
         clients: ClientAddresses | None = None,
+        metrics: Metrics | None = None,
     ) -> None:
         self.per_token = per_token
         self.per_address = per_token if per_address is None else per_address
@@ -46,7 +52,17 @@ class SseSlots:
         self.retry_after = retry_after
         self.clients = clients or ClientAddresses()
         self.by_client: Counter[str] = Counter()
+        self.by_kind: Counter[str] = Counter()
         self.total = 0
+        self.metrics = metrics
+        if metrics is not None:
+            metrics.sse_streams_limit.set(per_instance)
+            for kind in SSE_KINDS:
+                open_streams = functools.partial(self.open_streams, kind)
+                metrics.gauge_function(metrics.sse_streams_open.labels(kind), open_streams)
+
+    def open_streams(self, kind: str) -> int:
+        return self.by_kind[kind]
 
     def owner(self, principal: Principal, scope: Scope) -> tuple[str, int, str]:
         """Whom a stream counts against: the key, its cap, and what to call it in a 429."""
@@ -55,15 +71,21 @@ class SseSlots:
             return f"address {address}", self.per_address, "this client address"
         return f"token {principal.name}", self.per_token, "this token"
 
-    def acquire(self, principal: Principal, scope: Scope) -> Callable[[], Awaitable[None]]:
-        """Take a slot (429 when none is free); returns its idempotent release."""
+    def acquire(
+        self, principal: Principal, scope: Scope, kind: str
+    ) -> Callable[[], Awaitable[None]]:
+        """Take a slot for a stream of ``kind`` (429 when none is free); returns its
+        idempotent release."""
         owner, cap, who = self.owner(principal, scope)
         if self.total >= self.per_instance:
-            raise self._full("this gateway has too many open streams")
+            raise self._full("this gateway has too many open streams", "streams")
         if self.by_client[owner] >= cap:
-            raise self._full(f"{who} has too many open streams")
+            reason = "address" if principal.anonymous else "token"
+            raise self._full(f"{who} has too many open streams", reason)
         self.by_client[owner] += 1
+        self.by_kind[kind] += 1
         self.total += 1
+        self._changed()
         released = False
 
         async def release() -> None:
@@ -71,13 +93,21 @@ class SseSlots:
             if not released:
                 released = True
                 self.total -= 1
+                self.by_kind[kind] -= 1
                 self.by_client[owner] -= 1
                 if self.by_client[owner] <= 0:
                     del self.by_client[owner]
+                self._changed()
 
         return release
 
-    def _full(self, detail: str) -> errors.TooManyRequests:
+    def _changed(self) -> None:
+        if self.metrics is not None:
+            self.metrics.refresh()  # (computed gauges, with several workers)
+
+    def _full(self, detail: str, reason: str) -> errors.TooManyRequests:
+        if self.metrics is not None:
+            self.metrics.sse_streams_refused.labels(reason).inc()
         return errors.TooManyRequests(
             ErrorCode.SSE_TOO_MANY_STREAMS,
             f"{detail}; close one or retry later",

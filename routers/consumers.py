@@ -218,7 +218,7 @@ async def consume_messages(
     to you are not acked and come back after the consumer's ack_wait.
     """
     guard = await _may_consume(principal, consumers, stream, name)
-    release = slots.acquire(principal, http.scope)
+    release = slots.acquire(principal, http.scope, "consume")
     try:
         events = await consumers.consume(stream, name, query, pin_id, guard)
     except BaseException:

@@ -430,7 +430,7 @@ async def watch(
         since=since,
         last_event_id=last_event_id,
     )
-    release = slots.acquire(principal, request.scope)
+    release = slots.acquire(principal, request.scope, "kv_watch")
     try:
         session = await kv.watch(bucket, options, _keys_visible(principal, bucket))
     except BaseException:

@@ -25,6 +25,7 @@ from app.consumers import config as consumer_config
 from app.consumers import pull_options
 from app.consumers.schemas import AckItem, ConsumeQuery, ConsumerConfig, PullOptions
 from app.errors import ErrorCode
+from app.metrics import Metrics
 from app.nats import acks, features, pull
 from app.nats import headers as nats_headers
 from app.nats.consume import Consume, Delivered, Failed, Pinned, Unpinned, Warn
@@ -54,12 +55,18 @@ class Fetched:
 
 class ConsumerService:
     def __init__(
-        self, pool: NatsPool, js: JetStreamApi, settings: Settings, ack_secret: bytes
+        self,
+        pool: NatsPool,
+        js: JetStreamApi,
+        settings: Settings,
+        ack_secret: bytes,
+        metrics: Metrics | None = None,
     ) -> None:
         self.pool = pool
         self.js = js
         self.settings = settings
         self._secret = ack_secret
+        self._acks_unknown = None if metrics is None else metrics.outcome_unknown.labels("ack")
         self._filters: dict[tuple[str, str], tuple[float, tuple[str, ...]]] = {}
 
     # -- administration --------------------------------------------------------------------
@@ -332,6 +339,11 @@ class ConsumerService:
             [(subject.subject, payload) for subject, payload in prepared],
             operation="consumer.ack",
         )
+        if self._acks_unknown is not None:
+            # The acks _ack_result answers nats.outcome_unknown: no confirmation in time.
+            unknown = sum(isinstance(reply, nats.errors.TimeoutError) for reply in replies)
+            if unknown:
+                self._acks_unknown.inc(unknown)
         return [
             _ack_result(index, subject, reply)
             for index, ((subject, _), reply) in enumerate(zip(prepared, replies, strict=True))

@@ -118,6 +118,7 @@ class KVService:
         # see get() and app.kv.floors.
         self.floors = RevisionFloors()
         self._stale_reads = metrics.kv_stale_reads
+        self._outcome_unknown = metrics.outcome_unknown.labels("kv_write")
         self._retry_after = {"Retry-After": str(settings.retry_after)}
         self.buckets = Buckets(js, direct)
         self.watches = Watches(
@@ -127,6 +128,7 @@ class KVService:
             idle_heartbeat=settings.kv_watch_heartbeat,
             retry_after=settings.retry_after,
             ping_interval=settings.sse_heartbeat,
+            metrics=metrics,
         )
         self.cache = ReadCaches(
             js, settings.kv_cache, settings.kv_watch_heartbeat, settings.kv_cache_max_bytes
@@ -477,18 +479,26 @@ class KVService:
                     left = max(0.01, deadline - loop.time())
                     at = await self._msg_get(stream, {"seq": expected}, timeout=left)
                 except errors.Timeout:  # the refusal cannot be confirmed in time
-                    raise errors.OutcomeUnknown(
-                        detail="the write was refused, and the stream leader did not answer in "
-                        "time to confirm it: whether it is stored is not known; read the key again"
+                    raise self._unknown(
+                        errors.OutcomeUnknown(
+                            detail="the write was refused, and the stream leader did not answer "
+                            "in time to confirm it: whether it is stored is not known; read the "
+                            "key again"
+                        )
                     ) from None
                 if at is not None and at.subject != subject:
                     raise self._mismatch(key, last) from None
                 if loop.time() + pause >= deadline:
                     if at is None:  # no such revision, as far as any answer shows
                         raise self._mismatch(key, last) from None
-                    raise _contradicted(key, expected, last) from None
+                    raise self._unknown(_contradicted(key, expected, last)) from None
             await asyncio.sleep(pause)
             pause = min(pause * 2, _RECHECK_PAUSE_MAX)
+
+    def _unknown(self, error: errors.OutcomeUnknown) -> errors.OutcomeUnknown:
+        """Counted as a KV write of unknown outcome (the publisher counts its own)."""
+        self._outcome_unknown.inc()
+        return error
 
     async def _leader_last(
         self, stream: str, subject: str, timeout: float | None = None
@@ -535,12 +545,14 @@ class KVService:
                 stamped = {**headers, "Nats-Msg-Id": msg_id or _new_write_id()}
                 try:
                     ack = await self.publisher.publish(
-                        Outgoing(subject, value, stamped), timeout=timeout
+                        Outgoing(subject, value, stamped), timeout=timeout, operation="kv_write"
                     )
                 except errors.PayloadTooLarge:
-                    ack = await self.publisher.publish(message, timeout=timeout)
+                    ack = await self.publisher.publish(
+                        message, timeout=timeout, operation="kv_write"
+                    )
             else:
-                ack = await self.publisher.publish(message, timeout=timeout)
+                ack = await self.publisher.publish(message, timeout=timeout, operation="kv_write")
         except errors.PayloadTooLarge as exc:
             detail = f"the value is over the bucket's max_value_size ({exc.detail})"
             raise _too_large(detail) from None

@@ -34,6 +34,7 @@ from app import errors, validation
 from app.errors import ErrorCode
 from app.kv import model as kv_model
 from app.kv.model import PUT, Entry, entry_from_delivery
+from app.metrics import Metrics
 from app.nats.jsapi import JetStreamApi
 from app.nats.ordered import OrderedConfig, OrderedConsumer
 from app.nats.scan import Delivery
@@ -167,6 +168,7 @@ class WatchSession:
         queue_size: int,
         visible: Callable[[str], bool] | None,
         on_closed: Callable[[WatchSession], None],
+        on_too_slow: Callable[[], None] | None = None,
     ) -> None:
         self.bucket = bucket
         self.options = options
@@ -179,6 +181,7 @@ class WatchSession:
         self._queue_size = queue_size
         self._visible = visible
         self._on_closed = on_closed
+        self._on_too_slow = on_too_slow
         # Feed events that arrive while catching up; None once live on the feed.
         self._backlog: list[tuple[Entry, WatchEvent]] | None = []
         self._ready = False
@@ -291,6 +294,10 @@ class WatchSession:
                 waiter.set_result(None)
 
     def _too_slow(self) -> None:
+        if self._ended:
+            return
+        if self._on_too_slow is not None:
+            self._on_too_slow()
         too_slow = errors.TooManyRequests(
             ErrorCode.KV_WATCH_TOO_SLOW,
             f"the client fell {self._queue_size} events behind: the watch ends; "
@@ -448,6 +455,7 @@ class Watches:
         ping_interval: float = 15.0,
         send_timeout: float = 60.0,
         catchup_limit: int = 32,
+        metrics: Metrics | None = None,
     ) -> None:
         self.js = js
         self.limit = limit
@@ -461,6 +469,13 @@ class Watches:
         self._feeds: dict[FeedKey, Feed] = {}
         self._catchups = asyncio.Semaphore(catchup_limit)
         self._closing: set[asyncio.Task[None]] = set()
+        self._metrics = metrics
+        if metrics is not None:
+            metrics.kv_watches_limit.set(limit)
+            metrics.gauge_function(metrics.kv_watches_open, lambda: len(self._active))
+            self._refused = metrics.sse_streams_refused.labels("kv_watches")
+            self._behind = metrics.kv_watches_dropped.labels("behind")
+            self._stuck = metrics.kv_watches_dropped.labels("stuck")
 
     def __len__(self) -> int:
         return len(self._active)
@@ -470,6 +485,8 @@ class Watches:
     ) -> WatchSession:
         """Start a watch; errors (bucket not found, ...) are raised before any event exists."""
         if len(self._active) >= self.limit:
+            if self._metrics is not None:
+                self._refused.inc()
             raise errors.TooManyRequests(
                 ErrorCode.KV_TOO_MANY_WATCHES,
                 f"the gateway serves at most {self.limit} watches; retry later",
@@ -480,9 +497,11 @@ class Watches:
             options,
             queue_size=self.queue_size,
             visible=visible,
-            on_closed=self._active.discard,
+            on_closed=self._closed,
+            on_too_slow=None if self._metrics is None else self._behind.inc,
         )
         self._active.add(session)
+        self._changed()
         if self._upkeep is None:
             self._upkeep = asyncio.get_running_loop().create_task(self._keep_up())
         try:
@@ -501,6 +520,14 @@ class Watches:
                 await session.close()
             raise
         return session
+
+    def _closed(self, session: WatchSession) -> None:
+        self._active.discard(session)
+        self._changed()
+
+    def _changed(self) -> None:
+        if self._metrics is not None:
+            self._metrics.refresh()  # (computed gauges, with several workers)
 
     async def _feed(self, bucket: str, options: WatchOptions) -> Feed:
         """The started feed of this (bucket, filter, meta_only), started here if need be."""
@@ -565,6 +592,8 @@ class Watches:
         for session in list(self._active):
             since = session.sending_since
             if since and now - since > self.send_timeout and session.writer is not None:
+                if self._metrics is not None and not session.ended:
+                    self._stuck.inc()
                 session.cut_off = True
                 session.end()
                 session.writer.cancel()

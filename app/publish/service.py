@@ -16,6 +16,7 @@ from app import errors, validation
 from app.auth.policy import Principal
 from app.durations import nats_ttl
 from app.errors import ErrorCode, NoResponders
+from app.metrics import Metrics
 from app.nats import features
 from app.nats.jsapi import JetStreamApi, parse_response
 from app.nats.pool import NatsPool
@@ -233,19 +234,36 @@ def acknowledged(reply: Reply) -> bool:
 
 
 class Publisher:
-    def __init__(self, pool: NatsPool, js: JetStreamApi) -> None:
+    def __init__(self, pool: NatsPool, js: JetStreamApi, metrics: Metrics) -> None:
         self.pool = pool
         self.js = js
+        self._outcome_unknown = metrics.outcome_unknown
 
     async def publish(
-        self, message: Outgoing, client: Client | None = None, timeout: float | None = None
+        self,
+        message: Outgoing,
+        client: Client | None = None,
+        timeout: float | None = None,
+        *,
+        operation: str = "publish",
     ) -> dict[str, Any]:
         """Publish and wait for the PubAck; 2xx only once the stream stored the message.
 
         A refusal is confirmed before it is answered (``ReplyMux.request_write``): by sending
         the message again when it has a ``Nats-Msg-Id`` (the stream deduplicates it), else
-        by waiting a short grace for a PubAck from another server.
+        by waiting a short grace for a PubAck from another server. An outcome left unknown is
+        counted under ``operation`` (``jsgw_publish_outcome_unknown_total``): ``publish``, or
+        ``kv_write`` for the KV service's writes.
         """
+        try:
+            return await self._publish(message, client, timeout)
+        except errors.OutcomeUnknown:
+            self._outcome_unknown.labels(operation).inc()
+            raise
+
+    async def _publish(
+        self, message: Outgoing, client: Client | None, timeout: float | None
+    ) -> dict[str, Any]:
         headers = message.headers
         if "Nats-TTL" in headers:  # an older server would store the message without it
             self.pool.require(features.MESSAGE_TTL)

@@ -197,21 +197,21 @@ def test_the_setting() -> None:
 async def test_anonymous_streams_count_per_address_and_tokens_per_token() -> None:
     slots = SseSlots(2, 5, 1, per_address=1, clients=ClientAddresses(PROXIES))
     one, two = scope("192.0.2.1"), scope("192.0.2.2")
-    release = slots.acquire(ANONYMOUS, one)
+    release = slots.acquire(ANONYMOUS, one, "consume")
     with pytest.raises(TooManyRequests, match="this client address has too many"):
-        slots.acquire(ANONYMOUS, one)
-    slots.acquire(ANONYMOUS, two)
+        slots.acquire(ANONYMOUS, one, "consume")
+    slots.acquire(ANONYMOUS, two, "consume")
     # A token's streams count against the token wherever they come from.
     alice = Principal("alice")
-    slots.acquire(alice, one)
-    slots.acquire(alice, two)
+    slots.acquire(alice, one, "consume")
+    slots.acquire(alice, two, "consume")
     with pytest.raises(TooManyRequests, match="this token has too many"):
-        slots.acquire(alice, scope("192.0.2.3"))
+        slots.acquire(alice, scope("192.0.2.3"), "consume")
     # A token named like an address is not that address.
-    slots.acquire(Principal("192.0.2.1"), scope("192.0.2.9"))
+    slots.acquire(Principal("192.0.2.1"), scope("192.0.2.9"), "consume")
     with pytest.raises(TooManyRequests, match="this gateway has too many"):
-        slots.acquire(ANONYMOUS, scope("192.0.2.4"))
+        slots.acquire(ANONYMOUS, scope("192.0.2.4"), "consume")
     await release()
     await release()  # idempotent
     assert slots.total == 4
-    slots.acquire(ANONYMOUS, one)
+    slots.acquire(ANONYMOUS, one, "consume")

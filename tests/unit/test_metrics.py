@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 
+import pytest
 from prometheus_client import (
     CollectorRegistry,
     Counter,
@@ -14,7 +15,10 @@ from prometheus_client import (
     generate_latest,
 )
 
+from app.auth.policy import ANONYMOUS, Principal
+from app.errors import TooManyRequests
 from app.metrics import _LATENCY_BUCKETS, Metrics
+from app.sse import SseSlots
 
 # Bucket edges, values in between and far out, including exactly on an edge ("le").
 SECONDS = [0.0, 0.0001, 0.0005, 0.0007, 0.001, 0.003, 0.025, 0.4, 1.0, 9.99, 10.0, 11.0, 250.0]
@@ -136,3 +140,57 @@ def test_created_series_follow_prometheus_clients_switch() -> None:
     finally:
         enable_created_metrics()
     assert any("_created" in name for name in _series(_ours(), ("jsgw_http_requests_",)))
+
+
+def test_unknown_methods_share_one_series() -> None:
+    """The method comes from the client: any method outside the standard ones is "other", so
+    a client sending made-up methods cannot make a series of each."""
+    metrics = Metrics()
+    for method in ("GET", "PATCH", "OPTIONS", "BREW", "PROPFIND", "get", "X" * 200):
+        metrics.observe_http(method, "unmatched", 405, 0.001)
+    text = generate_latest(metrics.registry).decode()
+    methods = set(re.findall(r'jsgw_http_requests_total\{method="([^"]*)"', text))
+    assert methods == {"GET", "PATCH", "OPTIONS", "other"}
+    assert 'jsgw_http_requests_total{method="other",route="unmatched",status="405"} 4.0' in text
+    latency = set(re.findall(r'jsgw_http_request_duration_seconds_count\{method="([^"]*)"', text))
+    assert latency == methods
+
+
+async def test_event_stream_slots_are_exported() -> None:
+    """Open streams by kind, the worker's cap, and refusals by the cap that refused."""
+    metrics = Metrics()
+    slots = SseSlots(2, 3, 1, per_address=1, metrics=metrics)
+
+    def sample(name: str, labels: str = "") -> float:
+        text = generate_latest(metrics.registry).decode()
+        match = re.search(rf"^{re.escape(name + labels)} (\S+)$", text, re.MULTILINE)
+        assert match, name + labels
+        return float(match.group(1))
+
+    def refused(reason: str) -> float:
+        return sample("jsgw_sse_streams_refused_total", f'{{reason="{reason}"}}')
+
+    assert sample("jsgw_sse_streams_limit") == 3
+    assert sample("jsgw_sse_streams_open", '{kind="kv_watch"}') == 0
+    one = {"type": "http", "client": ("192.0.2.1", 1)}
+    watch = slots.acquire(ANONYMOUS, one, "kv_watch")
+    with pytest.raises(TooManyRequests):
+        slots.acquire(ANONYMOUS, one, "consume")
+    alice = Principal("alice")
+    consume = [slots.acquire(alice, one, "consume") for _ in range(2)]
+    for principal in (alice, ANONYMOUS):
+        with pytest.raises(TooManyRequests, match="this gateway"):
+            slots.acquire(principal, one, "consume")
+    assert sample("jsgw_sse_streams_open", '{kind="kv_watch"}') == 1
+    assert sample("jsgw_sse_streams_open", '{kind="consume"}') == 2
+    assert (refused("address"), refused("streams"), refused("token")) == (1, 2, 0)
+    await consume[0]()
+    await watch()
+    await watch()  # (idempotent)
+    assert sample("jsgw_sse_streams_open", '{kind="kv_watch"}') == 0
+    assert sample("jsgw_sse_streams_open", '{kind="consume"}') == 1
+    slots.acquire(alice, one, "consume")
+    with pytest.raises(TooManyRequests, match="this token"):
+        slots.acquire(alice, one, "consume")
+    assert refused("token") == 1
+    assert refused("streams") == 2
