@@ -1,9 +1,11 @@
-"""The per-request series are exposed exactly as prometheus_client's own collectors would."""
+"""The per-request series are exposed exactly as prometheus_client's own collectors would;
+the method label is bounded; the event-stream and write-outcome series count what happens."""
 
 from __future__ import annotations
 
 import re
 
+import nats.errors
 import pytest
 from prometheus_client import (
     CollectorRegistry,
@@ -16,8 +18,12 @@ from prometheus_client import (
 )
 
 from app.auth.policy import ANONYMOUS, Principal
+from app.config import Settings
+from app.consumers.schemas import AckItem
+from app.consumers.service import ConsumerService
 from app.errors import TooManyRequests
 from app.metrics import _LATENCY_BUCKETS, Metrics
+from app.nats import acks
 from app.sse import SseSlots
 
 # Bucket edges, values in between and far out, including exactly on an edge ("le").
@@ -194,3 +200,26 @@ async def test_event_stream_slots_are_exported() -> None:
         slots.acquire(alice, one, "consume")
     assert refused("token") == 1
     assert refused("streams") == 2
+
+
+async def test_acks_of_unknown_outcome_are_counted() -> None:
+    """An ack the server did not confirm in time is answered nats.outcome_unknown and counted;
+    a confirmed one or one nobody takes (no responders) is not."""
+
+    class Pool:
+        async def requests(self, requests: list[tuple[str, bytes]], **_: object) -> list[object]:
+            return [None, nats.errors.TimeoutError(), nats.errors.NoRespondersError()]
+
+    secret = b"k" * 32
+    metrics = Metrics()
+    service = ConsumerService(Pool(), None, Settings(), secret, metrics)  # type: ignore[arg-type]
+    items = [
+        AckItem(token=acks.sign(secret, "S", "C", f"$JS.ACK.S.C.1.{seq}.{seq}.1700000000.0"))
+        for seq in (1, 2, 3)
+    ]
+    results = await service.ack("S", "C", items)
+    codes = [r.get("error", {}).get("code") for r in results]
+    assert codes == [None, "nats.outcome_unknown", "consumer.not_found"]
+    text = generate_latest(metrics.registry).decode()
+    assert 'jsgw_publish_outcome_unknown_total{operation="ack"} 1.0' in text
+    assert 'jsgw_publish_outcome_unknown_total{operation="publish"} 0.0' in text
