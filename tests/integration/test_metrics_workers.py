@@ -12,6 +12,7 @@ every request and scrape over a new connection (so the kernel spreads them over 
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import os
 import re
@@ -218,3 +219,44 @@ def test_a_replaced_worker_is_counted_once(gateway: Gateway) -> None:
     _settle(gateway, 200, seen)
     _monotonic(seen)
     assert seen[-1] == 200, seen
+
+
+def _open_per_worker(gateway: Gateway) -> dict[str, float]:
+    """The open SSE streams each live worker's gauge file holds."""
+    held = {}
+    for file in gateway.metrics_dir().glob("gauge_livesum_*.db"):
+        if file.name.endswith("_requests.db"):
+            continue
+        held[file.name] = sum(
+            value
+            for key, value, _, _ in MmapedDict.read_all_values_from_file(str(file))
+            if key.startswith('["jsgw_sse_streams_open"')
+        )
+    return held
+
+
+def _streams_open(gateway: Gateway) -> float:
+    return _sample(_scrape(gateway), "jsgw_sse_streams_open", '{kind="kv_watch"}')
+
+
+def test_open_streams_are_summed_over_the_workers(gateway: Gateway, name: str) -> None:
+    with httpx.Client(base_url=gateway.url, timeout=10) as http:
+        assert http.put(f"/v1/kv/{name}", json={}).status_code == 201
+    text = _scrape(gateway)
+    assert _sample(text, "jsgw_sse_streams_limit") == 2 * 5000  # JSGW_SSE_MAX_STREAMS each
+    assert _sample(text, "jsgw_kv_watches_limit") == 2 * 10_000
+    with contextlib.ExitStack() as streams:
+        opened = 0
+        # A connection each, until both workers hold some (the kernel picks the worker).
+        while opened < 4 or sum(1 for n in _open_per_worker(gateway).values() if n) < 2:
+            assert opened < 40, _open_per_worker(gateway)
+            client = streams.enter_context(httpx.Client(base_url=gateway.url, timeout=10))
+            watch = streams.enter_context(client.stream("GET", f"/v1/kv/{name}/watch"))
+            assert watch.status_code == 200
+            opened += 1
+        for _ in range(5):  # whichever worker answers
+            assert _streams_open(gateway) == opened
+    deadline = time.monotonic() + 10
+    while _streams_open(gateway) != 0:
+        assert time.monotonic() < deadline, _open_per_worker(gateway)
+        time.sleep(0.1)
