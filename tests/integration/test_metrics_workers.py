@@ -7,6 +7,7 @@ every request and scrape over a new connection (so the kernel spreads them over 
   of requests sent; gauges are summed over the live workers;
 - a worker killed (SIGKILL) and replaced by uvicorn leaves its counts in, counted once, and
   its live gauges out;
+- SSE streams open on either worker are summed, and so are the workers' caps;
 - the shared directory is the gateway's: created empty in its TMPDIR, removed at exit.
 """
 
