@@ -87,6 +87,13 @@ def test_the_registry_exports_what_the_rules_rely_on() -> None:
         "jsgw_http_request_duration_seconds_bucket",
         "jsgw_nats_pool_connections_up",
         "jsgw_nats_pool_size",
+        "jsgw_sse_streams_open",
+        "jsgw_sse_streams_limit",
+        "jsgw_sse_streams_refused_total",
+        "jsgw_kv_watches_open",
+        "jsgw_kv_watches_limit",
+        "jsgw_kv_watches_dropped_total",
+        "jsgw_publish_outcome_unknown_total",
     } <= names
 
 
@@ -108,7 +115,9 @@ def test_the_alerts_the_operations_guide_names() -> None:
     assert {
         "JsgwHigh5xxRate",
         "JsgwNatsConnectionsDown",
+        "JsgwEventStreamSlotsNearCap",
         "JsgwEventStreamsRefused",
+        "JsgwKvWatchesDroppedTooSlow",
         "JsgwPublishOutcomeUnknown",
     } <= alerts
     operations = (REPO / "docs" / "operations.md").read_text()
@@ -148,7 +157,10 @@ def test_promtool_unit_tests_of_the_rules() -> None:
         for test in tests
         for case in test.get("alert_rule_test", ())
     ]
-    assert ("JsgwHigh5xxRate", True) in checked and ("JsgwHigh5xxRate", False) in checked
+    # Every alert is tested, firing and not firing.
+    groups = yaml.safe_load(RULES.read_text())["groups"]
+    for alert in {rule["alert"] for group in groups for rule in group["rules"]}:
+        assert (alert, True) in checked and (alert, False) in checked, alert
 
 
 @needs_promtool
