@@ -3,10 +3,20 @@ filtering, the ready marker, the bounded queue."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 
 from app import errors
-from app.kv.watch import WatchEvent, WatchOptions, WatchSession, entry_event, entry_from_delivery
+from app.kv.watch import (
+    Watches,
+    WatchEvent,
+    WatchOptions,
+    WatchSession,
+    entry_event,
+    entry_from_delivery,
+)
+from app.metrics import Metrics
 from app.nats.scan import Delivery
 
 
@@ -172,3 +182,50 @@ async def test_a_resumed_watch_never_goes_back_behind_its_last_event_id() -> Non
         s.on_message(delivery(seq, "a", 12 - seq if seq < 12 else 0))
     events = await drain(s)
     assert [(e.event, e.id) for e in events] == [("put", "12"), ("ready", "12")]
+
+
+def dropped(metrics: Metrics, reason: str) -> float:
+    value = metrics.registry.get_sample_value("jsgw_kv_watches_dropped_total", {"reason": reason})
+    assert value is not None
+    return value
+
+
+async def test_a_watch_cut_off_is_counted_once_by_why() -> None:
+    """Too far behind (a full queue) or stuck in a send for too long: each cut-off watch is
+    counted once, under its reason; the watches open and the cap are exported."""
+    metrics = Metrics()
+    no_nats = None  # (nothing here talks to NATS)
+    watches = Watches(
+        no_nats,  # type: ignore[arg-type]
+        limit=5,
+        queue_size=3,
+        idle_heartbeat=1,
+        retry_after=1,
+        metrics=metrics,
+    )
+    assert metrics.registry.get_sample_value("jsgw_kv_watches_limit") == 5
+    behind = WatchSession(
+        "B",
+        WatchOptions(),
+        queue_size=3,
+        visible=None,
+        on_closed=lambda _: None,
+        on_too_slow=watches._behind.inc,
+    )
+    behind.on_start(num_pending=10, position=0)
+    for seq in range(1, 11):  # over the queue several times: counted once
+        behind.on_message(delivery(seq, f"k{seq}", 10 - seq))
+    assert behind.ended
+    assert (dropped(metrics, "behind"), dropped(metrics, "stuck")) == (1, 0)
+
+    stuck = session()
+    watches._active.add(stuck)
+    assert metrics.registry.get_sample_value("jsgw_kv_watches_open") == 1
+    stuck.sending_since = 1.0
+    stuck.writer = writer = asyncio.get_running_loop().create_task(asyncio.sleep(10))
+    watches._cut_off_stuck(now=1.0 + watches.send_timeout + 1)
+    watches._cut_off_stuck(now=1.0 + watches.send_timeout + 2)  # the writer is going
+    assert stuck.ended and stuck.cut_off
+    with contextlib.suppress(asyncio.CancelledError):
+        await writer
+    assert (dropped(metrics, "behind"), dropped(metrics, "stuck")) == (1, 1)
