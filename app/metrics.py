@@ -5,6 +5,8 @@ latency) are plain numbers kept by :class:`RequestSeries` and turned into metric
 scraped: prometheus_client's own counters and histograms take a lock for every increment, and
 every request made several of them. A worker observes and scrapes them on its one event-loop
 thread, so no lock is needed; the exposition is the one prometheus_client writes for its own.
+What changes less often than requests (an event stream opened or closed, a write of unknown
+outcome, a NATS error) uses prometheus_client's collectors.
 
 With several workers (``JSGW_WORKERS``), ``jsgw serve`` gives them a directory of their own in
 ``PROMETHEUS_MULTIPROC_DIR`` (set before any worker imports prometheus_client) and the workers
