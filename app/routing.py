@@ -104,7 +104,7 @@ class Router(APIRouter):
     """
 
     def __init__(self, **kwargs: Any) -> None:
-        super().__init__(route_class=Route, **kwargs)
+        super().__init__(route_class=Route, generate_unique_id_function=operation_id, **kwargs)
 
     def get(  # type: ignore[override]
         self, path: str, *, access: Need, lean: bool = False, **kwargs: Any
@@ -130,6 +130,14 @@ class Router(APIRouter):
         self, path: str, *, access: Need, lean: bool = False, **kwargs: Any
     ) -> Callable[[Endpoint], Endpoint]:
         return _declare(access, lean, super().delete(path, **kwargs))
+
+
+def operation_id(route: APIRoute) -> str:
+    """An operation's ``operationId`` is its endpoint's name (``put_key``), unique across the
+    app (tests/contract/test_openapi.py): clients generated from the spec name their
+    functions after it, where FastAPI's default would add the path and method
+    (``put_key_v1_kv__bucket__keys__key__put``)."""
+    return route.name
 
 
 @dataclass(frozen=True, slots=True)

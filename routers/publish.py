@@ -24,6 +24,40 @@ router = Router(prefix="/v1/publish", tags=["publish"])
 
 _PUBLISH_ERRORS = problems(errors.NotFound, errors.PreconditionFailed, errors.PayloadTooLarge)
 
+_SEQUENCE = {"type": "integer", "minimum": 0, "maximum": 2**64 - 1}
+_MSG_ID = {"type": "string", "minLength": 1}
+# What each allowlisted header does (app.publish.service.PUBLISH_HEADERS, HTTP_ALIASES).
+_HEADER_DOCS: dict[str, tuple[dict[str, Any], str]] = {
+    "nats-msg-id": (
+        _MSG_ID,
+        "deduplication id: a repeat within the duplicate window is not stored",
+    ),
+    "idempotency-key": (_MSG_ID, "the same as Nats-Msg-Id"),
+    "nats-expected-stream": ({"type": "string"}, "store only in this stream (else 412)"),
+    "nats-expected-last-sequence": (_SEQUENCE, "store only if the stream's last seq is this"),
+    "nats-expected-last-subject-sequence": (
+        _SEQUENCE,
+        "store only if the subject's last seq is this (0: the subject has none)",
+    ),
+    "nats-expected-last-msg-id": (_MSG_ID, "store only if the last message has this Nats-Msg-Id"),
+    "nats-ttl": ({"type": "string"}, "the message's TTL: seconds, '30s' or 'never' (ADR-43)"),
+}
+# Declared so that clients generated from the spec can send them; the handler reads them from
+# the request itself (the lean path shares it), so they are documented here, not parameters.
+_PUBLISH_HEADER_PARAMETERS = [
+    {
+        "name": name,
+        "in": "header",
+        "required": False,
+        "description": _HEADER_DOCS[name.lower()][1],
+        "schema": _HEADER_DOCS[name.lower()][0],
+    }
+    for name in (
+        *publish.PUBLISH_HEADERS.values(),
+        *(alias.title() for alias in publish.HTTP_ALIASES),
+    )
+]
+
 
 @router.post(
     "/{subject:text}",
@@ -34,11 +68,12 @@ _PUBLISH_ERRORS = problems(errors.NotFound, errors.PreconditionFailed, errors.Pa
     response_class=JSON,
     responses=_PUBLISH_ERRORS,
     openapi_extra={
+        "parameters": _PUBLISH_HEADER_PARAMETERS,
         "requestBody": {
             "content": {
                 "application/octet-stream": {"schema": {"type": "string", "format": "binary"}}
             }
-        }
+        },
     },
 )
 async def publish_one(

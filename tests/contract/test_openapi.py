@@ -21,6 +21,13 @@ def test_committed_spec_matches_the_app() -> None:
     )
 
 
+def test_operation_ids_are_unique() -> None:
+    """Generated clients name a function after each operationId (app.routing.operation_id)."""
+    spec = openapi_document()
+    ids = [op["operationId"] for item in spec["paths"].values() for op in item.values()]
+    assert len(ids) == len(set(ids)), sorted(i for i in ids if ids.count(i) > 1)
+
+
 def test_every_operation_documents_problem_responses() -> None:
     spec = openapi_document()
     for path, item in spec["paths"].items():
