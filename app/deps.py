@@ -100,14 +100,22 @@ KVDep = Annotated[KVService, Depends(get_kv)]
 ConsumersDep = Annotated[ConsumerService, Depends(get_consumers)]
 
 
-async def _stream_name(stream: Annotated[str, Path(description="Stream name")]) -> str:
+async def _stream_name(
+    stream: Annotated[
+        str, Path(description="Stream name", json_schema_extra=validation.SCHEMAS["stream"])
+    ],
+) -> str:
     return validation.stream_name(stream)
 
 
 StreamName = Annotated[str, Depends(_stream_name)]
 
 
-async def _consumer_name(consumer: Annotated[str, Path(description="Consumer name")]) -> str:
+async def _consumer_name(
+    consumer: Annotated[
+        str, Path(description="Consumer name", json_schema_extra=validation.SCHEMAS["consumer"])
+    ],
+) -> str:
     return validation.consumer_name(consumer)
 
 

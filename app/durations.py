@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 from datetime import UTC, datetime
+from decimal import Decimal
 
 NS_PER_SECOND = 1_000_000_000
 _UNITS_NS = {
@@ -51,9 +52,8 @@ def _go(text: str) -> int:
         return 0
     if not re.fullmatch(f"(?:{_GO_DURATION.pattern})+", text):
         raise ValueError(f"not a duration: {text!r} (use seconds, or e.g. '500ms', '30s', '1h30m')")
-    total = 0.0
-    for number, unit in _GO_PART.findall(text):
-        total += float(number) * _UNITS_NS[unit]
+    # Exact decimal arithmetic: in floats, Go's largest duration would round past int64.
+    total = sum(Decimal(number) * _UNITS_NS[unit] for number, unit in _GO_PART.findall(text))
     if total > MAX_DURATION_NS:
         raise ValueError("duration too large")
     return round(total)

@@ -254,7 +254,7 @@ class ErrorCode(StrEnum):
     SUBJECT_FILTER_INVALID = "subject.filter_invalid", InvalidInput, (
         "Not a valid subject filter ('*' and '>' only as whole tokens, '>' last): fix it."
     )
-    SUBJECT_RESERVED = "subject.reserved", InvalidInput, (
+    SUBJECT_RESERVED = "subject.reserved", Forbidden, (
         "The subject is in a reserved namespace ($JS, $SYS, _INBOX...) and cannot be "
         "published to through the gateway."
     )
@@ -319,7 +319,7 @@ class ErrorCode(StrEnum):
     CONSUMER_GROUP_REQUIRED = "consumer.group_required", InvalidInput, (
         "The consumer has priority groups, or the pull uses priority options: give a group."
     )
-    CONSUMER_GROUP_INVALID = "consumer.group_invalid", InvalidInput, (
+    CONSUMER_GROUP_INVALID = "consumer.group_invalid", Conflict, (
         "The group is not one of the consumer's priority_groups: use one of them."
     )
     CONSUMER_NOT_OVERFLOW = "consumer.not_overflow", InvalidInput, (
@@ -406,7 +406,7 @@ class ErrorCode(StrEnum):
         "A per-key ttl is set when creating a key (If-None-Match: *) or purging it, not on a "
         "plain put or delete (ADR-48)."
     )
-    KV_TTL_DISABLED = "kv.ttl_disabled", InvalidInput, (
+    KV_TTL_DISABLED = "kv.ttl_disabled", Conflict, (
         "The bucket takes no per-key ttl: set limit_marker_ttl on it first (ADR-48)."
     )
     KV_WATCH_INVALID = "kv.watch_invalid", InvalidInput, (
@@ -504,6 +504,10 @@ class ErrorCode(StrEnum):
     CONSUMER_NOT_UPDATABLE = "consumer.not_updatable", Conflict, (
         "This change to the consumer's configuration is not allowed (e.g. its deliver "
         "policy): delete and re-create it."
+    )
+    STREAM_NOT_UPDATABLE = "stream.not_updatable", Conflict, (
+        "This change to the stream's (or the bucket's) configuration is not allowed (e.g. "
+        "its storage): delete and re-create it."
     )
     CONSUMER_LIMIT_REACHED = "consumer.limit_reached", Conflict, (
         "The stream has as many consumers as it may: delete one, or raise max_consumers."

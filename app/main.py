@@ -118,6 +118,23 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     return app
 
 
+def _no_null_parameters(schema: dict[str, Any]) -> None:
+    """An optional query parameter or header is left out, never null (a query string or a
+    header has no null): the ``anyOf [..., null]`` of an optional Python parameter becomes
+    its one other branch, so that clients send nothing rather than the text "null"."""
+    for item in schema.get("paths", {}).values():
+        for operation in item.values():
+            for parameter in operation.get("parameters", []):
+                declared = parameter.get("schema", {})
+                branches = declared.get("anyOf")
+                if not branches:
+                    continue
+                kept = [b for b in branches if b.get("type") != "null"]
+                if len(kept) == 1 and len(kept) < len(branches):
+                    rest = {k: v for k, v in declared.items() if k != "anyOf"}
+                    parameter["schema"] = {**kept[0], **rest}
+
+
 def _openapi(app: FastAPI) -> dict[str, Any]:
     if app.openapi_schema is None:
         schema = get_openapi(
@@ -130,6 +147,7 @@ def _openapi(app: FastAPI) -> dict[str, Any]:
         # Shapes that responses refer to without a response_model (problems, NDJSON lines).
         for model in (Problem, EndOfBatchLine, Message):
             components.setdefault(model.__name__, model.model_json_schema())
+        _no_null_parameters(schema)
         app.openapi_schema = schema
     return app.openapi_schema
 

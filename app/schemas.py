@@ -3,7 +3,7 @@ numbers, messages and problem documents (each domain keeps its own models in its
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated, Any, get_args
 
 from pydantic import (
     AfterValidator,
@@ -20,6 +20,8 @@ from pydantic_core import PydanticCustomError
 from app import validation
 from app.durations import (
     MAX_DURATION_NS,
+    MAX_TIME,
+    MIN_TIME,
     NS_PER_SECOND,
     parse_duration_ns,
     parse_time,
@@ -45,7 +47,14 @@ _DURATION_SCHEMA = {
 Duration = Annotated[int, BeforeValidator(parse_duration_ns), WithJsonSchema(_DURATION_SCHEMA)]
 """A duration in a request: seconds or ``"1h30m"``; held as nanoseconds for NATS."""
 
-_TIME_SCHEMA = {"type": "string", "format": "date-time"}
+# The range app.durations takes: years 1 to 9999 once in UTC (formatMinimum/formatMaximum as
+# JSON Schema validators such as ajv-formats read them).
+_TIME_SCHEMA = {
+    "type": "string",
+    "format": "date-time",
+    "formatMinimum": MIN_TIME,
+    "formatMaximum": MAX_TIME,
+}
 
 
 def _time_for_nats(value: str) -> str:
@@ -70,9 +79,15 @@ def validated(fn: Any) -> AfterValidator:
     return AfterValidator(run)
 
 
-SubjectFilter = Annotated[str, validated(validation.subject_filter)]
-Subject = Annotated[str, validated(validation.subject)]
-StreamName = Annotated[str, validated(validation.stream_name)]
+def checked_string(fn: Any, kind: str) -> tuple[AfterValidator, WithJsonSchema]:
+    """A string checked by ``fn``, whose schema states the same rule
+    (``validation.SCHEMAS[kind]``)."""
+    return validated(fn), WithJsonSchema({"type": "string", **validation.SCHEMAS[kind]})
+
+
+SubjectFilter = Annotated[str, *checked_string(validation.subject_filter, "subject_filter")]
+Subject = Annotated[str, *checked_string(validation.subject, "subject")]
+StreamName = Annotated[str, *checked_string(validation.stream_name, "stream")]
 Int64 = Annotated[int, Field(ge=-1, le=2**63 - 1)]
 UInt64 = Annotated[int, Field(ge=0, le=2**64 - 1)]
 # Go's int: the upper bound of every count and limit in a NATS config. A larger number would
@@ -109,13 +124,42 @@ class Strict(BaseModel):
     @model_validator(mode="before")
     @classmethod
     def _not_too_many_members(cls, data: Any) -> Any:
-        if isinstance(data, dict) and len(data) > len(cls.model_fields) + _SPARE_MEMBERS:
-            raise PydanticCustomError(
-                "extra_forbidden",
-                "Extra inputs are not permitted: {members} members for {fields} fields",
-                {"members": len(data), "fields": len(cls.model_fields)},
-            )
+        if isinstance(data, dict):
+            if len(data) > len(cls.model_fields) + _SPARE_MEMBERS:
+                raise PydanticCustomError(
+                    "extra_forbidden",
+                    "Extra inputs are not permitted: {members} members for {fields} fields",
+                    {"members": len(data), "fields": len(cls.model_fields)},
+                )
+            # JSON Schema's integers are numbers without a fraction: 1.0 is one (1.5 and true
+            # still are not). Strict validation takes only 1, so 1.0 becomes 1 here.
+            integral = [
+                k
+                for k, v in data.items()
+                if type(v) is float and v.is_integer() and k in cls._ints()
+            ]
+            if integral:
+                data = {**data, **{k: int(data[k]) for k in integral}}
         return data
+
+    @classmethod
+    def _ints(cls) -> frozenset[str]:
+        found = cls.__dict__.get("_int_fields")
+        if found is None:
+            found = frozenset(
+                name for name, field in cls.model_fields.items() if _takes_int(field.annotation)
+            )
+            cls._int_fields = found  # type: ignore[attr-defined]
+        return found
+
+
+def _takes_int(annotation: Any) -> bool:
+    """Whether a field's type is an integer (or an optional one)."""
+    if annotation is int:
+        return True
+    return any(_takes_int(arg) for arg in get_args(annotation)) and float not in get_args(
+        annotation
+    )
 
 
 class Message(BaseModel):
@@ -142,3 +186,91 @@ class Problem(BaseModel):
     code: str = Field(json_schema_extra={"enum": _CODES})
     instance: str | None = None
     nats: dict[str, Any] | None = None
+
+
+# -- rules between fields ------------------------------------------------------------------
+#
+# What JSON Schema cannot say of query parameters and headers (which one may come with which),
+# or says only clumsily of bodies whose members may be null, an operation or a model states in
+# ``x-jsgw-rules``: a list of the objects below, each with its ``description``. Names are
+# parameters or members; "a.b" is member b of member a. A member is given when present and not
+# null. tests/contract/test_fuzz.py generates requests that keep them and checks that the
+# gateway accepts those; tests/unit/test_rules.py that it refuses each one broken.
+
+
+def _names(names: tuple[str, ...]) -> str:
+    return ", ".join(f"`{name}`" for name in names)
+
+
+def exclusive(*names: str) -> dict[str, Any]:
+    """At most one of ``names`` is given."""
+    return {"exclusive": list(names), "description": f"at most one of {_names(names)}"}
+
+
+def any_of(*names: str) -> dict[str, Any]:
+    """At least one of ``names`` is given."""
+    return {"any_of": list(names), "description": f"at least one of {_names(names)}"}
+
+
+def when(
+    name: str,
+    *,
+    equals: Any = None,
+    requires: tuple[str, ...] = (),
+    forbids: tuple[str, ...] = (),
+) -> dict[str, Any]:
+    """When ``name`` is given (and is ``equals``, or one of them, if that is set),
+    ``requires`` are given and ``forbids`` are not. An item of either may be "name=a|b":
+    given with one of those values (true and false are written so)."""
+    rule: dict[str, Any] = {"if": name}
+    shown = "|".join(map(str, equals)) if isinstance(equals, list) else equals
+    condition = f"`{name}`" if equals is None else f"`{name}={shown}`"
+    said = []
+    if equals is not None:
+        rule["equals"] = equals
+    if requires:
+        rule["requires"] = list(requires)
+        said.append(f"needs {_names(requires)}")
+    if forbids:
+        rule["forbids"] = list(forbids)
+        said.append(f"excludes {_names(forbids)}")
+    rule["description"] = f"{condition} {' and '.join(said)}"
+    return rule
+
+
+def duration(
+    name: str,
+    *,
+    minimum: float | None = None,
+    maximum: float | None = None,
+    zero: bool = False,
+    half_of: str | None = None,
+) -> dict[str, Any]:
+    """A duration member's range in seconds, in whichever form it is given; ``zero``: 0 is
+    allowed as well, meaning "off"; ``half_of``: at most half of that member, when given."""
+    rule: dict[str, Any] = {"duration": name}
+    bounds = []
+    if half_of is not None:
+        rule["half_of"] = half_of
+        bounds.append(f"at most half of `{half_of}`")
+    if minimum is not None:
+        rule["minimum"] = minimum
+        bounds.append(f"at least {minimum:g} s")
+    if maximum is not None:
+        rule["maximum"] = maximum
+        bounds.append(f"at most {maximum:g} s")
+    if zero:
+        rule["or_zero"] = True
+    rule["description"] = f"`{name}` is {' and '.join(bounds)}" + (" (or 0)" if zero else "")
+    return rule
+
+
+def same(name: str, parameter: str) -> dict[str, Any]:
+    """A body member that, when given, is the path parameter ``parameter``."""
+    return {"same": [name, parameter], "description": f"`{name}`, when given, is `{parameter}`"}
+
+
+def rules(*items: dict[str, Any]) -> dict[str, Any]:
+    """``x-jsgw-rules`` for a model's ``json_schema_extra`` or an operation's
+    ``openapi_extra``."""
+    return {"x-jsgw-rules": list(items)}

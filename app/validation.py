@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 
-from app.errors import ErrorCode, InvalidInput
+from app.errors import ErrorCode, Forbidden, InvalidInput
 
 _NAME_TOKEN = re.compile(r"[a-zA-Z0-9_-]+")
 # A bucket is the stream KV_<bucket>, and stream names have at most 255 characters: no longer
@@ -35,6 +35,62 @@ MAX_HEADER_VALUE_LENGTH = 4096
 # acks (those go through signed ack tokens), and the inboxes the gateway's own requests use.
 _RESERVED_PREFIXES = ("$JS.", "$JSC.", "$SYS.", "$NRG.", "$MQTT.", "_INBOX.", "_R_.", "$G.")
 _DOLLAR_ALLOWED = ("$KV.", "$O.")
+
+
+# The same rules as JSON Schema states them in the OpenAPI document (ECMA-262 regexes, which
+# these are too): every check above, where one regex can say it. ``tests/unit/test_validation``
+# holds each validator to its schema, string by string.
+_S = r"[!-)+,/-=?-~-]"  # a subject token's characters (_SUBJECT_TOKEN)
+_K = r"[-/_=a-zA-Z0-9]"  # a key token's characters (_KEY_FILTER_TOKEN)
+SCHEMAS: dict[str, dict[str, object]] = {
+    "stream": {"pattern": r"^[a-zA-Z0-9_-]{1,255}$", "minLength": 1, "maxLength": 255},
+    "consumer": {"pattern": r"^[a-zA-Z0-9_-]{1,255}$", "minLength": 1, "maxLength": 255},
+    "bucket": {"pattern": r"^[a-zA-Z0-9_-]{1,252}$", "minLength": 1, "maxLength": 252},
+    "group": {"pattern": r"^[a-zA-Z0-9/_=-]{1,16}$", "minLength": 1, "maxLength": 16},
+    "pin_id": {"pattern": r"^[a-zA-Z0-9_-]{1,64}$", "minLength": 1, "maxLength": 64},
+    "key": {
+        "pattern": rf"^{_K}+(\.{_K}+)*$",
+        "minLength": 1,
+        "maxLength": MAX_SUBJECT_LENGTH,
+    },
+    # A key a write takes: its first token does not start with the reserved "_kv".
+    "written_key": {
+        "pattern": rf"^([-/=a-zA-Z0-9]{_K}*|_([-/_=a-jl-zA-Z0-9]{_K}*)?"
+        rf"|_k([-/_=a-uw-zA-Z0-9]{_K}*)?)(\.{_K}+)*$",
+        "minLength": 1,
+        "maxLength": MAX_SUBJECT_LENGTH,
+    },
+    "key_filter": {
+        "pattern": rf"^(({_K}+|\*)(\.({_K}+|\*))*(\.>)?|>)$",
+        "minLength": 1,
+        "maxLength": MAX_SUBJECT_LENGTH,
+    },
+    "subject": {
+        "pattern": rf"^{_S}+(\.{_S}+)*$",
+        "minLength": 1,
+        "maxLength": MAX_SUBJECT_LENGTH,
+    },
+    "subject_filter": {
+        "pattern": rf"^(({_S}+|\*)(\.({_S}+|\*))*(\.>)?|>)$",
+        "minLength": 1,
+        "maxLength": MAX_SUBJECT_LENGTH,
+    },
+    # A per-key TTL (ADR-48): "never", or a duration of at least 1 second (seconds or Go
+    # syntax; the format "nats-ttl" in docs/api.md).
+    "ttl": {"format": "nats-ttl", "minLength": 1},
+    "header_name": {"pattern": r"^[!#$%&'*+\-.^_`|~0-9a-zA-Z]+$", "minLength": 1},
+    "header_value": {
+        "pattern": "^[^\\x00-\\x08\\x0a-\\x1f\\x7f]*$",  # _HEADER_VALUE, said the other way
+        "maxLength": MAX_HEADER_VALUE_LENGTH,
+    },
+}
+
+
+REVISION_DIGITS = 19
+"""Revisions and sequences in entity tags and cursors: up to 19 digits (below 10^19; a stream
+reaches 2^63 no sooner than in 290,000 years at a million messages a second)."""
+REVISION_TAG = rf'"[1-9][0-9]{{0,{REVISION_DIGITS - 1}}}"|[1-9][0-9]{{0,{REVISION_DIGITS - 1}}}'
+"""An entity tag naming one revision, as If-Match takes it: quoted, or bare."""
 
 
 def is_name_token(value: str) -> bool:
@@ -166,7 +222,7 @@ def publish_subject(value: str) -> str:
     if value.startswith(_RESERVED_PREFIXES) or (
         value.startswith("$") and not value.startswith(_DOLLAR_ALLOWED)
     ):
-        raise InvalidInput(
+        raise Forbidden(
             ErrorCode.SUBJECT_RESERVED,
             f"subject {value!r} is in a reserved namespace and cannot be published to",
         )

@@ -9,7 +9,7 @@ from fastapi import Header, Query, Request
 from sse_starlette import EventSourceResponse
 from starlette.responses import Response
 
-from app import errors
+from app import errors, validation
 from app.auth import access
 from app.auth.access import CONSUMER, STREAM, Need
 from app.auth.policy import Principal
@@ -49,6 +49,7 @@ PinId = Annotated[
         alias=PIN_HEADER,
         description="the pin id of the last answer, for a pinned_client group; omit it when "
         "the last answer had none, and drop it after a 423",
+        json_schema_extra=validation.SCHEMAS["pin_id"],
     ),
 ]
 _PIN_RESPONSE_HEADER = {
@@ -256,7 +257,7 @@ async def ack_messages(
     "/{consumer}/unpin",
     access=Need("consume", CONSUMER),
     status_code=204,
-    responses=problems(errors.NotFound),
+    responses=problems(errors.NotFound, errors.Conflict),
 )
 async def unpin_group(
     stream: StreamName, name: ConsumerName, request: UnpinRequest, consumers: ConsumersDep

@@ -10,9 +10,10 @@ from fastapi import Path, Query, Request
 from starlette.background import BackgroundTask
 from starlette.responses import Response, StreamingResponse
 
-from app import errors
+from app import errors, validation
 from app.auth.access import DIRECT, STREAM, STREAM_SUBJECT, Need
 from app.auth.policy import Resource
+from app.config import Settings
 from app.deps import DirectServiceDep, PrincipalDep, SettingsDep, StreamName
 from app.direct import arrow
 from app.direct.schemas import MultiRequest, MultiResult
@@ -21,7 +22,7 @@ from app.errors import ErrorCode
 from app.http import JSON, PlainDigits, problems, wants_json
 from app.nats.direct import EndOfBatch, StoredMessage
 from app.routing import Router
-from app.schemas import TimeText
+from app.schemas import TimeText, any_of, exclusive, rules, when
 
 router = Router(prefix="/v1/streams", tags=["direct get"])
 
@@ -73,6 +74,12 @@ def _http_safe(text: str) -> bool:
     access=Need("read", DIRECT),
     responses={200: _RAW_DOC, **_READ_ERRORS, **arrow.RESPONSES},
     response_class=Response,
+    openapi_extra=rules(
+        any_of("seq", "last_by_subj", "next_by_subj", "start_time"),
+        when("last_by_subj", forbids=("seq", "next_by_subj", "start_time", "batch", "max_bytes")),
+        exclusive("seq", "start_time"),
+        when("consistency", equals="leader", forbids=("batch", "max_bytes")),
+    ),
 )
 async def direct_get(
     name: StreamName,
@@ -80,15 +87,30 @@ async def direct_get(
     service: DirectServiceDep,
     settings: SettingsDep,
     seq: Annotated[int | None, Query(ge=1, le=2**64 - 1), PlainDigits] = None,
-    last_by_subj: Annotated[str | None, Query(description="last message on this subject")] = None,
+    last_by_subj: Annotated[
+        str | None,
+        Query(
+            description="last message on this subject",
+            json_schema_extra=validation.SCHEMAS["subject"],
+        ),
+    ] = None,
     next_by_subj: Annotated[
-        str | None, Query(description="first message at/after seq on this subject")
+        str | None,
+        Query(
+            description="first message at/after seq on this subject",
+            json_schema_extra=validation.SCHEMAS["subject"],
+        ),
     ] = None,
     start_time: Annotated[
         TimeText | None, Query(description="first message at/after this RFC 3339 time")
     ] = None,
     batch: Annotated[
-        int | None, Query(ge=1, description="read up to this many messages (NDJSON)")
+        int | None,
+        Query(
+            ge=1,
+            le=Settings.model_fields["max_direct_batch"].default,
+            description="read up to this many messages (NDJSON; at most JSGW_MAX_DIRECT_BATCH)",
+        ),
     ] = None,
     max_bytes: Annotated[int | None, Query(ge=1, description="byte budget of a batch read")] = None,
     consistency: Annotated[Literal["direct", "leader"], Query()] = "direct",
@@ -153,7 +175,9 @@ async def _ndjson(
 )
 async def last_by_subject(
     name: StreamName,
-    subject: Annotated[str, Path(description="literal subject")],
+    subject: Annotated[
+        str, Path(description="literal subject", json_schema_extra=validation.SCHEMAS["subject"])
+    ],
     request: Request,
     service: DirectServiceDep,
 ) -> Response:

@@ -37,26 +37,75 @@ from app.kv.schemas import (
 )
 from app.kv.watch import WatchOptions
 from app.routing import Router
+from app.schemas import exclusive, rules, when
 from app.sse import QueueStream
 
 router = Router(prefix="/v1/kv", tags=["kv"])
 
-Bucket = Annotated[str, Path(description="Bucket name (letters, digits, '-', '_')")]
-Key = Annotated[str, Path(description="Key: letters, digits and -/_=. ; no wildcards")]
+Bucket = Annotated[
+    str,
+    Path(
+        description="Bucket name (letters, digits, '-', '_')",
+        json_schema_extra=validation.SCHEMAS["bucket"],
+    ),
+]
+Key = Annotated[
+    str,
+    Path(
+        description="Key: letters, digits and -/_=. ; no wildcards",
+        json_schema_extra=validation.SCHEMAS["key"],
+    ),
+]
+WrittenKey = Annotated[
+    str,
+    Path(
+        description="Key: letters, digits and -/_=. ; no wildcards, not starting with '_kv'",
+        json_schema_extra=validation.SCHEMAS["written_key"],
+    ),
+]
+KeyFilter = Annotated[
+    str | None,
+    Query(
+        description="key filter, NATS wildcards * and > as whole tokens",
+        json_schema_extra=validation.SCHEMAS["key_filter"],
+    ),
+]
 Revision = Annotated[
     int | None, Query(ge=1, le=2**64 - 1, description="read this revision"), PlainDigits
 ]
 Ttl = Annotated[
     str | None,
-    Query(description="per-key TTL (ADR-48): seconds, '30s', or 'never'; needs limit_marker_ttl"),
+    Query(
+        description="per-key TTL (ADR-48): seconds, '30s', or 'never', at least 1 second; "
+        "needs limit_marker_ttl",
+        json_schema_extra=validation.SCHEMAS["ttl"],
+    ),
 ]
-IfMatch = Annotated[str | None, Header(description='"<revision>": write only over that revision')]
-IfNoneMatch = Annotated[str | None, Header()]
+IfMatch = Annotated[
+    str | None,
+    Header(
+        description='"<revision>" (or a bare revision): write only over that revision; '
+        "*: only over a key that holds a value",
+        json_schema_extra={"pattern": f"^({validation.REVISION_TAG}|\\*)$"},
+    ),
+]
+EntityTags = Annotated[
+    str | None,
+    Header(description='304 when one of these entity tags ("<revision>") is current'),
+]
+IfNoneMatch = Annotated[
+    str | None,
+    Header(
+        description="*: create; succeeds over a deleted or purged key",
+        json_schema_extra={"enum": ["*"]},
+    ),
+]
 Consistency = Annotated[
     Literal["direct", "leader"],
     Query(description="`leader`: read the latest value from the stream leader (read-your-writes)"),
 ]
 
+_READ_RULES = rules(when("consistency", equals="leader", forbids=("revision",)))
 _ENTRY_HEADERS = {
     "ETag": {"description": '"<revision>"', "schema": {"type": "string"}},
     "KV-Revision": {"schema": {"type": "integer"}},
@@ -182,9 +231,15 @@ async def list_keys(
     bucket: Bucket,
     kv: KVDep,
     principal: PrincipalDep,
-    filter: Annotated[str | None, Query(description="key filter, NATS wildcards * and >")] = None,
+    filter: KeyFilter = None,
     limit: Annotated[int, Query(ge=1, le=10_000)] = 1000,
-    cursor: Annotated[str | None, Query(description="next_cursor of the previous page")] = None,
+    cursor: Annotated[
+        str | None,
+        Query(
+            description="next_cursor of the previous page",
+            json_schema_extra={"pattern": f"^[0-9]{{0,{validation.REVISION_DIGITS}}}$"},
+        ),
+    ] = None,
 ) -> Any:
     """Keys holding a value (deleted and purged keys left out), a page at a time.
 
@@ -207,6 +262,7 @@ async def list_keys(
     lean=True,
     response_class=Response,
     responses={200: _ENTRY_DOC, 304: {"description": "Not modified"}, **problems(errors.NotFound)},
+    openapi_extra=_READ_RULES,
 )
 async def get_key(
     bucket: Bucket,
@@ -214,7 +270,7 @@ async def get_key(
     request: Request,
     kv: KVDep,
     revision: Revision = None,
-    if_none_match: IfNoneMatch = None,
+    if_none_match: EntityTags = None,
     consistency: Consistency = "direct",
 ) -> Response:
     """A key's value (latest, or `?revision=`), by Direct Get.
@@ -243,6 +299,7 @@ async def get_key(
         200: {"description": "As GET, without a body", "headers": _ENTRY_HEADERS},
         **problems(errors.NotFound),
     },
+    openapi_extra=_READ_RULES,
 )
 async def head_key(
     bucket: Bucket,
@@ -250,7 +307,7 @@ async def head_key(
     request: Request,
     kv: KVDep,
     revision: Revision = None,
-    if_none_match: IfNoneMatch = None,
+    if_none_match: EntityTags = None,
     consistency: Consistency = "direct",
 ) -> Response:
     """A key's metadata: the headers of GET, no body."""
@@ -267,21 +324,27 @@ async def head_key(
     status_code=200,
     responses={
         201: {"description": "Created (If-None-Match: *)", "model": KVWriteResult},
-        **problems(errors.NotFound, errors.PreconditionFailed, errors.PayloadTooLarge),
+        **problems(
+            errors.NotFound, errors.Conflict, errors.PreconditionFailed, errors.PayloadTooLarge
+        ),
     },
-    openapi_extra=_RAW_BODY,
+    openapi_extra={
+        **_RAW_BODY,
+        **rules(
+            exclusive("If-Match", "If-None-Match"),
+            when("ttl", requires=("If-None-Match",)),
+        ),
+    },
 )
 async def put_key(
     bucket: Bucket,
-    key: Key,
+    key: WrittenKey,
     request: Request,
     kv: KVDep,
     pool: PoolDep,
     ttl: Ttl = None,
     if_match: IfMatch = None,
-    if_none_match: Annotated[
-        str | None, Header(description="*: create; succeeds over a deleted or purged key")
-    ] = None,
+    if_none_match: IfNoneMatch = None,
 ) -> Response:
     """Store the raw body as the key's value.
 
@@ -303,18 +366,23 @@ async def put_key(
     "/{bucket}/keys/{key:text}",
     access=Need("write", KEY),
     status_code=204,
-    responses=problems(errors.NotFound, errors.PreconditionFailed),
+    responses=problems(errors.NotFound, errors.Conflict, errors.PreconditionFailed),
+    openapi_extra=rules(when("ttl", requires=("purge=true",))),
 )
 async def delete_key(
     bucket: Bucket,
-    key: Key,
+    key: WrittenKey,
     kv: KVDep,
     purge: Annotated[bool, Query(description="drop the history too (Nats-Rollup: sub)")] = False,
     ttl: Annotated[
-        str | None, Query(description="purge only: how long the purge marker stays")
+        str | None,
+        Query(
+            description="purge only: how long the purge marker stays (as the per-key ttl)",
+            json_schema_extra=validation.SCHEMAS["ttl"],
+        ),
     ] = None,
     if_match: IfMatch = None,
-    if_none_match: IfNoneMatch = None,
+    if_none_match: Annotated[str | None, Header(include_in_schema=False)] = None,
 ) -> Response:
     """Delete a key: a `DEL` marker that keeps the history, or with `?purge=true` a `PURGE`
     marker that removes it. Always writes a marker (ADR-8), so deleting an absent key is a
@@ -402,7 +470,11 @@ async def watch(
     slots: SseSlotsDep,
     request: Request,
     key: Annotated[
-        str | None, Query(description="key, or filter with * and >; default: all")
+        str | None,
+        Query(
+            description="key, or filter with * and >; default: all",
+            json_schema_extra=validation.SCHEMAS["key_filter"],
+        ),
     ] = None,
     history: Annotated[bool, Query(description="send all stored revisions first")] = False,
     ignore_deletes: Annotated[bool, Query(description="only PUT entries")] = False,

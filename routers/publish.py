@@ -22,7 +22,9 @@ from app.streams.service import StreamService
 
 router = Router(prefix="/v1/publish", tags=["publish"])
 
-_PUBLISH_ERRORS = problems(errors.NotFound, errors.PreconditionFailed, errors.PayloadTooLarge)
+_PUBLISH_ERRORS = problems(
+    errors.Forbidden, errors.NotFound, errors.PreconditionFailed, errors.PayloadTooLarge
+)
 
 _SEQUENCE = {"type": "integer", "minimum": 0, "maximum": 2**64 - 1}
 _MSG_ID = {"type": "string", "minLength": 1}
@@ -77,7 +79,14 @@ _PUBLISH_HEADER_PARAMETERS = [
     },
 )
 async def publish_one(
-    subject: Annotated[str, Path(description="Subject to publish to")],
+    subject: Annotated[
+        str,
+        Path(
+            description="Subject to publish to (literal; the namespaces $JS, $SYS, _INBOX... "
+            "are refused with 403 subject.reserved)",
+            json_schema_extra=validation.SCHEMAS["subject"],
+        ),
+    ],
     request: Request,
     pool: PoolDep,
     publisher: PublisherDep,
@@ -108,7 +117,7 @@ async def publish_one(
     response_model=PublishBatchResult,
     response_model_exclude_none=True,
     response_class=JSON,
-    responses=problems(errors.PayloadTooLarge),
+    responses=problems(errors.Forbidden, errors.PayloadTooLarge),
 )
 async def publish_batch(
     batch: PublishBatch,

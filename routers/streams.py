@@ -31,7 +31,13 @@ Seq = Annotated[int, Path(ge=1, le=2**64 - 1, description="Stream sequence"), Pl
 async def list_streams(
     streams: StreamsDep,
     principal: PrincipalDep,
-    subject: Annotated[str | None, Query(description="Only streams capturing this subject")] = None,
+    subject: Annotated[
+        str | None,
+        Query(
+            description="Only streams capturing this subject",
+            json_schema_extra=validation.SCHEMAS["subject_filter"],
+        ),
+    ] = None,
     offset: Annotated[int, Query(ge=0, le=MAX_GO_INT)] = 0,
     limit: Annotated[int, Query(ge=1, le=1000)] = 256,
 ) -> Any:

@@ -170,7 +170,7 @@ def _check_group(config: dict[str, Any], request: PullRequest) -> None:
             )
         return
     if request.group not in groups:
-        raise errors.InvalidInput(
+        raise errors.Conflict(
             ErrorCode.CONSUMER_GROUP_INVALID,
             f"group {request.group!r} is not one of the consumer's priority_groups {groups}",
         )

@@ -12,6 +12,7 @@ from pydantic import (
 )
 
 from app import validation
+from app.config import Settings
 from app.schemas import (
     MAX_GO_INT,
     Duration,
@@ -21,11 +22,24 @@ from app.schemas import (
     SubjectFilter,
     Time,
     UInt64,
-    validated,
+    checked_string,
+    duration,
+    exclusive,
+    rules,
+    when,
 )
 
-ConsumerName = Annotated[str, validated(validation.consumer_name)]
-GroupName = Annotated[str, validated(validation.group_name)]
+
+def _default(setting: str) -> Any:
+    """A setting's default: what the spec states for limits an operator may change."""
+    return Settings.model_fields[setting].default
+
+
+DEFAULT_MAX_FETCH_EXPIRES = _default("max_fetch_expires")
+_POLICIES = "overflow|pinned_client|prioritized"
+
+ConsumerName = Annotated[str, *checked_string(validation.consumer_name, "consumer")]
+GroupName = Annotated[str, *checked_string(validation.group_name, "group")]
 
 
 # Settings that only push consumers have: refused with a clear message rather than as
@@ -46,6 +60,19 @@ class ConsumerConfig(Strict):
     ``A-Za-z0-9-_/=``) go with a ``priority_policy`` and explicit acks; ``priority_timeout``
     is how long a pinned client may stay silent before the server pins another one.
     """
+
+    model_config = ConfigDict(
+        json_schema_extra=rules(
+            when("priority_timeout", requires=(f"priority_policy={_POLICIES}",)),
+            when("priority_groups", requires=(f"priority_policy={_POLICIES}",)),
+            when("priority_policy", equals=_POLICIES.split("|"), requires=("priority_groups",)),
+            when("priority_groups", forbids=("ack_policy=none|all",)),
+            when("opt_start_seq", requires=("deliver_policy=by_start_sequence",)),
+            when("opt_start_time", requires=("deliver_policy=by_start_time",)),
+            when("deliver_policy", equals="by_start_sequence", requires=("opt_start_seq",)),
+            when("deliver_policy", equals="by_start_time", requires=("opt_start_time",)),
+        )
+    )
 
     name: ConsumerName | None = None
     durable_name: ConsumerName | None = None
@@ -127,6 +154,17 @@ class ConsumerList(BaseModel):
     limit: int
 
 
+PULL_RULES = (
+    duration("expires", minimum=1, maximum=DEFAULT_MAX_FETCH_EXPIRES),
+    # and at most half of expires (5 s when expires is not given and no_wait is not set)
+    duration("idle_heartbeat", minimum=0.5, maximum=30, zero=True, half_of="expires"),
+    *(
+        when(name, requires=("group",))
+        for name in ("min_pending", "min_ack_pending", "priority", "Nats-Pin-Id")
+    ),
+)
+
+
 class PullOptions(Strict):
     expires: Duration | None = Field(
         default=None,
@@ -147,19 +185,39 @@ class PullOptions(Strict):
 class NextRequest(PullOptions):
     """Pull one message."""
 
+    model_config = ConfigDict(json_schema_extra=rules(*PULL_RULES))
+
 
 class FetchRequest(PullOptions):
     """Pull up to ``max_messages`` messages (default 1) or up to ``max_bytes`` bytes."""
 
-    max_messages: int | None = Field(default=None, ge=1)
-    max_bytes: int | None = Field(default=None, ge=1)
+    model_config = ConfigDict(
+        json_schema_extra=rules(*PULL_RULES, exclusive("max_messages", "max_bytes"))
+    )
+
+    max_messages: int | None = Field(
+        default=None,
+        ge=1,
+        json_schema_extra={"maximum": _default("max_fetch_messages")},
+        description="at most JSGW_MAX_FETCH_MESSAGES",
+    )
+    max_bytes: int | None = Field(
+        default=None,
+        ge=1,
+        json_schema_extra={"maximum": _default("max_fetch_bytes")},
+        description="at most JSGW_MAX_FETCH_BYTES",
+    )
 
 
 class ConsumeQuery(Strict):
     """ADR-37 consume options; thresholds default to half the buffer."""
 
     # Query parameters are text: numbers come as "100" and must be parsed.
-    model_config = ConfigDict(extra="forbid", strict=False)
+    model_config = ConfigDict(
+        extra="forbid",
+        strict=False,
+        json_schema_extra=rules(*PULL_RULES, exclusive("max_messages", "max_bytes")),
+    )
 
     group: GroupName | None = None
     max_messages: int | None = Field(default=None, ge=1, description="buffer (default 100)")

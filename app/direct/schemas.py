@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
-from pydantic import (
-    BaseModel,
-    Field,
-)
+from pydantic import BaseModel, ConfigDict, Field
 
-from app.schemas import Message, Strict, SubjectFilter, TimeText, UInt64
+from app.schemas import Message, Strict, SubjectFilter, TimeText, UInt64, exclusive, rules
 
 
 class MultiRequest(Strict):
     """Last message of each subject (filters allowed), all as of one stream sequence."""
+
+    model_config = ConfigDict(json_schema_extra=rules(exclusive("up_to_seq", "up_to_time")))
 
     subjects: list[SubjectFilter] = Field(min_length=1, fail_fast=True)
     up_to_seq: UInt64 | None = Field(default=None, ge=1)

@@ -59,7 +59,7 @@ class Buckets:
         body = kv_model.stream_config(bucket, config, existing)
         self.js.pool.require(*features.of_stream(body))
         info, created = await create_or_update(
-            self.js, self.direct, stream, body, exists=existing is not None
+            self.js, self.direct, stream, body, existing=existing
         )
         return status_from_info(info), created
 

@@ -26,7 +26,6 @@ from typing import Any
 from app import errors
 from app.errors import ErrorCode
 from app.kv.model import (
-    MAX_REVISION,
     PUT,
     filter_subject,
     key_of,
@@ -35,6 +34,7 @@ from app.kv.model import (
 )
 from app.nats.jsapi import JetStreamApi
 from app.nats.scan import ConsumerScan
+from app.validation import REVISION_DIGITS
 
 _BATCH = 1000
 _MIN_BATCH = 256
@@ -48,7 +48,7 @@ _LATEST_CHUNK = 1000
 def parse_cursor(cursor: str | None) -> int:
     if not cursor:
         return 0
-    if not cursor.isascii() or not cursor.isdigit() or int(cursor) >= MAX_REVISION:
+    if len(cursor) > REVISION_DIGITS or not cursor.isascii() or not cursor.isdigit():
         raise errors.InvalidInput(
             ErrorCode.KV_CURSOR_INVALID, "cursor must be a next_cursor returned by this listing"
         )

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -19,6 +20,7 @@ from app.durations import NS_PER_SECOND, nats_time, ns_to_seconds
 from app.errors import ErrorCode
 from app.nats.direct import StoredMessage
 from app.nats.scan import Delivery
+from app.validation import REVISION_TAG
 
 STREAM_PREFIX = "KV_"
 PUT, DEL, PURGE = "PUT", "DEL", "PURGE"
@@ -178,15 +180,15 @@ def etag(revision: int) -> str:
     return f'"{revision}"'
 
 
+_REVISION_TAG = re.compile(REVISION_TAG)
+
+
 def revision_of_tag(tag: str) -> int | None:
     """The revision in one strong entity tag (``"12"``, or bare ``12``), or None."""
     text = tag.strip()
-    if len(text) >= 2 and text[0] == text[-1] == '"':
-        text = text[1:-1]
-    if not text.isascii() or not text.isdigit():
+    if _REVISION_TAG.fullmatch(text) is None:
         return None
-    number = int(text)
-    return number if 1 <= number <= MAX_REVISION else None
+    return int(text.strip('"'))
 
 
 def if_none_match_hits(header: str | None, revision: int) -> bool:

@@ -4,13 +4,19 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import (
-    AfterValidator,
-    BaseModel,
-    Field,
-)
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, WithJsonSchema
 
-from app.schemas import Duration, Int64, Strict, TimeText, UInt64
+from app import validation
+from app.schemas import (
+    Duration,
+    Int64,
+    Strict,
+    TimeText,
+    UInt64,
+    duration,
+    exclusive,
+    rules,
+)
 from app.streams.schemas import Placement, Republish
 
 
@@ -29,10 +35,18 @@ def _kv_marker_ttl(value: int) -> int:
 class KVConfig(Strict):
     """A bucket's settings (ADR-8, ADR-48); durations in seconds or '30s'."""
 
+    model_config = ConfigDict(
+        json_schema_extra=rules(duration("limit_marker_ttl", minimum=1, zero=True))
+    )
+
     history: int = Field(default=1, ge=1, le=64, description="values kept per key")
     ttl: Duration = Field(default=0, description="how long values live; 0: forever")
     max_value_size: Annotated[int, AfterValidator(_kv_value_size)] = Field(
-        default=-1, ge=-1, le=2**31 - 1, description="-1: unlimited"
+        default=-1,
+        ge=-1,
+        le=2**31 - 1,
+        description="-1: unlimited",
+        json_schema_extra={"not": {"const": 0}},
     )
     max_bytes: Int64 = Field(default=-1, description="bucket size limit; -1: unlimited")
     storage: Literal["file", "memory"] = "file"
@@ -100,9 +114,11 @@ class KVKeys(BaseModel):
 class KVReadRequest(Strict):
     """Keys or key filters to read together, as of one revision (or time)."""
 
-    keys: list[str] = Field(
-        min_length=1, fail_fast=True, description="keys or filters with * and >"
-    )
+    model_config = ConfigDict(json_schema_extra=rules(exclusive("at_revision", "at_time")))
+
+    keys: list[
+        Annotated[str, WithJsonSchema({"type": "string", **validation.SCHEMAS["key_filter"]})]
+    ] = Field(min_length=1, fail_fast=True, description="keys or filters with * and >")
     at_revision: UInt64 | None = Field(default=None, ge=1)
     at_time: TimeText | None = Field(default=None, description="RFC 3339")
     include_deleted: bool = Field(

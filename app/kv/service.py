@@ -336,7 +336,7 @@ class KVService:
     ) -> tuple[list[str], str | None]:
         """One page of the keys with a value (deletes and purges left out); see kv_keys."""
         validation.bucket_name(bucket)
-        key_filter = validation.kv_key_filter(key_filter) if key_filter else ">"
+        key_filter = ">" if key_filter is None else validation.kv_key_filter(key_filter)
         with bucket_errors(bucket):
             info = await self.js.call("stream.info", "STREAM", "INFO", stream_name(bucket))
             return await list_keys(self.js, bucket, info, key_filter, limit, cursor, visible)
@@ -557,7 +557,7 @@ class KVService:
             detail = f"the value is over the bucket's max_value_size ({exc.detail})"
             raise _too_large(detail) from None
         except errors.TtlDisabled as exc:
-            raise errors.InvalidInput(
+            raise errors.Conflict(
                 ErrorCode.KV_TTL_DISABLED,
                 "this bucket takes no per-key ttl: set limit_marker_ttl on it first (ADR-48)",
                 nats=exc.nats,

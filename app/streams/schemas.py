@@ -4,10 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import (
-    BaseModel,
-    Field,
-)
+from pydantic import BaseModel, ConfigDict, Field
 
 from app.schemas import (
     MAX_GO_INT,
@@ -19,6 +16,10 @@ from app.schemas import (
     SubjectFilter,
     Time,
     UInt64,
+    duration,
+    exclusive,
+    rules,
+    same,
 )
 
 
@@ -35,7 +36,7 @@ class SubjectTransform(Strict):
 
 class Republish(Strict):
     src: SubjectFilter | None = None
-    dest: str
+    dest: SubjectFilter
     headers_only: bool | None = None
 
 
@@ -61,6 +62,13 @@ class ConsumerLimits(Strict):
 
 class StreamConfig(Strict):
     """A JetStream StreamConfig with NATS field names; durations in seconds or '30s'."""
+
+    model_config = ConfigDict(
+        json_schema_extra=rules(
+            duration("subject_delete_marker_ttl", minimum=1, zero=True),
+            same("name", "stream"),
+        )
+    )
 
     name: StreamName | None = None
     description: str | None = Field(default=None, max_length=4096)
@@ -136,6 +144,8 @@ class StreamInfo(BaseModel):
 
 
 class PurgeRequest(Strict):
+    model_config = ConfigDict(json_schema_extra=rules(exclusive("seq", "keep")))
+
     filter: SubjectFilter | None = None
     seq: UInt64 | None = Field(default=None, ge=1)
     keep: UInt64 | None = None

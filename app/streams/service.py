@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import builtins
+import contextlib
 import time
 from collections.abc import Callable
 from typing import Any
@@ -79,13 +80,44 @@ def message_out(stream: str, raw: dict[str, Any]) -> dict[str, Any]:
     return StoredMessage.from_msg_get(stream, raw).to_json()
 
 
+# What nats-server refuses to change in a stream's config, as the config's JSON has it (an
+# update that changes them is refused by the server with a plain 400; the stream is there).
+_FIXED = (("storage", "file"),)
+_ONCE_ON = ("allow_msg_ttl",)
+
+
+def check_updatable(name: str, existing: dict[str, Any], body: dict[str, Any]) -> None:
+    """409 stream.not_updatable for an update that changes what cannot change."""
+    for field in _ONCE_ON:
+        if existing.get(field) and not body.get(field):
+            raise errors.Conflict(
+                ErrorCode.STREAM_NOT_UPDATABLE,
+                f"{field} of stream {name!r} is on and cannot be turned off",
+            )
+    for field, default in _FIXED:
+        if field in body and body[field] != existing.get(field, default):
+            raise errors.Conflict(
+                ErrorCode.STREAM_NOT_UPDATABLE,
+                f"the {field} of stream {name!r} is {existing.get(field, default)!r} and cannot "
+                "change: delete and re-create it",
+            )
+
+
 async def create_or_update(
-    js: JetStreamApi, direct: DirectGet, name: str, body: dict[str, Any], *, exists: bool
+    js: JetStreamApi,
+    direct: DirectGet,
+    name: str,
+    body: dict[str, Any],
+    *,
+    existing: dict[str, Any] | None,
 ) -> tuple[dict[str, Any], bool]:
-    """Create the stream, or update it when it exists. Returns (the server's info, created)."""
+    """Create the stream, or update it when it exists (``existing``: its config). Returns
+    (the server's info, created)."""
+    if existing is not None:
+        check_updatable(name, existing, body)
     direct.forget(name)  # its config is about to change
     try:
-        if not exists:
+        if existing is None:
             try:
                 return await js.call("stream.create", "STREAM", "CREATE", name, body=body), True
             except errors.StreamExists:
@@ -183,12 +215,10 @@ class StreamService:
             )
         body = config.to_nats(name)
         self.js.pool.require(*features.of_stream(body))
-        try:
-            await self.js.call("stream.info", "STREAM", "INFO", name)
-            exists = True
-        except errors.NotFound:
-            exists = False
-        info, created = await create_or_update(self.js, self.direct, name, body, exists=exists)
+        existing: dict[str, Any] | None = None
+        with contextlib.suppress(errors.NotFound):
+            existing = (await self.js.call("stream.info", "STREAM", "INFO", name))["config"]
+        info, created = await create_or_update(self.js, self.direct, name, body, existing=existing)
         return stream_info_out(info), created
 
     async def delete(self, name: str) -> None:
