@@ -112,7 +112,9 @@ def test_bad_preconditions(if_match: str | None, if_none_match: str | None, code
     assert caught.value.code == code
 
 
-@given(st.integers(min_value=1, max_value=2**64 - 1))
+# Entity tags take revisions of up to 19 digits (app.validation.REVISION_DIGITS): a stream
+# reaches 10^19 messages no sooner than in 300,000 years at a million a second.
+@given(st.integers(min_value=1, max_value=10**19 - 1))
 def test_revision_tags_round_trip(revision: int) -> None:
     assert Precondition.from_headers(kv_model.etag(revision), None).revision == revision
     assert kv_model.if_none_match_hits(kv_model.etag(revision), revision)
