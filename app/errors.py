@@ -279,7 +279,7 @@ class ErrorCode(StrEnum):
         "This change to the stream's configuration is not allowed (e.g. its storage type): "
         "create a new stream instead."
     )
-    STREAM_REPLICAS_UNSUPPORTED = "stream.replicas_unsupported", InvalidInput, (
+    STREAM_REPLICAS_UNSUPPORTED = "stream.replicas_unsupported", Conflict, (
         "More replicas than the NATS deployment can hold (a single server holds one)."
     )
     CONSUMER_NAME_INVALID = "consumer.name_invalid", InvalidInput, (
@@ -316,16 +316,20 @@ class ErrorCode(StrEnum):
         "A priority group name is not valid (1-16 letters, digits, '-', '_', '/' or '=') or "
         "is given twice."
     )
-    CONSUMER_GROUP_REQUIRED = "consumer.group_required", InvalidInput, (
-        "The consumer has priority groups, or the pull uses priority options: give a group."
+    CONSUMER_GROUP_REQUIRED = "consumer.group_required", Conflict, (
+        "The consumer has priority groups: give one of them as the pull's group."
+    )
+    CONSUMER_GROUP_OPTIONS = "consumer.group_options", InvalidInput, (
+        "min_pending, min_ack_pending, priority and Nats-Pin-Id belong to a priority group: "
+        "give the group too."
     )
     CONSUMER_GROUP_INVALID = "consumer.group_invalid", Conflict, (
         "The group is not one of the consumer's priority_groups: use one of them."
     )
-    CONSUMER_NOT_OVERFLOW = "consumer.not_overflow", InvalidInput, (
+    CONSUMER_NOT_OVERFLOW = "consumer.not_overflow", Conflict, (
         "min_pending and min_ack_pending need a consumer with the overflow priority policy."
     )
-    CONSUMER_NOT_PINNED_CLIENT = "consumer.not_pinned_client", InvalidInput, (
+    CONSUMER_NOT_PINNED_CLIENT = "consumer.not_pinned_client", Conflict, (
         "A Nats-Pin-Id needs a consumer with the pinned_client priority policy."
     )
     CONSUMER_PRIORITY_INVALID = "consumer.priority_invalid", InvalidInput, (
@@ -349,13 +353,13 @@ class ErrorCode(StrEnum):
         "idle_heartbeat must be from 0.5s to 30s and at most half of expires; a consume "
         "always uses one."
     )
-    CONSUMER_MAX_BATCH_EXCEEDED = "consumer.max_batch_exceeded", InvalidInput, (
+    CONSUMER_MAX_BATCH_EXCEEDED = "consumer.max_batch_exceeded", Conflict, (
         "More messages than the consumer's max_batch allows in one pull: ask for fewer."
     )
-    CONSUMER_MAX_EXPIRES_EXCEEDED = "consumer.max_expires_exceeded", InvalidInput, (
+    CONSUMER_MAX_EXPIRES_EXCEEDED = "consumer.max_expires_exceeded", Conflict, (
         "expires is above the consumer's max_expires: ask for a shorter wait."
     )
-    CONSUMER_MAX_BYTES_EXCEEDED = "consumer.max_bytes_exceeded", InvalidInput, (
+    CONSUMER_MAX_BYTES_EXCEEDED = "consumer.max_bytes_exceeded", Conflict, (
         "max_bytes is above the consumer's max_bytes: ask for fewer bytes."
     )
     CONSUMER_MESSAGE_TOO_LARGE = "consumer.message_too_large", InvalidInput, (
@@ -663,11 +667,13 @@ class ErrorCode(StrEnum):
     JETSTREAM_INSUFFICIENT_RESOURCES = "jetstream.insufficient_resources", Unavailable, (
         "The NATS servers lack the resources (storage, memory, peers) for the request."
     )
-    JETSTREAM_MEMORY_EXCEEDED = "jetstream.memory_exceeded", Unavailable, (
-        "JetStream's memory limit is reached: free some, or raise the limit."
+    JETSTREAM_MEMORY_EXCEEDED = "jetstream.memory_exceeded", Conflict, (
+        "The configuration reserves more memory than JetStream has left (max_bytes of a "
+        "memory stream, or the account's limits): ask for less, free some, or raise the limit."
     )
-    JETSTREAM_STORAGE_EXCEEDED = "jetstream.storage_exceeded", Unavailable, (
-        "JetStream's storage limit is reached: free some, or raise the limit."
+    JETSTREAM_STORAGE_EXCEEDED = "jetstream.storage_exceeded", Conflict, (
+        "The configuration reserves more storage than JetStream has left (max_bytes of a "
+        "file stream, or the account's limits): ask for less, free some, or raise the limit."
     )
     STREAM_OFFLINE = "stream.offline", Unavailable, (
         "The stream is offline (its servers are down or it is being recovered): retry later."

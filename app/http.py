@@ -118,3 +118,33 @@ class AnyTextConvertor(Convertor[str]):
 
 
 register_url_convertor("text", AnyTextConvertor())
+
+
+# -- OpenAPI links --------------------------------------------------------------------------
+#
+# What an answer lets a client do next, as OpenAPI links (an operation's ``openapi_extra``,
+# deep-merged into its responses): a bucket made, then its keys written and read; a stream,
+# then its messages and consumers; a pull, then its acks. Generated clients and schemathesis's
+# stateful phase follow them. Parameters are runtime expressions ("$request.path.bucket",
+# "$response.body#/seq").
+
+
+def link(operation_id: str, body: Any = None, **parameters: str) -> dict[str, Any]:
+    found: dict[str, Any] = {"operationId": operation_id, "parameters": parameters}
+    if body is not None:
+        found["requestBody"] = body
+    return found
+
+
+def links(*statuses: int, **named: dict[str, Any]) -> dict[str, Any]:
+    """``openapi_extra`` giving the responses of ``statuses`` the links ``named``."""
+    return {"responses": {str(status): {"links": named} for status in statuses}}
+
+
+def merged(*extras: dict[str, Any]) -> dict[str, Any]:
+    """Several ``openapi_extra`` fragments as one (their top-level keys differ)."""
+    out: dict[str, Any] = {}
+    for extra in extras:
+        assert not out.keys() & extra.keys(), "fragments that overlap"
+        out.update(extra)
+    return out

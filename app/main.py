@@ -118,6 +118,26 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     return app
 
 
+# FastAPI's OpenAPI models hold minimum/maximum as floats: 2^64-1 comes out as 2^64 and 2^63-1
+# as 2^63 (a float cannot hold them), which would let a client send one past the bound.
+_BIG_BOUNDS = {float(bound): bound for bound in (2**64 - 1, 2**63 - 1)}
+_BOUND_KEYWORDS = ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum")
+
+
+def _exact_bounds(node: Any) -> None:
+    """Integer bounds back as integers, the largest ones as what the models said."""
+    if isinstance(node, dict):
+        for keyword in _BOUND_KEYWORDS:
+            value = node.get(keyword)
+            if isinstance(value, float) and value.is_integer():
+                node[keyword] = _BIG_BOUNDS.get(value, int(value))
+        for child in node.values():
+            _exact_bounds(child)
+    elif isinstance(node, list):
+        for child in node:
+            _exact_bounds(child)
+
+
 def _no_null_parameters(schema: dict[str, Any]) -> None:
     """An optional query parameter or header is left out, never null (a query string or a
     header has no null): the ``anyOf [..., null]`` of an optional Python parameter becomes
@@ -148,6 +168,7 @@ def _openapi(app: FastAPI) -> dict[str, Any]:
         for model in (Problem, EndOfBatchLine, Message):
             components.setdefault(model.__name__, model.model_json_schema())
         _no_null_parameters(schema)
+        _exact_bounds(schema)
         app.openapi_schema = schema
     return app.openapi_schema
 

@@ -194,8 +194,9 @@ class Problem(BaseModel):
 # or says only clumsily of bodies whose members may be null, an operation or a model states in
 # ``x-jsgw-rules``: a list of the objects below, each with its ``description``. Names are
 # parameters or members; "a.b" is member b of member a. A member is given when present and not
-# null. tests/contract/test_fuzz.py generates requests that keep them and checks that the
-# gateway accepts those; tests/unit/test_rules.py that it refuses each one broken.
+# null. tests/contract/test_fuzz.py holds the gateway to them: generated requests that keep
+# them are accepted, those that break one are refused with a 4xx. The forms are documented in
+# docs/api/index.md ("The OpenAPI document is the contract").
 
 
 def _names(names: tuple[str, ...]) -> str:
@@ -221,7 +222,8 @@ def when(
 ) -> dict[str, Any]:
     """When ``name`` is given (and is ``equals``, or one of them, if that is set),
     ``requires`` are given and ``forbids`` are not. An item of either may be "name=a|b":
-    given with one of those values (true and false are written so)."""
+    given with one of those values (true and false are written so; a list: holding one of
+    them), or "name>0": a number or duration above 0."""
     rule: dict[str, Any] = {"if": name}
     shown = "|".join(map(str, equals)) if isinstance(equals, list) else equals
     condition = f"`{name}`" if equals is None else f"`{name}={shown}`"
@@ -245,14 +247,19 @@ def duration(
     maximum: float | None = None,
     zero: bool = False,
     half_of: str | None = None,
+    not_above: str | None = None,
 ) -> dict[str, Any]:
     """A duration member's range in seconds, in whichever form it is given; ``zero``: 0 is
-    allowed as well, meaning "off"; ``half_of``: at most half of that member, when given."""
+    allowed as well, meaning "off"; ``half_of`` / ``not_above``: at most half of, or at most,
+    that member when it is given and not 0."""
     rule: dict[str, Any] = {"duration": name}
     bounds = []
     if half_of is not None:
         rule["half_of"] = half_of
         bounds.append(f"at most half of `{half_of}`")
+    if not_above is not None:
+        rule["not_above"] = not_above
+        bounds.append(f"at most `{not_above}`")
     if minimum is not None:
         rule["minimum"] = minimum
         bounds.append(f"at least {minimum:g} s")
@@ -263,6 +270,72 @@ def duration(
         rule["or_zero"] = True
     rule["description"] = f"`{name}` is {' and '.join(bounds)}" + (" (or 0)" if zero else "")
     return rule
+
+
+def transform(source: str, destination: str, *, default: str = ">") -> dict[str, Any]:
+    """A subject transform (republish, a source's transform): the destination keeps the
+    source's wildcards (``default`` when the source is not given), as nats-server wants:
+    as many ``*`` tokens, and a last ``>`` exactly when the source has one."""
+    return {
+        "transform": [source, destination],
+        "default": default,
+        "description": f"`{destination}` has the wildcards of `{source}` (default `{default}`):"
+        " as many `*` tokens, and a last `>` exactly when it has one",
+    }
+
+
+def disjoint(name: str, member: str | None = None) -> dict[str, Any]:
+    """The subject filters of list ``name`` (or their ``member``) overlap none of the others."""
+    rule: dict[str, Any] = {"disjoint": name}
+    if member is not None:
+        rule["member"] = member
+    what = f"`{name}`" if member is None else f"the `{member}` of `{name}`"
+    rule["description"] = f"{what}: no two subject filters overlap"
+    return rule
+
+
+def colliding(
+    name: str, namespaces: tuple[str, ...], *, unless: tuple[str, ...] = (), requires: str
+) -> dict[str, Any]:
+    """A subject filter of list ``name`` that overlaps one of ``namespaces`` (and is not
+    within one of ``unless``) needs ``requires``."""
+    return {
+        "colliding": name,
+        "namespaces": list(namespaces),
+        "unless": list(unless),
+        "requires": [requires],
+        "description": f"a subject of `{name}` overlapping {_names(namespaces)} needs `{requires}`",
+    }
+
+
+def apart(name: str, *, subjects: str | None = None, otherwise: str) -> dict[str, Any]:
+    """Subject filter ``name`` overlaps none of the subjects of list ``subjects``, or when
+    that is not given, of ``otherwise`` (a template of path parameters, "{stream}")."""
+    rule: dict[str, Any] = {"apart": name, "otherwise": otherwise}
+    where = f"`{otherwise}`"
+    if subjects is not None:
+        rule["subjects"] = subjects
+        where = f"the subjects of `{subjects}` (`{otherwise}` when not given)"
+    rule["description"] = f"`{name}` overlaps none of {where}"
+    return rule
+
+
+def count_not_above(name: str, limit: str) -> dict[str, Any]:
+    """List ``name`` has at most ``limit`` items, when ``limit`` is given and above 0."""
+    return {
+        "count": name,
+        "not_above": limit,
+        "description": f"`{name}` has at most `{limit}` items when `{limit}` is above 0",
+    }
+
+
+def differs(name: str, parameter: str, *, unless: str) -> dict[str, Any]:
+    """Member ``name`` is not the path parameter ``parameter`` (unless ``unless`` is given)."""
+    return {
+        "differs": [name, parameter],
+        "unless": unless,
+        "description": f"`{name}` is not `{parameter}` (unless `{unless}` is given)",
+    }
 
 
 def same(name: str, parameter: str) -> dict[str, Any]:

@@ -7,6 +7,7 @@ and every function raises :class:`app.errors.InvalidInput` with a stable code.
 from __future__ import annotations
 
 import re
+from typing import Any
 
 from app.errors import ErrorCode, Forbidden, InvalidInput
 
@@ -42,7 +43,7 @@ _DOLLAR_ALLOWED = ("$KV.", "$O.")
 # holds each validator to its schema, string by string.
 _S = r"[!-)+,/-=?-~-]"  # a subject token's characters (_SUBJECT_TOKEN)
 _K = r"[-/_=a-zA-Z0-9]"  # a key token's characters (_KEY_FILTER_TOKEN)
-SCHEMAS: dict[str, dict[str, object]] = {
+SCHEMAS: dict[str, dict[str, Any]] = {
     "stream": {"pattern": r"^[a-zA-Z0-9_-]{1,255}$", "minLength": 1, "maxLength": 255},
     "consumer": {"pattern": r"^[a-zA-Z0-9_-]{1,255}$", "minLength": 1, "maxLength": 255},
     "bucket": {"pattern": r"^[a-zA-Z0-9_-]{1,252}$", "minLength": 1, "maxLength": 252},

@@ -35,7 +35,7 @@ from app.deps import (
     SseSlotsDep,
     StreamName,
 )
-from app.http import JSON, problems
+from app.http import JSON, link, links, problems
 from app.nats.pull import PIN_HEADER
 from app.routing import Router
 from app.schemas import MAX_GO_INT
@@ -58,6 +58,8 @@ _PIN_RESPONSE_HEADER = {
         "schema": {"type": "string"},
     }
 }
+_STREAM, _CONSUMER = "$request.path.stream", "$request.path.consumer"
+_LISTED = "$response.body#/consumers/0/name"
 _PULL_ERRORS = problems(errors.NotFound, errors.Conflict, errors.Locked, errors.TooManyRequests)
 
 
@@ -68,6 +70,12 @@ _PULL_ERRORS = problems(errors.NotFound, errors.Conflict, errors.Locked, errors.
     response_model_exclude_none=True,
     response_class=JSON,
     responses=problems(errors.NotFound),
+    openapi_extra=links(
+        200,
+        info=link("get_consumer", stream=_STREAM, consumer=_LISTED),
+        fetch=link("fetch_messages", stream=_STREAM, consumer=_LISTED),
+        next=link("next_message", stream=_STREAM, consumer=_LISTED),
+    ),
 )
 async def list_consumers(
     stream: StreamName,
@@ -96,6 +104,14 @@ async def list_consumers(
         201: {"description": "Created", "model": ConsumerInfo},
         **problems(errors.NotFound, errors.Conflict),
     },
+    openapi_extra=links(
+        200,
+        201,
+        info=link("get_consumer", stream=_STREAM, consumer=_CONSUMER),
+        fetch=link("fetch_messages", stream=_STREAM, consumer=_CONSUMER),
+        next=link("next_message", stream=_STREAM, consumer=_CONSUMER),
+        delete=link("delete_consumer", stream=_STREAM, consumer=_CONSUMER),
+    ),
 )
 async def put_consumer(
     stream: StreamName, name: ConsumerName, config: ConsumerConfig, consumers: ConsumersDep
@@ -139,6 +155,15 @@ async def delete_consumer(
     response_model_exclude_none=True,
     response_class=JSON,
     responses={200: {"headers": _PIN_RESPONSE_HEADER}, **_PULL_ERRORS},
+    openapi_extra=links(
+        200,
+        ack=link(
+            "ack_messages",
+            {"acks": [{"token": "$response.body#/messages/0/ack_token"}]},
+            stream=_STREAM,
+            consumer=_CONSUMER,
+        ),
+    ),
 )
 async def fetch_messages(
     stream: StreamName,

@@ -21,7 +21,7 @@ from app.deps import (
     SseSlotsDep,
 )
 from app.errors import ErrorCode
-from app.http import JSON, PlainDigits, problems, read_body
+from app.http import JSON, PlainDigits, link, links, merged, problems, read_body
 from app.kv.http import entry_response
 from app.kv.model import Precondition, etag
 from app.kv.read import read_at
@@ -105,6 +105,8 @@ Consistency = Annotated[
     Query(description="`leader`: read the latest value from the stream leader (read-your-writes)"),
 ]
 
+_BUCKET, _KEY = "$request.path.bucket", "$request.path.key"
+_LISTED, _FIRST_KEY = "$response.body#/buckets/0/bucket", "$response.body#/keys/0"
 _READ_RULES = rules(when("consistency", equals="leader", forbids=("revision",)))
 _ENTRY_HEADERS = {
     "ETag": {"description": '"<revision>"', "schema": {"type": "string"}},
@@ -167,6 +169,13 @@ def _keys_visible(principal: Principal, bucket: str) -> Callable[[str], bool] | 
     response_model=KVBucketList,
     response_class=JSON,
     responses=problems(),
+    openapi_extra=links(
+        200,
+        status=link("bucket_status", bucket=_LISTED),
+        keys=link("list_keys", bucket=_LISTED),
+        put=link("put_key", bucket=_LISTED),
+        read=link("read", bucket=_LISTED),
+    ),
 )
 async def list_buckets(kv: KVDep, principal: PrincipalDep) -> Any:
     """List buckets with their status."""
@@ -183,6 +192,15 @@ async def list_buckets(kv: KVDep, principal: PrincipalDep) -> Any:
     response_model_exclude_none=True,
     response_class=JSON,
     responses={201: {"description": "Created", "model": KVStatus}, **problems(errors.Conflict)},
+    openapi_extra=links(
+        200,
+        201,
+        status=link("bucket_status", bucket=_BUCKET),
+        keys=link("list_keys", bucket=_BUCKET),
+        put=link("put_key", bucket=_BUCKET),
+        read=link("read", bucket=_BUCKET),
+        delete=link("delete_bucket", bucket=_BUCKET),
+    ),
 )
 async def put_bucket(bucket: Bucket, kv: KVDep, config: KVConfig | None = None) -> Any:
     """Create (201) or update (200) a bucket.
@@ -226,6 +244,12 @@ async def delete_bucket(bucket: Bucket, kv: KVDep) -> Response:
     response_model=KVKeys,
     response_class=JSON,
     responses=problems(errors.NotFound),
+    openapi_extra=links(
+        200,
+        get=link("get_key", bucket=_BUCKET, key=_FIRST_KEY),
+        history=link("history", bucket=_BUCKET, key=_FIRST_KEY),
+        put=link("put_key", bucket=_BUCKET, key=_FIRST_KEY),
+    ),
 )
 async def list_keys(
     bucket: Bucket,
@@ -328,13 +352,19 @@ async def head_key(
             errors.NotFound, errors.Conflict, errors.PreconditionFailed, errors.PayloadTooLarge
         ),
     },
-    openapi_extra={
-        **_RAW_BODY,
-        **rules(
-            exclusive("If-Match", "If-None-Match"),
-            when("ttl", requires=("If-None-Match",)),
+    openapi_extra=merged(
+        _RAW_BODY,
+        rules(exclusive("If-Match", "If-None-Match"), when("ttl", requires=("If-None-Match",))),
+        links(
+            200,
+            201,
+            get=link("get_key", bucket=_BUCKET, key=_KEY),
+            revision=link("get_key", bucket=_BUCKET, key=_KEY, revision="$response.body#/revision"),
+            head=link("head_key", bucket=_BUCKET, key=_KEY),
+            history=link("history", bucket=_BUCKET, key=_KEY),
+            delete=link("delete_key", bucket=_BUCKET, key=_KEY),
         ),
-    },
+    ),
 )
 async def put_key(
     bucket: Bucket,

@@ -13,11 +13,12 @@ from app.auth.access import Need
 from app.auth.policy import Principal, Resource
 from app.deps import PoolDep, PrincipalDep, PublisherDep, SettingsDep, StreamsDep
 from app.errors import ErrorCode
-from app.http import JSON, problems, read_body
+from app.http import JSON, link, links, problems, read_body
 from app.publish import service as publish
 from app.publish.schemas import PubAck, PublishBatch, PublishBatchResult
 from app.publish.service import Outgoing
 from app.routing import Router
+from app.schemas import exclusive, rules
 from app.streams.service import StreamService
 
 router = Router(prefix="/v1/publish", tags=["publish"])
@@ -35,14 +36,20 @@ _HEADER_DOCS: dict[str, tuple[dict[str, Any], str]] = {
         "deduplication id: a repeat within the duplicate window is not stored",
     ),
     "idempotency-key": (_MSG_ID, "the same as Nats-Msg-Id"),
-    "nats-expected-stream": ({"type": "string"}, "store only in this stream (else 412)"),
+    "nats-expected-stream": (
+        {"type": "string", **validation.SCHEMAS["stream"]},
+        "store only in this stream (else 412)",
+    ),
     "nats-expected-last-sequence": (_SEQUENCE, "store only if the stream's last seq is this"),
     "nats-expected-last-subject-sequence": (
         _SEQUENCE,
         "store only if the subject's last seq is this (0: the subject has none)",
     ),
     "nats-expected-last-msg-id": (_MSG_ID, "store only if the last message has this Nats-Msg-Id"),
-    "nats-ttl": ({"type": "string"}, "the message's TTL: seconds, '30s' or 'never' (ADR-43)"),
+    "nats-ttl": (
+        {"type": "string", **validation.SCHEMAS["ttl"]},
+        "the message's TTL: seconds, '30s' or 'never', at least 1 s (ADR-43)",
+    ),
 }
 # Declared so that clients generated from the spec can send them; the handler reads them from
 # the request itself (the lean path shares it), so they are documented here, not parameters.
@@ -76,6 +83,11 @@ _PUBLISH_HEADER_PARAMETERS = [
                 "application/octet-stream": {"schema": {"type": "string", "format": "binary"}}
             }
         },
+        **rules(exclusive("Nats-Msg-Id", "Idempotency-Key")),
+        **links(
+            200,
+            stored=link("get_message", stream="$response.body#/stream", seq="$response.body#/seq"),
+        ),
     },
 )
 async def publish_one(

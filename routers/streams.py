@@ -11,10 +11,12 @@ from app import errors, validation
 from app.auth import access
 from app.auth.access import AUTHENTICATED, STREAM, Need
 from app.deps import PrincipalDep, StreamName, StreamsDep
-from app.http import JSON, PlainDigits, problems
+from app.http import JSON, PlainDigits, link, links, problems
 from app.routing import Router
 from app.schemas import MAX_GO_INT, Message
 from app.streams.schemas import PurgeRequest, PurgeResult, StreamConfig, StreamInfo, StreamList
+
+_STREAM, _LISTED = "$request.path.stream", "$response.body#/streams/0/name"
 
 router = Router(prefix="/v1/streams", tags=["streams"])
 
@@ -27,6 +29,15 @@ Seq = Annotated[int, Path(ge=1, le=2**64 - 1, description="Stream sequence"), Pl
     response_model=StreamList,
     response_class=JSON,
     responses=problems(),
+    openapi_extra=links(
+        200,
+        info=link("get_stream", stream=_LISTED),
+        consumers=link("list_consumers", stream=_LISTED),
+        consumer=link("put_consumer", stream=_LISTED),
+        direct=link("direct_get", stream=_LISTED),
+        multi=link("multi", stream=_LISTED),
+        message=link("get_message", stream=_LISTED),
+    ),
 )
 async def list_streams(
     streams: StreamsDep,
@@ -61,7 +72,22 @@ async def list_streams(
     response_model=StreamInfo,
     response_class=JSON,
     status_code=200,
-    responses={201: {"description": "Created", "model": StreamInfo}, **problems(errors.Conflict)},
+    responses={
+        201: {"description": "Created", "model": StreamInfo},
+        **problems(errors.NotFound, errors.Conflict),
+    },
+    openapi_extra=links(
+        200,
+        201,
+        info=link("get_stream", stream=_STREAM),
+        consumers=link("list_consumers", stream=_STREAM),
+        consumer=link("put_consumer", stream=_STREAM),
+        direct=link("direct_get", stream=_STREAM),
+        multi=link("multi", stream=_STREAM),
+        message=link("get_message", stream=_STREAM),
+        purge=link("purge_stream", stream=_STREAM),
+        delete=link("delete_stream", stream=_STREAM),
+    ),
 )
 async def put_stream(name: StreamName, config: StreamConfig, streams: StreamsDep) -> Any:
     """Create (201) or update (200) a stream from a StreamConfig (NATS field names)."""

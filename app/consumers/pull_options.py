@@ -140,19 +140,19 @@ def check_against(config: dict[str, Any], request: PullRequest, *, bytes_mode: b
         )
     max_batch = config.get("max_batch") or 0
     if max_batch and request.batch > max_batch and not bytes_mode:
-        raise errors.InvalidInput(
+        raise errors.Conflict(
             ErrorCode.CONSUMER_MAX_BATCH_EXCEEDED,
             f"{request.batch} messages is more than the consumer's max_batch of {max_batch}",
         )
     max_expires = config.get("max_expires") or 0
     if max_expires and request.expires_ns > max_expires:
-        raise errors.InvalidInput(
+        raise errors.Conflict(
             ErrorCode.CONSUMER_MAX_EXPIRES_EXCEEDED,
             f"expires is above the consumer's max_expires of {max_expires / NS_PER_SECOND:g}s",
         )
     max_bytes = config.get("max_bytes") or 0
     if max_bytes and request.max_bytes > max_bytes:
-        raise errors.InvalidInput(
+        raise errors.Conflict(
             ErrorCode.CONSUMER_MAX_BYTES_EXCEEDED,
             f"max_bytes is above the consumer's max_bytes of {max_bytes}",
         )
@@ -164,7 +164,7 @@ def _check_group(config: dict[str, Any], request: PullRequest) -> None:
     groups = config.get("priority_groups") or []
     if request.group is None:
         if policy != "none":
-            raise errors.InvalidInput(
+            raise errors.Conflict(
                 ErrorCode.CONSUMER_GROUP_REQUIRED,
                 f"this consumer has priority groups {groups}: give a group",
             )
@@ -175,12 +175,12 @@ def _check_group(config: dict[str, Any], request: PullRequest) -> None:
             f"group {request.group!r} is not one of the consumer's priority_groups {groups}",
         )
     if (request.min_pending or request.min_ack_pending) and policy != "overflow":
-        raise errors.InvalidInput(
+        raise errors.Conflict(
             ErrorCode.CONSUMER_NOT_OVERFLOW,
             "min_pending and min_ack_pending need the overflow policy",
         )
     if request.pin_id and policy != "pinned_client":
-        raise errors.InvalidInput(
+        raise errors.Conflict(
             ErrorCode.CONSUMER_NOT_PINNED_CLIENT, "a Nats-Pin-Id needs the pinned_client policy"
         )
 
@@ -220,7 +220,7 @@ def _priority(
         validation.pin_id(pin_id)
     if group is None and (min_pending or min_ack_pending or priority is not None or pin_id):
         raise errors.InvalidInput(
-            ErrorCode.CONSUMER_GROUP_REQUIRED,
+            ErrorCode.CONSUMER_GROUP_OPTIONS,
             "min_pending, min_ack_pending, priority and Nats-Pin-Id belong to a priority group: "
             "give the group",
         )

@@ -23,9 +23,12 @@ from app.schemas import (
     Time,
     UInt64,
     checked_string,
+    count_not_above,
+    disjoint,
     duration,
     exclusive,
     rules,
+    same,
     when,
 )
 
@@ -63,14 +66,25 @@ class ConsumerConfig(Strict):
 
     model_config = ConfigDict(
         json_schema_extra=rules(
-            when("priority_timeout", requires=(f"priority_policy={_POLICIES}",)),
+            when("priority_timeout>0", requires=(f"priority_policy={_POLICIES}",)),
             when("priority_groups", requires=(f"priority_policy={_POLICIES}",)),
             when("priority_policy", equals=_POLICIES.split("|"), requires=("priority_groups",)),
             when("priority_groups", forbids=("ack_policy=none|all",)),
-            when("opt_start_seq", requires=("deliver_policy=by_start_sequence",)),
+            when("opt_start_seq>0", requires=("deliver_policy=by_start_sequence",)),
             when("opt_start_time", requires=("deliver_policy=by_start_time",)),
-            when("deliver_policy", equals="by_start_sequence", requires=("opt_start_seq",)),
+            when("deliver_policy", equals="by_start_sequence", requires=("opt_start_seq>0",)),
+            when(
+                "deliver_policy",
+                equals="last_per_subject",
+                requires=("filter_subject|filter_subjects",),
+            ),
+            count_not_above("backoff", "max_deliver"),
+            duration("max_expires", minimum=0.001, zero=True),
             when("deliver_policy", equals="by_start_time", requires=("opt_start_time",)),
+            same("name", "consumer"),
+            exclusive("filter_subject", "filter_subjects"),
+            disjoint("filter_subjects"),
+            same("durable_name", "consumer"),
         )
     )
 
@@ -90,7 +104,7 @@ class ConsumerConfig(Strict):
     filter_subject: SubjectFilter | None = None
     filter_subjects: list[SubjectFilter] | None = Field(default=None, fail_fast=True)
     replay_policy: Literal["instant", "original"] | None = None
-    sample_freq: str | None = Field(default=None, pattern=r"\A[0-9]{1,3}%?\z")
+    sample_freq: str | None = Field(default=None, pattern=r"^[0-9]{1,3}%?$")
     max_waiting: int | None = Field(default=None, ge=1, le=MAX_GO_INT)
     max_ack_pending: int | None = Field(default=None, ge=-1, le=MAX_GO_INT)
     headers_only: bool | None = None

@@ -13,6 +13,7 @@ from app.schemas import (
     Strict,
     TimeText,
     UInt64,
+    apart,
     duration,
     exclusive,
     rules,
@@ -36,7 +37,10 @@ class KVConfig(Strict):
     """A bucket's settings (ADR-8, ADR-48); durations in seconds or '30s'."""
 
     model_config = ConfigDict(
-        json_schema_extra=rules(duration("limit_marker_ttl", minimum=1, zero=True))
+        json_schema_extra=rules(
+            duration("limit_marker_ttl", minimum=1, zero=True),
+            apart("republish.dest", otherwise="$KV.{bucket}.>"),
+        )
     )
 
     history: int = Field(default=1, ge=1, le=64, description="values kept per key")

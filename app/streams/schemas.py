@@ -16,10 +16,16 @@ from app.schemas import (
     SubjectFilter,
     Time,
     UInt64,
+    apart,
+    colliding,
+    differs,
+    disjoint,
     duration,
     exclusive,
     rules,
     same,
+    transform,
+    when,
 )
 
 
@@ -30,11 +36,15 @@ class Placement(Strict):
 
 
 class SubjectTransform(Strict):
+    model_config = ConfigDict(json_schema_extra=rules(transform("src", "dest")))
+
     src: SubjectFilter
-    dest: str
+    dest: SubjectFilter
 
 
 class Republish(Strict):
+    model_config = ConfigDict(json_schema_extra=rules(transform("src", "dest")))
+
     src: SubjectFilter | None = None
     dest: SubjectFilter
     headers_only: bool | None = None
@@ -46,6 +56,15 @@ class ExternalStream(Strict):
 
 
 class StreamSource(Strict):
+    model_config = ConfigDict(
+        json_schema_extra=rules(
+            exclusive("filter_subject", "subject_transforms"),
+            # a stream that sources or mirrors itself is a cycle
+            differs("name", "stream", unless="external"),
+            disjoint("subject_transforms", "src"),
+        )
+    )
+
     name: StreamName
     opt_start_seq: UInt64 | None = None
     opt_start_time: Time | None = None
@@ -63,10 +82,57 @@ class ConsumerLimits(Strict):
 class StreamConfig(Strict):
     """A JetStream StreamConfig with NATS field names; durations in seconds or '30s'."""
 
+    # nats-server's own rules for a stream config (server/stream.go, checkStreamCfg), those a
+    # request can break by itself.
     model_config = ConfigDict(
         json_schema_extra=rules(
-            duration("subject_delete_marker_ttl", minimum=1, zero=True),
             same("name", "stream"),
+            duration("max_age", minimum=0.1, zero=True),
+            duration("duplicate_window", minimum=0.1, zero=True, not_above="max_age"),
+            duration("subject_delete_marker_ttl", minimum=1, zero=True),
+            disjoint("subjects"),
+            apart("republish.dest", subjects="subjects", otherwise="{stream}"),
+            when("subjects", equals=">", requires=("no_ack=true",), forbids=("num_replicas>1",)),
+            colliding(
+                "subjects",
+                ("$JS.>", "$JSC.>", "$NRG.>", "$SYS.>"),
+                unless=("$JS.EVENT.>", "$SYS.ACCOUNT.>"),
+                requires="no_ack=true",
+            ),
+            exclusive("deny_purge=true", "allow_rollup_hdrs=true"),
+            when(
+                "allow_msg_counter",
+                equals=True,
+                forbids=(
+                    "discard=new",
+                    "allow_msg_ttl=true",
+                    "allow_msg_schedules=true",
+                    "retention=interest|workqueue",
+                ),
+            ),
+            when(
+                "discard_new_per_subject",
+                equals=True,
+                requires=("discard=new", "max_msgs_per_subject>0"),
+            ),
+            when("allow_msg_schedules", equals=True, forbids=("discard=new", "sources")),
+            when(
+                "persist_mode",
+                equals="async",
+                forbids=("storage=memory", "num_replicas>1", "allow_atomic=true"),
+            ),
+            when(
+                "mirror",
+                forbids=(
+                    "first_seq>0",
+                    "subjects",
+                    "sources",
+                    "allow_msg_counter=true",
+                    "allow_atomic=true",
+                    "allow_msg_schedules=true",
+                    "subject_delete_marker_ttl>0",
+                ),
+            ),
         )
     )
 

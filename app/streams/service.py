@@ -83,7 +83,7 @@ def message_out(stream: str, raw: dict[str, Any]) -> dict[str, Any]:
 # What nats-server refuses to change in a stream's config, as the config's JSON has it (an
 # update that changes them is refused by the server with a plain 400; the stream is there).
 _FIXED = (("storage", "file"),)
-_ONCE_ON = ("allow_msg_ttl",)
+_ONCE_ON = ("allow_msg_ttl", "deny_delete", "deny_purge", "sealed")
 
 
 def check_updatable(name: str, existing: dict[str, Any], body: dict[str, Any]) -> None:
@@ -115,6 +115,8 @@ async def create_or_update(
     (the server's info, created)."""
     if existing is not None:
         check_updatable(name, existing, body)
+    elif body.get("sealed"):
+        raise errors.StreamNotFound(detail=f"there is no stream {name!r} to seal: create it first")
     direct.forget(name)  # its config is about to change
     try:
         if existing is None:

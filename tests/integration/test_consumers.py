@@ -231,12 +231,8 @@ async def test_bad_pulls_are_4xx_and_deliver_nothing(gateway: httpx.AsyncClient,
         ({"expires": "301s"}, "consumer.expires_invalid"),
         ({"max_messages": 1001}, "consumer.fetch_invalid"),
         ({"max_bytes": 64 * 1024 * 1024}, "consumer.fetch_invalid"),
-        ({"max_messages": 3}, "consumer.max_batch_exceeded"),  # the server's 409, mapped
-        ({"expires": 20}, "consumer.max_expires_exceeded"),
-        ({"group": "jobs"}, "consumer.group_invalid"),  # it has no groups at all
-        ({"group": "jobs", "expires": 11}, "consumer.max_expires_exceeded"),  # checked here
-        ({"min_pending": 5}, "consumer.group_required"),
-        ({"priority": 3}, "consumer.group_required"),
+        ({"min_pending": 5}, "consumer.group_options"),
+        ({"priority": 3}, "consumer.group_options"),
         ({"idle_heartbeat": 2, "expires": 3}, "consumer.heartbeat_invalid"),
         ({"idle_heartbeat": 0.1, "expires": 3}, "consumer.heartbeat_invalid"),
         ({"idle_heartbeat": 1, "no_wait": True}, "consumer.heartbeat_invalid"),
@@ -247,17 +243,26 @@ async def test_bad_pulls_are_4xx_and_deliver_nothing(gateway: httpx.AsyncClient,
     ]
     for body, code in cases:
         problem(await fetch(gateway, name, **body), 400, code)
+    # What the request asks is well formed, but this consumer refuses it: 409.
+    conflicts = [
+        ({"max_messages": 3}, "consumer.max_batch_exceeded"),  # the server's 409, mapped
+        ({"expires": 20}, "consumer.max_expires_exceeded"),
+        ({"group": "jobs"}, "consumer.group_invalid"),  # it has no groups at all
+        ({"group": "jobs", "expires": 11}, "consumer.max_expires_exceeded"),  # checked here
+    ]
+    for body, code in conflicts:
+        problem(await fetch(gateway, name, **body), 409, code)
     for pin in ("x" * 65, "has space", "tab\there"):
         problem(await fetch(gateway, name, pin=pin, group="jobs"), 400, "consumer.pin_id_invalid")
     for pin in ("abc\r\nX-Evil: 1", "abc\n"):  # refused in any header (app.middleware)
         problem(await fetch(gateway, name, pin=pin, group="jobs"), 400, "header.invalid")
-    problem(await fetch(gateway, name, pin="abc"), 400, "consumer.group_required")
+    problem(await fetch(gateway, name, pin="abc"), 400, "consumer.group_options")
     problem(
-        await fetch(gateway, f"{name}P", consumer="C", group="other"), 400, "consumer.group_invalid"
+        await fetch(gateway, f"{name}P", consumer="C", group="other"), 409, "consumer.group_invalid"
     )
     problem(
         await fetch(gateway, f"{name}P", consumer="C", max_messages=1),
-        400,
+        409,
         "consumer.group_required",
     )
     problem(await fetch(gateway, name, consumer="a.b"), 400, "consumer.name_invalid")

@@ -170,14 +170,14 @@ async def test_consume_refuses_bad_input_before_streaming(
     url = f"/v1/streams/{name}/consumers/C/consume"
     cases = [
         ({"max_messages": 2, "max_bytes": 100}, 400, "consumer.consume_invalid"),
-        ({"max_messages": 6}, 400, "consumer.max_batch_exceeded"),
+        ({"max_messages": 6}, 409, "consumer.max_batch_exceeded"),
         ({"max_messages": 4, "threshold_messages": 5}, 400, "consumer.consume_invalid"),
         ({"max_messages": 5000}, 400, "consumer.consume_invalid"),
         ({"max_messages": 4, "expires": 0.5}, 400, "consumer.expires_invalid"),
         ({"max_messages": 4, "idle_heartbeat": 0}, 400, "consumer.heartbeat_invalid"),
         ({"max_messages": 4, "idle_heartbeat": 20}, 400, "consumer.heartbeat_invalid"),
-        ({"max_messages": 4, "group": "jobs"}, 400, "consumer.group_invalid"),
-        ({"max_messages": 4, "min_pending": 3}, 400, "consumer.group_required"),
+        ({"max_messages": 4, "group": "jobs"}, 409, "consumer.group_invalid"),
+        ({"max_messages": 4, "min_pending": 3}, 400, "consumer.group_options"),
         ({"max_messages": 4, "surprise": 1}, 400, "request.invalid"),
         ({"max_messages": 4, "expires": "later"}, 400, "request.invalid"),
     ]

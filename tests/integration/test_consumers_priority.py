@@ -41,11 +41,11 @@ async def test_overflow_serves_a_pull_only_above_its_thresholds(
         )
     assert [m["seq"] for m in served.json()["messages"]] == [4, 5]
     # Pulls must name one of the consumer's groups.
-    problem(await fetch(gateway, name, group="other", expires=1), 400, "consumer.group_invalid")
-    problem(await fetch(gateway, name, expires=1), 400, "consumer.group_required")
+    problem(await fetch(gateway, name, group="other", expires=1), 409, "consumer.group_invalid")
+    problem(await fetch(gateway, name, expires=1), 409, "consumer.group_required")
     problem(
         await fetch(gateway, name, group="jobs", pin="abc", expires=1),
-        400,
+        409,
         "consumer.not_pinned_client",
     )
 
@@ -123,7 +123,7 @@ async def test_unpin_moves_the_pin(gateway: httpx.AsyncClient, name: str) -> Non
     )
 
     url = f"/v1/streams/{name}/consumers/C/unpin"
-    problem(await gateway.post(url, json={"group": "other"}), 400, "consumer.group_invalid")
+    problem(await gateway.post(url, json={"group": "other"}), 409, "consumer.group_invalid")
     problem(await gateway.post(url, json={"group": "a b"}), 400, "request.invalid")
     problem(await gateway.post(url, json={"group": "x" * 17}), 400, "request.invalid")
     problem(await gateway.post(url, json={}), 400, "request.invalid")

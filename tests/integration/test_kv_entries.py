@@ -342,7 +342,7 @@ async def test_bad_preconditions_and_ttls_write_nothing(
     problem(
         await gateway.put(url, content=b"x", params={"ttl": "10s"}, headers={"If-None-Match": "*"}),
         *(
-            (400, "kv.ttl_disabled")
+            (409, "kv.ttl_disabled")
             if nats_release >= (2, 11)
             else (501, "nats.feature_unsupported")
         ),

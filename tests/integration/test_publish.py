@@ -168,7 +168,7 @@ async def test_bad_subjects(gateway: httpx.AsyncClient, nc: nats.NATS, name: str
         problem(await gateway.post(f"/v1/publish/{bad}", content=b"x"), 400, "subject.invalid")
     for reserved in ["$JS.API.STREAM.DELETE.X", "$SYS.REQ.SERVER.PING", "_INBOX.abc", "$JSC.x"]:
         problem(
-            await gateway.post(f"/v1/publish/{reserved}", content=b"x"), 400, "subject.reserved"
+            await gateway.post(f"/v1/publish/{reserved}", content=b"x"), 403, "subject.reserved"
         )
     assert await stored(nc, name) == 0
 

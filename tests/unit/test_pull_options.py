@@ -46,8 +46,8 @@ def test_fetch_by_bytes_asks_for_many_messages() -> None:
         ({"idle_heartbeat": 0.4}, "consumer.heartbeat_invalid"),
         ({"idle_heartbeat": 31, "expires": 100}, "consumer.heartbeat_invalid"),
         ({"idle_heartbeat": 3, "expires": 5}, "consumer.heartbeat_invalid"),
-        ({"min_ack_pending": 1}, "consumer.group_required"),
-        ({"priority": 0}, "consumer.group_required"),
+        ({"min_ack_pending": 1}, "consumer.group_options"),
+        ({"priority": 0}, "consumer.group_options"),
     ],
 )
 def test_fetch_refusals(body: dict, code: str) -> None:
@@ -101,9 +101,12 @@ def test_consume_defaults_follow_adr37() -> None:
 def test_consume_is_checked_against_the_consumer(
     query: dict, config: dict, pin: str | None, code: str
 ) -> None:
-    with pytest.raises(errors.InvalidInput) as refused:
+    with pytest.raises(errors.GatewayError) as refused:
         pull_options.consume_options(ConsumeQuery(**query), SETTINGS, pin, config)
     assert refused.value.code == code
+    # Refused for what the consumer is: 409; for what the request is: 400.
+    intrinsic = ("consumer.consume_invalid", "consumer.heartbeat_invalid")
+    assert refused.value.status == (400 if code in intrinsic else 409)
 
 
 def test_push_consumers_cannot_be_pulled() -> None:
@@ -193,7 +196,7 @@ def test_group_names_match_the_servers_rule(value: str) -> None:
         (10012, 409, "consumer.not_updatable"),
         (10149, 404, "consumer.not_found"),
         (10159, 400, "consumer.priority_groups_required"),
-        (10160, 400, "consumer.group_invalid"),
+        (10160, 409, "consumer.group_invalid"),
         (10162, 400, "consumer.group_name_invalid"),
         (10178, 400, "consumer.priority_requires_pull"),
         (10196, 400, "consumer.priority_policy_required"),

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from app import validation
-from app.errors import InvalidInput
+from app.errors import Forbidden, InvalidInput
 
 # Mostly ASCII with the interesting characters over-represented, plus arbitrary unicode.
 hostile = st.text(
@@ -22,7 +24,7 @@ WHITESPACE = set(" \t\r\n\x0b\x0c\x00")
 def accepted(fn, value):  # type: ignore[no-untyped-def]
     try:
         fn(value)
-    except InvalidInput:
+    except (InvalidInput, Forbidden):
         return False
     return True
 
@@ -113,7 +115,7 @@ def test_examples(fn, good, bad) -> None:  # type: ignore[no-untyped-def]
 
 def test_reserved_publish_subjects() -> None:
     for value in ["$JS.API.INFO", "$JS.ACK.a.b", "$SYS.x", "_INBOX.x", "$FOO.x", "$NRG.x"]:
-        with pytest.raises(InvalidInput) as info:
+        with pytest.raises(Forbidden) as info:
             validation.publish_subject(value)
         assert info.value.code == "subject.reserved"
     assert validation.publish_subject("$KV.bucket.key") == "$KV.bucket.key"
@@ -149,3 +151,48 @@ def test_lengths_keep_nats_protocol_lines_short() -> None:
     ]:
         assert not accepted(fn, long), fn
     assert validation.kv_key("k" * 2048) and validation.subject("s" * 2048)
+
+
+# -- each validator is its schema in the OpenAPI document -----------------------------------
+
+_VALIDATORS = {
+    "stream": validation.stream_name,
+    "consumer": validation.consumer_name,
+    "bucket": validation.bucket_name,
+    "group": validation.group_name,
+    "pin_id": validation.pin_id,
+    "key": validation.kv_key,
+    "written_key": lambda value: validation.kv_key(value, writing=True),
+    "key_filter": validation.kv_key_filter,
+    "subject": validation.subject,
+    "subject_filter": validation.subject_filter,
+    "header_name": validation.header_name,
+    "header_value": lambda value: validation.header_value("X", value),
+}
+_TRICKY = st.text(
+    st.one_of(st.sampled_from(list("aZ09-_/=.*>$ _kv\t\r\n\x00\x7f{}%:")), st.characters()),
+    max_size=24,
+)
+
+
+def _in_schema(kind: str, value: str) -> bool:
+    schema = validation.SCHEMAS[kind]
+    return (
+        re.fullmatch(str(schema["pattern"]), value) is not None
+        and int(schema.get("minLength", 0)) <= len(value)
+        and len(value) <= int(schema.get("maxLength", 10**9))
+    )
+
+
+@pytest.mark.parametrize("kind", sorted(_VALIDATORS))
+@settings(max_examples=300)
+@given(data=st.data())
+def test_validators_accept_exactly_their_schema(kind: str, data: st.DataObject) -> None:
+    pattern = str(validation.SCHEMAS[kind]["pattern"])
+    value = data.draw(st.one_of(st.from_regex(pattern, fullmatch=True), _TRICKY))
+    assert accepted(_VALIDATORS[kind], value) == _in_schema(kind, value), (kind, value)
+
+
+def test_every_schema_with_a_pattern_has_its_validator_here() -> None:
+    patterned = {kind for kind, schema in validation.SCHEMAS.items() if "pattern" in schema}
+    assert patterned == set(_VALIDATORS)
