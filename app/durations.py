@@ -56,7 +56,7 @@ def _go(text: str) -> int:
     total = sum(Decimal(number) * _UNITS_NS[unit] for number, unit in _GO_PART.findall(text))
     if total > MAX_DURATION_NS:
         raise ValueError("duration too large")
-    return round(total)
+    return int(total)  # as Go: what is below a nanosecond is dropped
 
 
 def nats_ttl(value: str) -> str:

@@ -8,7 +8,6 @@ that carries it (and so its status) and what it means. The hierarchy::
 
     GatewayError                   (500; http.error, gateway.internal)
     ├── InvalidInput               400
-    │   └── TtlDisabled            publish.ttl_disabled
     ├── Unauthorized               401
     ├── Forbidden                  403
     ├── NotFound                   404
@@ -22,7 +21,8 @@ that carries it (and so its status) and what it means. The hierarchy::
     ├── Conflict                   409
     │   ├── StreamExists           stream.exists
     │   ├── ConsumerExists         consumer.exists
-    │   └── DirectNotAllowed       direct.not_allowed
+    │   ├── DirectNotAllowed       direct.not_allowed
+    │   └── TtlDisabled            publish.ttl_disabled
     ├── PreconditionFailed         412
     ├── PayloadTooLarge            413
     ├── Locked                     423
@@ -276,8 +276,8 @@ class ErrorCode(StrEnum):
         "The stream's limits (max_msgs, max_bytes, max_age...) are not valid: fix them."
     )
     STREAM_UPDATE_INVALID = "stream.update_invalid", InvalidInput, (
-        "This change to the stream's configuration is not allowed (e.g. its storage type): "
-        "create a new stream instead."
+        "NATS refused this change to the stream's configuration (what it says is in `nats`): "
+        "change the request, or create a new stream instead."
     )
     STREAM_REPLICAS_UNSUPPORTED = "stream.replicas_unsupported", Conflict, (
         "More replicas than the NATS deployment can hold (a single server holds one)."
@@ -362,7 +362,7 @@ class ErrorCode(StrEnum):
     CONSUMER_MAX_BYTES_EXCEEDED = "consumer.max_bytes_exceeded", Conflict, (
         "max_bytes is above the consumer's max_bytes: ask for fewer bytes."
     )
-    CONSUMER_MESSAGE_TOO_LARGE = "consumer.message_too_large", InvalidInput, (
+    CONSUMER_MESSAGE_TOO_LARGE = "consumer.message_too_large", Conflict, (
         "The next message is larger than the consume's max_bytes, so it can never be "
         "delivered: consume with a larger max_bytes, or by max_messages."
     )
@@ -380,7 +380,7 @@ class ErrorCode(StrEnum):
     PUBLISH_TTL_INVALID = "publish.ttl_invalid", InvalidInput, (
         "The message's Nats-TTL is not valid: a duration of at least one second, or 'never'."
     )
-    PUBLISH_TTL_DISABLED = "publish.ttl_disabled", InvalidInput, (
+    PUBLISH_TTL_DISABLED = "publish.ttl_disabled", Conflict, (
         "The stream does not take per-message TTLs: set allow_msg_ttl on it first."
     )
     KV_BUCKET_INVALID = "kv.bucket_invalid", InvalidInput, (
@@ -736,7 +736,7 @@ class WarningCode(StrEnum):
 # -- the classes of the codes that are caught ---------------------------------------------
 
 
-class TtlDisabled(InvalidInput):
+class TtlDisabled(Conflict):
     own_code = ErrorCode.PUBLISH_TTL_DISABLED
 
 

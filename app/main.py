@@ -118,9 +118,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     return app
 
 
-# FastAPI's OpenAPI models hold minimum/maximum as floats: 2^64-1 comes out as 2^64 and 2^63-1
-# as 2^63 (a float cannot hold them), which would let a client send one past the bound.
-_BIG_BOUNDS = {float(bound): bound for bound in (2**64 - 1, 2**63 - 1)}
+# FastAPI's OpenAPI models hold minimum/maximum as floats: 2^64-1 comes out as 2^64, 2^63-1
+# as 2^63 and 10^19-1 as 10^19 (a float cannot hold them), which would let a client send one
+# past the bound. These are the large bounds the models use.
+_BIG_BOUNDS = {float(bound): bound for bound in (2**64 - 1, 2**63 - 1, 10**19 - 1)}
 _BOUND_KEYWORDS = ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum")
 
 

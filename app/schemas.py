@@ -223,7 +223,7 @@ def when(
     """When ``name`` is given (and is ``equals``, or one of them, if that is set),
     ``requires`` are given and ``forbids`` are not. An item of either may be "name=a|b":
     given with one of those values (true and false are written so; a list: holding one of
-    them), or "name>0": a number or duration above 0."""
+    them), or "name>N": a number, or a duration in seconds, above N."""
     rule: dict[str, Any] = {"if": name}
     shown = "|".join(map(str, equals)) if isinstance(equals, list) else equals
     condition = f"`{name}`" if equals is None else f"`{name}={shown}`"
@@ -247,16 +247,27 @@ def duration(
     maximum: float | None = None,
     zero: bool = False,
     half_of: str | None = None,
+    default: float | None = None,
+    none_when: str | None = None,
     not_above: str | None = None,
 ) -> dict[str, Any]:
     """A duration member's range in seconds, in whichever form it is given; ``zero``: 0 is
-    allowed as well, meaning "off"; ``half_of`` / ``not_above``: at most half of, or at most,
-    that member when it is given and not 0."""
+    allowed as well, meaning "off"; ``half_of``: at most half of that member, which is
+    ``default`` when not given, or 0 when ``none_when`` is given; ``not_above``: at most that
+    member when it is given and not 0."""
     rule: dict[str, Any] = {"duration": name}
     bounds = []
     if half_of is not None:
         rule["half_of"] = half_of
-        bounds.append(f"at most half of `{half_of}`")
+        said = f"at most half of `{half_of}`"
+        if default is not None:
+            rule["default"] = default
+            said += f" ({default:g} s when not given"
+            if none_when is not None:
+                rule["none_when"] = none_when
+                said += f", 0 with `{none_when}`"
+            said += ")"
+        bounds.append(said)
     if not_above is not None:
         rule["not_above"] = not_above
         bounds.append(f"at most `{not_above}`")
@@ -273,14 +284,15 @@ def duration(
 
 
 def transform(source: str, destination: str, *, default: str = ">") -> dict[str, Any]:
-    """A subject transform (republish, a source's transform): the destination keeps the
-    source's wildcards (``default`` when the source is not given), as nats-server wants:
-    as many ``*`` tokens, and a last ``>`` exactly when the source has one."""
+    """A subject transform (republish, a source's transform), as nats-server takes it: the
+    destination has no ``*`` token, ends in ``>`` exactly when the source (``default`` when
+    not given) does, and its ``$N`` / ``{{wildcard(N)}}`` name the source's ``*`` tokens."""
     return {
         "transform": [source, destination],
         "default": default,
-        "description": f"`{destination}` has the wildcards of `{source}` (default `{default}`):"
-        " as many `*` tokens, and a last `>` exactly when it has one",
+        "description": f"`{destination}` has no `*` token, ends in `>` exactly when `{source}` "
+        f"(default `{default}`) does, and its `$N` or `{{{{wildcard(N)}}}}` are at most the "
+        f"number of `*` tokens of `{source}`",
     }
 
 
@@ -308,16 +320,29 @@ def colliding(
     }
 
 
-def apart(name: str, *, subjects: str | None = None, otherwise: str) -> dict[str, Any]:
+def apart(
+    name: str, *, subjects: str | None = None, otherwise: str, unless: tuple[str, ...] = ()
+) -> dict[str, Any]:
     """Subject filter ``name`` overlaps none of the subjects of list ``subjects``, or when
-    that is not given, of ``otherwise`` (a template of path parameters, "{stream}")."""
-    rule: dict[str, Any] = {"apart": name, "otherwise": otherwise}
+    that is not given (and none of ``unless`` is), of ``otherwise`` (a template of path
+    parameters, "{stream}")."""
+    rule: dict[str, Any] = {"apart": name, "otherwise": otherwise, "unless": list(unless)}
     where = f"`{otherwise}`"
     if subjects is not None:
         rule["subjects"] = subjects
-        where = f"the subjects of `{subjects}` (`{otherwise}` when not given)"
+        where = f"the subjects of `{subjects}` (`{otherwise}` when not given"
+        where += f" and neither of {_names(unless)} is)" if unless else ")"
     rule["description"] = f"`{name}` overlaps none of {where}"
     return rule
+
+
+def at_most(name: str, limit: str, *, default: float) -> dict[str, Any]:
+    """Number ``name`` is at most number ``limit`` (``default`` when not given)."""
+    return {
+        "at_most": [name, limit],
+        "default": default,
+        "description": f"`{name}` is at most `{limit}` ({default:g} when not given)",
+    }
 
 
 def count_not_above(name: str, limit: str) -> dict[str, Any]:

@@ -14,6 +14,7 @@ from app.auth import access
 from app.auth.access import CONSUMER, STREAM, Need
 from app.auth.policy import Principal
 from app.consumers.schemas import (
+    CONSUME_RULES,
     AckBatch,
     AckBatchResult,
     ConsumeQuery,
@@ -38,7 +39,7 @@ from app.deps import (
 from app.http import JSON, link, links, problems
 from app.nats.pull import PIN_HEADER
 from app.routing import Router
-from app.schemas import MAX_GO_INT
+from app.schemas import MAX_GO_INT, rules
 from app.sse import sse_response
 
 router = Router(prefix="/v1/streams/{stream}/consumers", tags=["consumers"])
@@ -226,6 +227,7 @@ async def next_message(
         },
         **_PULL_ERRORS,
     },
+    openapi_extra=rules(*CONSUME_RULES),
 )
 async def consume_messages(
     stream: StreamName,

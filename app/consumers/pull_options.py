@@ -13,20 +13,26 @@ from typing import Any
 
 from app import errors, validation
 from app.config import Settings
-from app.consumers.schemas import ConsumeQuery, FetchRequest, PullOptions
+from app.consumers.schemas import (
+    CONSUME_EXPIRES,
+    CONSUME_MAX_MESSAGES,
+    FETCH_EXPIRES,
+    ConsumeQuery,
+    FetchRequest,
+    PullOptions,
+)
 from app.durations import NS_PER_SECOND
 from app.errors import ErrorCode
 from app.nats.consume import ConsumeOptions
 from app.nats.pull import BIG_BATCH, PullRequest
 
-DEFAULT_EXPIRES_NS = 30 * NS_PER_SECOND
-FETCH_EXPIRES_NS = 5 * NS_PER_SECOND
+DEFAULT_EXPIRES_NS = CONSUME_EXPIRES * NS_PER_SECOND
+FETCH_EXPIRES_NS = FETCH_EXPIRES * NS_PER_SECOND
 MIN_EXPIRES_NS = NS_PER_SECOND
 MIN_HEARTBEAT_NS = NS_PER_SECOND // 2
 MAX_HEARTBEAT_NS = 30 * NS_PER_SECOND
 # ADR-37: heartbeats by default for long fetches; nats.go uses 5 s.
 FETCH_HEARTBEAT_NS = 5 * NS_PER_SECOND
-CONSUME_MAX_MESSAGES = 100
 
 
 def fetch_request(options: PullOptions, settings: Settings, pin_id: str | None) -> PullRequest:

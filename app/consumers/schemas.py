@@ -22,6 +22,7 @@ from app.schemas import (
     SubjectFilter,
     Time,
     UInt64,
+    at_most,
     checked_string,
     count_not_above,
     disjoint,
@@ -39,6 +40,9 @@ def _default(setting: str) -> Any:
 
 
 DEFAULT_MAX_FETCH_EXPIRES = _default("max_fetch_expires")
+FETCH_EXPIRES = 5  # seconds: a fetch's or next's expires when not given
+CONSUME_EXPIRES = 30  # seconds: each pull of a consume
+CONSUME_MAX_MESSAGES = 100  # a consume's buffer when neither max_messages nor max_bytes
 _POLICIES = "overflow|pinned_client|prioritized"
 
 ConsumerName = Annotated[str, *checked_string(validation.consumer_name, "consumer")]
@@ -168,14 +172,32 @@ class ConsumerList(BaseModel):
     limit: int
 
 
+_GROUPED = tuple(
+    when(name, requires=("group",))
+    for name in ("min_pending", "min_ack_pending", "priority", "Nats-Pin-Id")
+)
+# A consume's query (its parameters, so the operation states them: app/routers consumers).
+CONSUME_RULES = (
+    exclusive("max_messages", "max_bytes"),
+    duration("expires", minimum=1, maximum=DEFAULT_MAX_FETCH_EXPIRES),
+    duration("idle_heartbeat", minimum=0.5, maximum=30, half_of="expires", default=CONSUME_EXPIRES),
+    at_most("threshold_messages", "max_messages", default=CONSUME_MAX_MESSAGES),
+    at_most("threshold_bytes", "max_bytes", default=0),
+    *_GROUPED,
+)
 PULL_RULES = (
     duration("expires", minimum=1, maximum=DEFAULT_MAX_FETCH_EXPIRES),
     # and at most half of expires (5 s when expires is not given and no_wait is not set)
-    duration("idle_heartbeat", minimum=0.5, maximum=30, zero=True, half_of="expires"),
-    *(
-        when(name, requires=("group",))
-        for name in ("min_pending", "min_ack_pending", "priority", "Nats-Pin-Id")
+    duration(
+        "idle_heartbeat",
+        minimum=0.5,
+        maximum=30,
+        zero=True,
+        half_of="expires",
+        default=FETCH_EXPIRES,
+        none_when="no_wait=true",
     ),
+    *_GROUPED,
 )
 
 
@@ -227,11 +249,7 @@ class ConsumeQuery(Strict):
     """ADR-37 consume options; thresholds default to half the buffer."""
 
     # Query parameters are text: numbers come as "100" and must be parsed.
-    model_config = ConfigDict(
-        extra="forbid",
-        strict=False,
-        json_schema_extra=rules(*PULL_RULES, exclusive("max_messages", "max_bytes")),
-    )
+    model_config = ConfigDict(extra="forbid", strict=False)
 
     group: GroupName | None = None
     max_messages: int | None = Field(default=None, ge=1, description="buffer (default 100)")

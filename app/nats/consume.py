@@ -255,7 +255,7 @@ class Consume:
                 pull.sent_bytes == self._options.max_bytes
                 and status.pending_bytes == pull.sent_bytes
             ):
-                too_large = errors.InvalidInput(
+                too_large = errors.Conflict(
                     ErrorCode.CONSUMER_MESSAGE_TOO_LARGE,
                     f"the next message is larger than max_bytes ({self._options.max_bytes}); "
                     "consume with a larger max_bytes, or by max_messages",

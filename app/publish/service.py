@@ -103,7 +103,7 @@ def _user_header_name(name: str) -> str:
 
 def _add(out: dict[str, str], name: str, value: str) -> None:
     validation.header_value(name, value)
-    if name in out:
+    if name.lower() in (given.lower() for given in out):
         raise errors.InvalidInput(
             ErrorCode.HEADER_DUPLICATE, f"header {name!r} is given more than once"
         )
@@ -113,7 +113,7 @@ def _add(out: dict[str, str], name: str, value: str) -> None:
 def _normalise(headers: dict[str, str]) -> dict[str, str]:
     for name in _SEQUENCE_HEADERS & headers.keys():
         value = headers[name].strip()
-        if not value.isdigit() or int(value) > 2**64 - 1:
+        if not (value.isascii() and value.isdigit()) or int(value) > 2**64 - 1:
             raise errors.InvalidInput(ErrorCode.HEADER_INVALID, f"{name} must be a sequence number")
         headers[name] = str(int(value))
     if "Nats-Expected-Stream" in headers:

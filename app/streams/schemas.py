@@ -91,7 +91,12 @@ class StreamConfig(Strict):
             duration("duplicate_window", minimum=0.1, zero=True, not_above="max_age"),
             duration("subject_delete_marker_ttl", minimum=1, zero=True),
             disjoint("subjects"),
-            apart("republish.dest", subjects="subjects", otherwise="{stream}"),
+            apart(
+                "republish.dest",
+                subjects="subjects",
+                otherwise="{stream}",
+                unless=("mirror", "sources"),
+            ),
             when("subjects", equals=">", requires=("no_ack=true",), forbids=("num_replicas>1",)),
             colliding(
                 "subjects",
@@ -155,7 +160,8 @@ class StreamConfig(Strict):
     mirror: StreamSource | None = None
     sources: list[StreamSource] | None = Field(default=None, fail_fast=True)
     compression: Literal["none", "s2"] | None = None
-    first_seq: UInt64 | None = None
+    # (below 10^19: revisions and cursors are up to 19 digits, app.validation.REVISION_DIGITS)
+    first_seq: int | None = Field(default=None, ge=0, le=10**19 - 1)
     subject_transform: SubjectTransform | None = None
     republish: Republish | None = None
     allow_direct: bool | None = None

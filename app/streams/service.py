@@ -95,7 +95,7 @@ def check_updatable(name: str, existing: dict[str, Any], body: dict[str, Any]) -
                 f"{field} of stream {name!r} is on and cannot be turned off",
             )
     for field, default in _FIXED:
-        if field in body and body[field] != existing.get(field, default):
+        if body.get(field, default) != existing.get(field, default):
             raise errors.Conflict(
                 ErrorCode.STREAM_NOT_UPDATABLE,
                 f"the {field} of stream {name!r} is {existing.get(field, default)!r} and cannot "
