@@ -27,7 +27,8 @@ _PUBLISH_ERRORS = problems(
     errors.Forbidden, errors.NotFound, errors.PreconditionFailed, errors.PayloadTooLarge
 )
 
-_SEQUENCE = {"type": "integer", "minimum": 0, "maximum": 2**64 - 1}
+# (up to 19 digits, as the gateway takes sequences: app.validation.REVISION_DIGITS)
+_SEQUENCE = {"type": "integer", "minimum": 0, "maximum": 10**validation.REVISION_DIGITS - 1}
 _MSG_ID = {"type": "string", "minLength": 1}
 # What each allowlisted header does (app.publish.service.PUBLISH_HEADERS, HTTP_ALIASES).
 _HEADER_DOCS: dict[str, tuple[dict[str, Any], str]] = {

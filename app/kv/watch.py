@@ -77,13 +77,16 @@ class WatchOptions:
             )
         # A browser reconnecting sends Last-Event-ID with the URL it first used: it wins.
         if last_event_id:
-            since = kv_model.revision_of_tag(last_event_id)
-            if since is None and last_event_id.strip() != "0":
+            text = last_event_id.strip()
+            if len(text) >= 2 and text[0] == text[-1] == '"':
+                text = text[1:-1]
+            if not (text.isascii() and text.isdigit()):
                 raise errors.InvalidInput(
                     ErrorCode.KV_LAST_EVENT_ID_INVALID,
                     f"Last-Event-ID must be a revision (a whole number), got {last_event_id!r}",
                 )
-            since = since or 0
+            # (past 20 digits it is past any revision; int() of thousands of digits refuses)
+            since = int(text) if len(text) <= 20 else kv_model.MAX_REVISION
         if since is not None and since >= kv_model.MAX_REVISION:
             raise errors.InvalidInput(
                 ErrorCode.KV_WATCH_INVALID,

@@ -113,8 +113,10 @@ def _add(out: dict[str, str], name: str, value: str) -> None:
 def _normalise(headers: dict[str, str]) -> dict[str, str]:
     for name in _SEQUENCE_HEADERS & headers.keys():
         value = headers[name].strip()
-        if not (value.isascii() and value.isdigit()) or int(value) > 2**64 - 1:
-            raise errors.InvalidInput(ErrorCode.HEADER_INVALID, f"{name} must be a sequence number")
+        if not (value.isascii() and value.isdigit()) or len(value) > validation.REVISION_DIGITS:
+            raise errors.InvalidInput(
+                ErrorCode.HEADER_INVALID, f"{name} must be a sequence number (up to 19 digits)"
+            )
         headers[name] = str(int(value))
     if "Nats-Expected-Stream" in headers:
         validation.stream_name(headers["Nats-Expected-Stream"])

@@ -29,9 +29,6 @@ from hypothesis.errors import Flaky
 from schemathesis import checks
 from schemathesis.config import SchemathesisConfig
 
-from app.nats.embedded import EmbeddedServer
-from tests.helpers import gateway_settings, served_gateway
-
 SPEC = Path(__file__).resolve().parents[2] / "openapi" / "openapi.json"
 # SSE feeds never end by themselves, so each fuzzed call would wait for its timeout: they are
 # left to their own tests (tests/integration/test_kv_watch.py, test_consumers_consume.py).
@@ -353,19 +350,6 @@ def out_of_rules(case: schemathesis.Case) -> bool:
 # -- the runs -------------------------------------------------------------------------------
 
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture(scope="module")
-def gateway_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """A gateway on its own nats-server: fuzzed configs may capture any subject."""
-    store = tmp_path_factory.mktemp("fuzz-store")
-    server = EmbeddedServer(store, log_file=store / "server.log")
-    server.start()
-    try:
-        with served_gateway(gateway_settings(server.url, request_timeout=1.0)) as url:
-            yield url
-    finally:
-        server.stop()
 
 
 @schema.parametrize()

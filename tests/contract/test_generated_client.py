@@ -21,9 +21,6 @@ from typing import Any
 
 import pytest
 
-from app.nats.embedded import EmbeddedServer
-from tests.helpers import gateway_settings, served_gateway
-
 SPEC = Path(__file__).resolve().parents[2] / "openapi" / "openapi.json"
 PACKAGE = "jsgw_generated_client"
 # pyproject.toml's test extra installs it next to the interpreter running the suite.
@@ -58,18 +55,6 @@ def generated(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ModuleType]:
 def load(name: str) -> Any:
     """A module of the generated package (``api.kv.put_key``, ``models``, ``types``)."""
     return importlib.import_module(f"{PACKAGE}.{name}")
-
-
-@pytest.fixture(scope="module")
-def gateway_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    store = tmp_path_factory.mktemp("generated-client-store")
-    server = EmbeddedServer(store, log_file=store / "server.log")
-    server.start()
-    try:
-        with served_gateway(gateway_settings(server.url)) as url:
-            yield url
-    finally:
-        server.stop()
 
 
 @pytest.fixture

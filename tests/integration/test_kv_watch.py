@@ -395,29 +395,41 @@ async def test_too_many_watches(nats_server: EmbeddedServer, name: str) -> None:
                 raise AssertionError("the watch slot was never given back")
 
 
+@contextlib.asynccontextmanager
+async def stalled_watch(
+    served: str, nc: nats.NATS, name: str
+) -> AsyncIterator[asyncio.StreamReader]:
+    """A watch of bucket ``name`` (made here) by a client that reads nothing while 200 kB
+    values are written: socket buffers fill, then the gateway's queue does, and the shared
+    feed's consumer goes. Yields the client's side of the connection."""
+    async with httpx.AsyncClient(base_url=served, timeout=10) as http:
+        await bucket(http, name, history=64)
+    host, port = served.removeprefix("http://").split(":")
+    reader, writer = await asyncio.open_connection(host, int(port))
+    try:
+        writer.write(f"GET /v1/kv/{name}/watch HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+        await writer.drain()
+        assert b"200" in await reader.readline()
+        assert await settled_consumer_count(nc, name, 1) == 1  # the shared feed
+        value = b"v" * 200_000
+        js = nc.jetstream()
+        for i in range(150):
+            await js.publish(f"$KV.{name}.k.{i}", value)
+            if i > 60 and await consumer_count(nc, name) == 0:
+                break
+        assert await consumer_count(nc, name) == 0, "a stalled client still holds a consumer"
+        yield reader
+    finally:
+        writer.close()
+
+
 async def test_a_slow_client_is_cut_off_with_an_error(
     nats_server: EmbeddedServer, nc: nats.NATS, name: str
 ) -> None:
     """A client that stops reading: the queue stays bounded, NATS is released, an error ends it."""
     settings = gateway_settings(nats_server.url, sse_queue_size=4, kv_watch_heartbeat=0.5)
     with served_gateway(settings) as served:
-        async with httpx.AsyncClient(base_url=served, timeout=10) as http:
-            await bucket(http, name, history=64)
-        host, port = served.removeprefix("http://").split(":")
-        reader, writer = await asyncio.open_connection(host, int(port))
-        try:
-            writer.write(f"GET /v1/kv/{name}/watch HTTP/1.1\r\nHost: x\r\n\r\n".encode())
-            await writer.drain()
-            assert b"200" in await reader.readline()
-            assert await settled_consumer_count(nc, name, 1) == 1  # the shared feed
-            value = b"v" * 200_000
-            js = nc.jetstream()
-            # The client reads nothing: socket buffers fill, then the gateway's queue does.
-            for i in range(150):
-                await js.publish(f"$KV.{name}.k.{i}", value)
-                if i > 60 and await consumer_count(nc, name) == 0:
-                    break
-            assert await consumer_count(nc, name) == 0, "a stalled client still holds a consumer"
+        async with stalled_watch(served, nc, name) as reader:
             received = b""
             with contextlib.suppress(TimeoutError):
                 while chunk := await asyncio.wait_for(reader.read(1 << 20), 5):
@@ -427,8 +439,6 @@ async def test_a_slow_client_is_cut_off_with_an_error(
             tail = received[-2000:].decode(errors="replace")
             assert "event: error" in tail and "kv.watch_too_slow" in tail
             assert received.count(b"event: put") < 150
-        finally:
-            writer.close()
 
 
 async def test_watch_survives_a_server_restart(own_nats_server: EmbeddedServer, name: str) -> None:

@@ -15,7 +15,7 @@ import nats.aio.msg
 
 from app.nats.embedded import EmbeddedServer
 from tests.helpers import gateway_settings, problem, running_gateway, served_gateway
-from tests.integration.test_kv_watch import bucket, consumer_count, settled_consumer_count
+from tests.integration.test_kv_watch import bucket, stalled_watch
 
 
 def sample(text: str, name: str, labels: str = "") -> float:
@@ -88,28 +88,11 @@ async def test_a_watch_dropped_as_too_slow_is_counted(
     settings = gateway_settings(nats_server.url, sse_queue_size=4, kv_watch_heartbeat=0.5)
     with served_gateway(settings) as served:
         async with httpx.AsyncClient(base_url=served, timeout=10) as http:
-            await bucket(http, name, history=64)
-            host, port = served.removeprefix("http://").split(":")
-            reader, writer = await asyncio.open_connection(host, int(port))
-            try:
-                writer.write(f"GET /v1/kv/{name}/watch HTTP/1.1\r\nHost: x\r\n\r\n".encode())
-                await writer.drain()
-                assert b"200" in await reader.readline()
-                assert await settled_consumer_count(nc, name, 1) == 1  # the shared feed
-                value = b"v" * 200_000
-                js = nc.jetstream()
-                # Socket buffers fill, then the gateway's queue does: the feed's consumer goes.
-                for i in range(150):
-                    await js.publish(f"$KV.{name}.k.{i}", value)
-                    if i > 60 and await consumer_count(nc, name) == 0:
-                        break
-                assert await consumer_count(nc, name) == 0
+            async with stalled_watch(served, nc, name):
                 text = await scrape(http)
                 dropped = "jsgw_kv_watches_dropped_total"
                 assert sample(text, dropped, '{reason="behind"}') == 1
                 assert sample(text, dropped, '{reason="stuck"}') == 0
-            finally:
-                writer.close()
             await until_closed(http)
 
 
