@@ -58,31 +58,33 @@ class Outgoing:
 def http_publish_headers(pairs: Iterable[tuple[str, str]]) -> dict[str, str]:
     """NATS headers from HTTP request headers: the allowlist and ``Nats-Header-<Name>``."""
     out: dict[str, str] = {}
+    seen: set[str] = set()
     for raw_name, value in pairs:
         name = raw_name.lower()
         name = HTTP_ALIASES.get(name, name)
         if name in PUBLISH_HEADERS:
-            _add(out, PUBLISH_HEADERS[name], value)
+            _add(out, seen, PUBLISH_HEADERS[name], value)
         elif name.startswith(USER_HEADER_PREFIX):
             # HTTP header names arrive lower-cased; NATS header names are case-sensitive, so
             # user headers take the canonical MIME form (x-trace-id -> X-Trace-Id).
             user = _canonical(raw_name[len(USER_HEADER_PREFIX) :])
-            _add(out, _user_header_name(user), value)
+            _add(out, seen, _user_header_name(user), value)
     return _normalise(out)
 
 
 def message_headers(headers: dict[str, str] | None, msg_id: str | None) -> dict[str, str]:
     """NATS headers from a batch item: allowlisted ``Nats-*`` names and plain user headers."""
     out: dict[str, str] = {}
+    seen: set[str] = set()
     for raw_name, value in (headers or {}).items():
         canonical = PUBLISH_HEADERS.get(raw_name.lower())
         if not isinstance(value, str):
             raise errors.InvalidInput(
                 ErrorCode.HEADER_INVALID, f"header {raw_name!r} must be a string"
             )
-        _add(out, canonical or _user_header_name(raw_name), value)
+        _add(out, seen, canonical or _user_header_name(raw_name), value)
     if msg_id is not None:
-        _add(out, "Nats-Msg-Id", msg_id)
+        _add(out, seen, "Nats-Msg-Id", msg_id)
     return _normalise(out)
 
 
@@ -101,12 +103,16 @@ def _user_header_name(name: str) -> str:
     return name
 
 
-def _add(out: dict[str, str], name: str, value: str) -> None:
+def _add(out: dict[str, str], seen: set[str], name: str, value: str) -> None:
+    """``seen``: the names given so far, lower-cased (a name given twice in any case is
+    refused; one set per message, so a message of many headers costs no more per header)."""
     validation.header_value(name, value)
-    if name.lower() in (given.lower() for given in out):
+    lowered = name.lower()
+    if lowered in seen:
         raise errors.InvalidInput(
             ErrorCode.HEADER_DUPLICATE, f"header {name!r} is given more than once"
         )
+    seen.add(lowered)
     out[name] = value
 
 
