@@ -12,17 +12,7 @@ from typing import Any
 from app.errors import ErrorCode, Forbidden, InvalidInput
 
 _NAME_TOKEN = re.compile(r"[a-zA-Z0-9_-]+")
-# A bucket is the stream KV_<bucket>, and stream names have at most 255 characters: no longer
-# bucket can exist, and a longer name spliced into API subjects could exceed the server's
-# control line (see MAX_SUBJECT_LENGTH).
-_BUCKET = re.compile(r"[a-zA-Z0-9_-]{1,252}")
-_STREAM = re.compile(r"[a-zA-Z0-9_-]{1,255}")
 _KEY = re.compile(r"[-/_=.a-zA-Z0-9]+")
-_KEY_FILTER_TOKEN = re.compile(r"[-/_=a-zA-Z0-9]+|\*|>")
-# A subject token: printable ASCII without the separator and the wildcards.
-_SUBJECT_TOKEN = re.compile(r"[!-)+-\-/-=?-~]+")
-_HEADER_NAME = re.compile(r"[!#$%&'*+\-.^_`|~0-9a-zA-Z]+")
-_HEADER_VALUE = re.compile(r"[\t\x20-\x7e\x80-\U0010ffff]*")
 
 # A key or subject ends up in a protocol line to NATS, next to a stream name or bucket twice
 # (Direct Get appends "$KV.<bucket>.<key>" to "$JS.API.DIRECT.GET.KV_<bucket>.") and a reply
@@ -38,9 +28,12 @@ _RESERVED_PREFIXES = ("$JS.", "$JSC.", "$SYS.", "$NRG.", "$MQTT.", "_INBOX.", "_
 _DOLLAR_ALLOWED = ("$KV.", "$O.")
 
 
-# The same rules as JSON Schema states them in the OpenAPI document (ECMA-262 regexes, which
-# these are too): every check above, where one regex can say it. ``tests/unit/test_validation``
-# holds each validator to its schema, string by string.
+# The rules as JSON Schema states them in the OpenAPI document (ECMA-262 regexes, which Python
+# reads alike), where one regex can say them: the validators below match these patterns, and
+# add the token rules of keys and subjects. ``tests/unit/test_validation`` holds each
+# validator to its schema, string by string. A bucket is the stream KV_<bucket>, and stream
+# names have at most 255 characters: no longer bucket can exist, and a longer name spliced
+# into API subjects could exceed the server's control line (see MAX_SUBJECT_LENGTH).
 _S = r"[!-)+,/-=?-~-]"  # a subject token's characters (_SUBJECT_TOKEN)
 _K = r"[-/_=a-zA-Z0-9]"  # a key token's characters (_KEY_FILTER_TOKEN)
 SCHEMAS: dict[str, dict[str, Any]] = {
@@ -81,10 +74,23 @@ SCHEMAS: dict[str, dict[str, Any]] = {
     "ttl": {"format": "nats-ttl", "minLength": 1},
     "header_name": {"pattern": r"^[!#$%&'*+\-.^_`|~0-9a-zA-Z]+$", "minLength": 1},
     "header_value": {
-        "pattern": "^[^\\x00-\\x08\\x0a-\\x1f\\x7f]*$",  # _HEADER_VALUE, said the other way
+        "pattern": "^[^\\x00-\\x08\\x0a-\\x1f\\x7f]*$",  # no control characters but tab
         "maxLength": MAX_HEADER_VALUE_LENGTH,
     },
 }
+
+# The validators' regexes are the schemas' patterns (full matches, so "^...$" is no loophole).
+_BUCKET = re.compile(SCHEMAS["bucket"]["pattern"])
+_STREAM = re.compile(SCHEMAS["stream"]["pattern"])  # consumer names too
+# ADR-42 priority groups: the limited-term of ADR-6, at most 16 characters (as the server checks).
+_GROUP = re.compile(SCHEMAS["group"]["pattern"])
+# Pin ids are server-made NUIDs (22 characters); allow some room, never CR/LF or spaces.
+_PIN_ID = re.compile(SCHEMAS["pin_id"]["pattern"])
+_KEY_FILTER_TOKEN = re.compile(rf"{_K}+|\*|>")
+# A subject token: printable ASCII without the separator and the wildcards.
+_SUBJECT_TOKEN = re.compile(f"{_S}+")
+_HEADER_NAME = re.compile(SCHEMAS["header_name"]["pattern"])
+_HEADER_VALUE = re.compile(SCHEMAS["header_value"]["pattern"])
 
 
 REVISION_DIGITS = 19
@@ -120,12 +126,6 @@ def consumer_name(value: str) -> str:
         ErrorCode.CONSUMER_NAME_INVALID,
         f"invalid consumer name {value!r}: use 1-255 letters, digits, '-' or '_'",
     )
-
-
-# ADR-42 priority groups: the limited-term of ADR-6, at most 16 characters (as the server checks).
-_GROUP = re.compile(r"[a-zA-Z0-9/_=-]{1,16}")
-# Pin ids are server-made NUIDs (22 characters); allow some room, never CR/LF or spaces.
-_PIN_ID = re.compile(r"[a-zA-Z0-9_-]{1,64}")
 
 
 def group_name(value: str) -> str:
