@@ -107,6 +107,18 @@ Consistency = Annotated[
 
 _BUCKET, _KEY = "$request.path.bucket", "$request.path.key"
 _LISTED, _FIRST_KEY = "$response.body#/buckets/0/bucket", "$response.body#/keys/0"
+
+
+def _uses_of(bucket: str) -> dict[str, dict[str, Any]]:
+    """The links to what a bucket (named by the expression ``bucket``) can be used with."""
+    return {
+        "status": link("bucket_status", bucket=bucket),
+        "keys": link("list_keys", bucket=bucket),
+        "put": link("put_key", bucket=bucket),
+        "read": link("read", bucket=bucket),
+    }
+
+
 _READ_RULES = rules(when("consistency", equals="leader", forbids=("revision",)))
 _ENTRY_HEADERS = {
     "ETag": {"description": '"<revision>"', "schema": {"type": "string"}},
@@ -171,10 +183,7 @@ def _keys_visible(principal: Principal, bucket: str) -> Callable[[str], bool] | 
     responses=problems(),
     openapi_extra=links(
         200,
-        status=link("bucket_status", bucket=_LISTED),
-        keys=link("list_keys", bucket=_LISTED),
-        put=link("put_key", bucket=_LISTED),
-        read=link("read", bucket=_LISTED),
+        **_uses_of(_LISTED),
     ),
 )
 async def list_buckets(kv: KVDep, principal: PrincipalDep) -> Any:
@@ -195,10 +204,7 @@ async def list_buckets(kv: KVDep, principal: PrincipalDep) -> Any:
     openapi_extra=links(
         200,
         201,
-        status=link("bucket_status", bucket=_BUCKET),
-        keys=link("list_keys", bucket=_BUCKET),
-        put=link("put_key", bucket=_BUCKET),
-        read=link("read", bucket=_BUCKET),
+        **_uses_of(_BUCKET),
         delete=link("delete_bucket", bucket=_BUCKET),
     ),
 )

@@ -18,6 +18,19 @@ from app.streams.schemas import PurgeRequest, PurgeResult, StreamConfig, StreamI
 
 _STREAM, _LISTED = "$request.path.stream", "$response.body#/streams/0/name"
 
+
+def _reads_of(stream: str) -> dict[str, dict[str, Any]]:
+    """The links to what a stream (named by the expression ``stream``) can be read with."""
+    return {
+        "info": link("get_stream", stream=stream),
+        "consumers": link("list_consumers", stream=stream),
+        "consumer": link("put_consumer", stream=stream),
+        "direct": link("direct_get", stream=stream),
+        "multi": link("multi", stream=stream),
+        "message": link("get_message", stream=stream),
+    }
+
+
 router = Router(prefix="/v1/streams", tags=["streams"])
 
 Seq = Annotated[int, Path(ge=1, le=2**64 - 1, description="Stream sequence"), PlainDigits]
@@ -29,15 +42,7 @@ Seq = Annotated[int, Path(ge=1, le=2**64 - 1, description="Stream sequence"), Pl
     response_model=StreamList,
     response_class=JSON,
     responses=problems(),
-    openapi_extra=links(
-        200,
-        info=link("get_stream", stream=_LISTED),
-        consumers=link("list_consumers", stream=_LISTED),
-        consumer=link("put_consumer", stream=_LISTED),
-        direct=link("direct_get", stream=_LISTED),
-        multi=link("multi", stream=_LISTED),
-        message=link("get_message", stream=_LISTED),
-    ),
+    openapi_extra=links(200, **_reads_of(_LISTED)),
 )
 async def list_streams(
     streams: StreamsDep,
@@ -79,12 +84,7 @@ async def list_streams(
     openapi_extra=links(
         200,
         201,
-        info=link("get_stream", stream=_STREAM),
-        consumers=link("list_consumers", stream=_STREAM),
-        consumer=link("put_consumer", stream=_STREAM),
-        direct=link("direct_get", stream=_STREAM),
-        multi=link("multi", stream=_STREAM),
-        message=link("get_message", stream=_STREAM),
+        **_reads_of(_STREAM),
         purge=link("purge_stream", stream=_STREAM),
         delete=link("delete_stream", stream=_STREAM),
     ),
