@@ -220,7 +220,12 @@ class Workload:
         return httpx.AsyncClient(
             base_url=self.url,
             timeout=kwargs.pop("timeout", self.client_timeout),
-            limits=httpx.Limits(max_connections=200, max_keepalive_connections=50),
+            # Idle connections are dropped before the gateway's keep-alive timeout (5 s) ends
+            # them: at the same 5 s (httpx's default) a request sent on a connection the
+            # server is closing meets "Server disconnected without sending a response".
+            limits=httpx.Limits(
+                max_connections=200, max_keepalive_connections=50, keepalive_expiry=2.0
+            ),
             **kwargs,
         )
 
