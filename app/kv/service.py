@@ -43,6 +43,7 @@ from app.kv.model import (
     operation_of,
     stream_name,
 )
+from app.kv.topology import ReadOnlyBuckets, read_only_error
 from app.kv.watch import Watches, WatchOptions, WatchSession
 from app.metrics import Metrics
 from app.nats.direct import DirectGet, StoredMessage
@@ -120,7 +121,9 @@ class KVService:
         self._stale_reads = metrics.kv_stale_reads
         self._outcome_unknown = metrics.outcome_unknown.labels("kv_write")
         self._retry_after = {"Retry-After": str(settings.retry_after)}
-        self.buckets = Buckets(js, direct)
+        # Read-only aggregates met (or made) recently: their writes are refused unsent.
+        self.read_only = ReadOnlyBuckets()
+        self.buckets = Buckets(js, direct, self.read_only)
         self.watches = Watches(
             js,
             limit=settings.kv_max_watches,
@@ -289,12 +292,19 @@ class KVService:
     async def history(self, bucket: str, key: str) -> list[Entry]:
         """Every stored revision of a key, oldest first, deletes included."""
         stream, subject = self._names(bucket, key)
+        floor = self.floors.revisions.get(subject, 0)
         with bucket_errors(bucket):
             try:
                 entries = await self._history_by_direct(bucket, stream, subject)
             except (errors.DirectNotAllowed, errors.BatchUnsupported):
                 # ADR-8's way, which every server with KV has: an ordered consumer.
                 entries = await self._history_by_consumer(bucket, stream, subject)
+            else:
+                if (entries[-1].revision if entries else 0) < floor:
+                    # Answered by a mirror behind what this process served or wrote (or one
+                    # that holds other keys): the bucket's own stream, by a consumer.
+                    self._stale_reads.inc()
+                    entries = await self._history_by_consumer(bucket, stream, subject)
         if not entries:
             raise _key_not_found(key)
         self.floors.advance(subject, entries[-1].revision)
@@ -362,12 +372,16 @@ class KVService:
                     "on a plain put an older revision could outlive it (ADR-48)",
                 )
             headers[kv_model.TTL_HEADER] = ttl_header(ttl)
+        self._check_writable(bucket)
         with bucket_errors(bucket):
-            if precondition.create:
-                revision = await self._create(stream, subject, key, value, headers)
-            else:
-                expected = await self._expected(stream, subject, key, precondition)
-                revision = await self._write(stream, subject, key, value, headers, expected)
+            try:
+                if precondition.create:
+                    revision = await self._create(stream, subject, key, value, headers)
+                else:
+                    expected = await self._expected(stream, subject, key, precondition)
+                    revision = await self._write(stream, subject, key, value, headers, expected)
+            except errors.StreamNoMatch:
+                raise await self._unwritable(bucket, stream) from None
         self.cache.written(bucket, key, revision)
         self.floors.advance(subject, revision)
         return revision, precondition.create
@@ -397,12 +411,34 @@ class KVService:
                     ErrorCode.KV_TTL_NOT_ALLOWED, "a ttl applies to a purge marker only (ADR-48)"
                 )
             headers[kv_model.TTL_HEADER] = ttl_header(ttl)
+        self._check_writable(bucket)
         with bucket_errors(bucket):
-            expected = await self._expected(stream, subject, key, precondition)
-            revision = await self._write(stream, subject, key, b"", headers, expected)
+            try:
+                expected = await self._expected(stream, subject, key, precondition)
+                revision = await self._write(stream, subject, key, b"", headers, expected)
+            except errors.StreamNoMatch:
+                raise await self._unwritable(bucket, stream) from None
         self.cache.written(bucket, key, revision)
         self.floors.advance(subject, revision)
         return revision
+
+    def _check_writable(self, bucket: str) -> None:
+        """A bucket known to be a read-only aggregate: 409 before anything is sent."""
+        if bucket in self.read_only:
+            raise read_only_error(bucket)
+
+    async def _unwritable(self, bucket: str, stream: str) -> errors.GatewayError:
+        """No stream took a write to the bucket: a read-only aggregate (it has no subjects),
+        or no bucket at all. Nothing was stored either way."""
+        try:
+            info = await self.js.call("stream.info", "STREAM", "INFO", stream)
+        except errors.StreamNotFound as exc:
+            return exc
+        read_only = kv_model.is_read_only(info.get("config") or {})
+        self.read_only.mark(bucket, read_only)
+        if read_only:
+            return read_only_error(bucket)
+        return errors.StreamNoMatch(detail=f"no stream captures the keys of bucket {bucket!r}")
 
     async def _expected(
         self, stream: str, subject: str, key: str, precondition: Precondition
