@@ -79,7 +79,7 @@ MirrorName = Annotated[
     Path(
         description="The mirror's stream name (letters, digits, '-', '_'; not starting with "
         "KV_: a mirror is not a bucket)",
-        json_schema_extra=validation.SCHEMAS["stream"],
+        json_schema_extra={**validation.SCHEMAS["stream"], "not": {"pattern": "^KV_"}},
     ),
 ]
 Revision = Annotated[
@@ -163,6 +163,7 @@ _WATCH_DOC = {
     "description": "Server-sent events: `put`, `delete`, `purge` (id: revision, data: Entry "
     "JSON), `ready` once the initial values are sent (id: the revision to resume from), "
     "`error` before the gateway ends the stream; `: ping` comments as heartbeats",
+    "headers": _SERVED_BY,
     "content": {
         "text/event-stream": {
             # OpenAPI 3.1: the schema of one event (3.2 would call it itemSchema).
@@ -696,4 +697,5 @@ async def watch(
         finally:
             await release()
 
-    return QueueStream(session, finish)
+    # A watch always reads the bucket's own stream (mirrors answer Direct Gets only).
+    return QueueStream(session, finish, headers={"KV-Served-By": stream_name(bucket)})

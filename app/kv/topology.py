@@ -271,7 +271,7 @@ class Topologies:
             seen.add(identity)
             if origin.external is not None:
                 continue
-            if identity[0] == stream_name(bucket):
+            if bucket in (origin.bucket, kv_model.bucket_of_stream(identity[0])):
                 raise errors.InvalidInput(
                     ErrorCode.REQUEST_INVALID, "an aggregate cannot be its own origin"
                 )

@@ -158,6 +158,7 @@ async def test_an_aggregate_is_read_everywhere_and_refuses_writes(
     if multi.status_code == 200:
         assert [e["key"] for e in multi.json()["entries"]] == ["NEW.1", "NEW.2"]
     async with watching(gw, agg) as sse:
+        assert sse.response.headers["kv-served-by"] == f"KV_{agg}"
         initial = await sse.until("ready")
         assert sorted(e.json["key"] for e in initial if e.event == "put") == ["NEW.1", "NEW.2"]
         await gw.put(f"/v1/kv/{orders}/keys/NEW.3", content=b"n3")
@@ -195,6 +196,7 @@ async def test_an_aggregate_is_read_everywhere_and_refuses_writes(
     problem(plain, 409, "kv.not_aggregate")
     problem(await gw.post(f"/v1/kv/{agg}/origins", json={"bucket": f"{name}_NONE"}), 404)
     problem(await gw.post(f"/v1/kv/{agg}/origins", json={"bucket": "a.b"}), 400)
+    problem(await gw.post(f"/v1/kv/{agg}/origins", json={"bucket": agg}), 400)
 
     async def user_arrived() -> bool:
         return (await gw.get(f"/v1/kv/{agg}/keys/u.1")).status_code == 200
