@@ -164,9 +164,11 @@ class KVService:
         this process has served or written for it (app.kv.floors): a cached entry behind it
         is not answered, a Direct Get answer behind it is read again from the stream leader.
         A delete or purge marker counts as much as a value, so a read never answers an older
-        value after a newer delete. Reads of a revision are answered as they are, and raise
-        the floor (as writes, histories and the revision of a 412 do; watches do not: a watch
-        of a large bucket would push every other key out of the bounded floors).
+        value after a newer delete. Reads of a revision are answered as they are (one at or
+        below the floor that the answer lacks, as a mirror behind would, is read from the
+        leader), and raise the floor (as writes, histories and the revision of a 412 do;
+        watches do not: a watch of a large bucket would push every other key out of the
+        bounded floors).
         """
         stream, subject = self._names(bucket, key)
         if leader and revision is not None:
@@ -201,6 +203,11 @@ class KVService:
                         self.floors.advance(subject, seen)
             else:
                 message, delta = await self._at(stream, subject, revision)
+                if message is None and revision <= floor:
+                    # The key reached this revision, but whoever answered (a mirror behind,
+                    # or one keeping fewer revisions or other keys) lacks it: the leader.
+                    self._stale_reads.inc()
+                    message, delta = await self._at_by_leader(stream, subject, revision)
                 if message is not None and message.seq > floor:
                     self.floors.advance(subject, message.seq)
         except errors.NotFound as exc:  # bucket_errors, inline on the hottest path
@@ -264,17 +271,22 @@ class KVService:
                 else:
                     newer = item.num_pending
         except (errors.DirectNotAllowed, errors.BatchUnsupported):
-            # Without Direct Get, or without its batches (nats-server 2.10): the message at
-            # the revision, and the newer revisions counted by a consumer that starts after
-            # it (its num_pending), as ADR-8 reads without Direct Get.
-            found = await self._msg_get(stream, {"seq": revision})
-            if found is None or found.subject != subject:
-                return None, None
-            async with ConsumerScan(self.js, stream, [subject], start_seq=revision + 1) as after:
-                return found, after.pending
+            return await self._at_by_leader(stream, subject, revision)
         if found is None or found.seq != revision:
             return None, None
         return found, newer
+
+    async def _at_by_leader(
+        self, stream: str, subject: str, revision: int
+    ) -> tuple[StoredMessage | None, int | None]:
+        """:meth:`_at` from the stream leader: the message at the revision, and the newer
+        revisions counted by a consumer that starts after it (its num_pending), as ADR-8
+        reads without Direct Get (or without its batches: nats-server 2.10)."""
+        found = await self._msg_get(stream, {"seq": revision})
+        if found is None or found.subject != subject:
+            return None, None
+        async with ConsumerScan(self.js, stream, [subject], start_seq=revision + 1) as after:
+            return found, after.pending
 
     async def _msg_get(
         self, stream: str, request: dict[str, Any], timeout: float | None = None

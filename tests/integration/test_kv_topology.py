@@ -86,6 +86,8 @@ async def test_a_mirror_answers_reads_and_reads_never_go_back(
         read = await gw.get(f"/v1/kv/{name}/keys/a")
         assert read.status_code == 200 and int(read.headers["kv-revision"]) >= written["revision"]
         assert read.content == b"%d" % value
+        at = await gw.get(f"/v1/kv/{name}/keys/a", params={"revision": written["revision"]})
+        assert at.status_code == 200 and at.content == read.content
         served.add(read.headers["kv-served-by"])
         if mirror in served and value > 10:
             break
