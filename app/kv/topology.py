@@ -165,7 +165,7 @@ def mirror_view(bucket: str, info: dict[str, Any]) -> dict[str, Any]:
         out["external"] = mirror["external"]
     if source.get("error"):
         out["error"] = source["error"]
-    return out
+    return {k: v for k, v in out.items() if v is not None}
 
 
 @contextlib.contextmanager
