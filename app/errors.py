@@ -474,6 +474,10 @@ class ErrorCode(StrEnum):
     KV_BUCKET_DELETED = "kv.bucket_deleted", NotFound, (
         "The bucket was deleted while it was being watched: the watch ends."
     )
+    KV_MIRROR_NOT_FOUND = "kv.mirror_not_found", NotFound, (
+        "The bucket has no mirror of this name (no stream of the name, or one that does not "
+        "mirror this bucket)."
+    )
     KV_KEY_NOT_FOUND = "kv.key_not_found", NotFound, (
         "The key has no value (never written, deleted or purged; `operation` says which)."
     )
@@ -531,6 +535,26 @@ class ErrorCode(StrEnum):
     )
     KV_LIMIT_MARKERS_LOCKED = "kv.limit_markers_locked", Conflict, (
         "Limit markers cannot be turned off once on (ADR-48): give limit_marker_ttl again."
+    )
+    KV_READ_ONLY = "kv.read_only", Conflict, (
+        "The bucket is a read-only aggregate (ADR-8): its values come from its origins only. "
+        "Write to an origin, or make the aggregate writable."
+    )
+    KV_NOT_AGGREGATE = "kv.not_aggregate", Conflict, (
+        "The bucket is not an aggregate: origins are added to an aggregate only (create it "
+        "with `aggregate`)."
+    )
+    KV_ORIGIN_EXISTS = "kv.origin_exists", Conflict, (
+        "The aggregate already sources this origin (the same stream and external API): "
+        "nothing was changed."
+    )
+    KV_DIRECT_REQUIRED = "kv.direct_required", Conflict, (
+        "A mirror answers Direct Gets for its origin bucket, which needs allow_direct on the "
+        "bucket (ADR-8): update the bucket through the gateway (which sets it) first."
+    )
+    KV_NOT_A_MIRROR = "kv.not_a_mirror", Conflict, (
+        "A stream of the mirror's name exists and is not a mirror of this bucket: it is left "
+        "alone; choose another name."
     )
     # -- 412 -------------------------------------------------------------------------------
     PUBLISH_WRONG_STREAM = "publish.wrong_stream", PreconditionFailed, (

@@ -22,14 +22,18 @@ from app.deps import (
 )
 from app.errors import ErrorCode
 from app.http import JSON, PlainDigits, link, links, merged, problems, read_body
-from app.kv.http import entry_response
-from app.kv.model import Precondition, etag
+from app.kv.http import entry_response, served_by
+from app.kv.model import Precondition, etag, stream_name
 from app.kv.read import read_at
 from app.kv.schemas import (
     KVBucketList,
     KVConfig,
     KVHistory,
     KVKeys,
+    KVMirror,
+    KVMirrorConfig,
+    KVMirrorList,
+    KVOrigin,
     KVReadRequest,
     KVReadResult,
     KVStatus,
@@ -68,6 +72,14 @@ KeyFilter = Annotated[
     Query(
         description="key filter, NATS wildcards * and > as whole tokens",
         json_schema_extra=validation.SCHEMAS["key_filter"],
+    ),
+]
+MirrorName = Annotated[
+    str,
+    Path(
+        description="The mirror's stream name (letters, digits, '-', '_'; not starting with "
+        "KV_: a mirror is not a bucket)",
+        json_schema_extra={**validation.SCHEMAS["stream"], "not": {"pattern": "^KV_"}},
     ),
 ]
 Revision = Annotated[
@@ -120,11 +132,19 @@ def _uses_of(bucket: str) -> dict[str, dict[str, Any]]:
 
 
 _READ_RULES = rules(when("consistency", equals="leader", forbids=("revision",)))
+_SERVED_BY = {
+    "KV-Served-By": {
+        "description": "the stream that answered: the bucket's, or one of its mirrors "
+        "(several, comma-separated, for an answer of several entries)",
+        "schema": {"type": "string"},
+    }
+}
 _ENTRY_HEADERS = {
     "ETag": {"description": '"<revision>"', "schema": {"type": "string"}},
     "KV-Revision": {"schema": {"type": "integer"}},
     "KV-Created": {"description": "RFC 3339", "schema": {"type": "string"}},
     "KV-Operation": {"schema": {"type": "string", "enum": ["PUT"]}},
+    **_SERVED_BY,
 }
 _ENTRY_DOC = {
     "description": "The value as the raw body, or Entry JSON with `Accept: application/json`",
@@ -143,6 +163,7 @@ _WATCH_DOC = {
     "description": "Server-sent events: `put`, `delete`, `purge` (id: revision, data: Entry "
     "JSON), `ready` once the initial values are sent (id: the revision to resume from), "
     "`error` before the gateway ends the stream; `: ping` comments as heartbeats",
+    "headers": _SERVED_BY,
     "content": {
         "text/event-stream": {
             # OpenAPI 3.1: the schema of one event (3.2 would call it itemSchema).
@@ -163,6 +184,24 @@ _WATCH_DOC = {
         }
     },
 }
+
+
+def _may_copy(principal: Principal, bucket: str, stream: str | None = None) -> None:
+    """A topology copies a bucket's values where others may read them: whoever makes it must
+    read all of the bucket (and of the stream it is copied from, when that is named)."""
+    if not principal.allows_all("read", "kv", bucket) or (
+        stream is not None and not principal.allows_all("read", "stream", stream)
+    ):
+        raise errors.Forbidden(
+            ErrorCode.AUTH_FORBIDDEN,
+            f"copying bucket {bucket!r} needs read on all of it"
+            + (f" and on stream {stream!r}" if stream is not None else ""),
+        )
+
+
+def _may_copy_origins(principal: Principal, origins: list[KVOrigin]) -> None:
+    for origin in origins:
+        _may_copy(principal, origin.bucket, origin.stream)
 
 
 def _keys_visible(principal: Principal, bucket: str) -> Callable[[str], bool] | None:
@@ -208,14 +247,24 @@ async def list_buckets(kv: KVDep, principal: PrincipalDep) -> Any:
         delete=link("delete_bucket", bucket=_BUCKET),
     ),
 )
-async def put_bucket(bucket: Bucket, kv: KVDep, config: KVConfig | None = None) -> Any:
+async def put_bucket(
+    bucket: Bucket, kv: KVDep, principal: PrincipalDep, config: KVConfig | None = None
+) -> Any:
     """Create (201) or update (200) a bucket.
 
     The stream is always ADR-8's: `KV_<bucket>` on `$KV.<bucket>.>`, history as
     max_msgs_per_subject, ttl as max_age (duplicate window min(ttl, 2m)), direct get, rollups,
     deny delete, discard new. A body left out means the defaults (history 1, no ttl).
+
+    With `aggregate` the bucket is an ADR-8 Aggregate: its stream sources each origin's keys
+    (`$KV.<origin>.<filter>` to `$KV.<bucket>.<filter>`: keys keep their names). Read-only
+    (the default) it has no subjects and denies deletes and purges, and writes to it are 409
+    `kv.read_only`. Needs read on every origin bucket (and on its `stream`, when named).
     """
-    status, created = await kv.buckets.put(bucket, config or KVConfig())
+    config = config or KVConfig()
+    if config.aggregate is not None:
+        _may_copy_origins(principal, config.aggregate.origins)
+    status, created = await kv.buckets.put(bucket, config)
     return JSON(status, status_code=201 if created else 200)
 
 
@@ -228,7 +277,7 @@ async def put_bucket(bucket: Bucket, kv: KVDep, config: KVConfig | None = None) 
     responses=problems(errors.NotFound),
 )
 async def bucket_status(bucket: Bucket, kv: KVDep) -> Any:
-    """Bucket status (ADR-8 Status) and settings."""
+    """Bucket status (ADR-8 Status) and settings; an aggregate's origins and writability."""
     return await kv.buckets.status(bucket)
 
 
@@ -244,12 +293,99 @@ async def delete_bucket(bucket: Bucket, kv: KVDep) -> Response:
     return Response(status_code=204)
 
 
+# -- topologies (ADR-8: mirrors and aggregates) -------------------------------------------------
+
+
+@router.get(
+    "/{bucket}/mirrors",
+    access=Need("read", BUCKET, narrowed=True),
+    response_model=KVMirrorList,
+    response_model_exclude_none=True,
+    response_class=JSON,
+    responses=problems(errors.NotFound),
+)
+async def list_mirrors(bucket: Bucket, kv: KVDep) -> Any:
+    """The bucket's mirrors: their keys, and their lag as the server reports it."""
+    return {"mirrors": await kv.buckets.topologies.mirrors(bucket)}
+
+
+@router.put(
+    "/{bucket}/mirrors/{name}",
+    access=Need("admin", BUCKET),
+    response_model=KVMirror,
+    response_model_exclude_none=True,
+    response_class=JSON,
+    responses={
+        201: {"description": "Created", "model": KVMirror},
+        **problems(errors.NotFound, errors.Conflict),
+    },
+    openapi_extra=links(
+        200,
+        201,
+        mirrors=link("list_mirrors", bucket=_BUCKET),
+        delete=link("delete_mirror", bucket=_BUCKET, name="$request.path.name"),
+    ),
+)
+async def put_mirror(
+    bucket: Bucket,
+    name: MirrorName,
+    kv: KVDep,
+    principal: PrincipalDep,
+    config: KVMirrorConfig | None = None,
+) -> Any:
+    """Create (201) or update (200) a read replica Mirror of the bucket (ADR-8).
+
+    The stream `name` mirrors `KV_<bucket>` (only the `keys` given, if any), with
+    `mirror_direct`: the server may answer the bucket's reads from the nearest mirror
+    (`KV-Served-By` names the stream that did). It denies deletes and purges; `history` is its
+    values kept per key. The bucket must allow Direct Get (409 `kv.direct_required`); a stream
+    of that name that is not a mirror of the bucket is left alone (409 `kv.not_a_mirror`).
+    Needs read on all of the bucket as well.
+    """
+    _may_copy(principal, bucket)
+    mirror, created = await kv.buckets.topologies.put_mirror(
+        bucket, name, config or KVMirrorConfig()
+    )
+    return JSON(mirror, status_code=201 if created else 200)
+
+
+@router.delete(
+    "/{bucket}/mirrors/{name}",
+    access=Need("admin", BUCKET),
+    status_code=204,
+    responses=problems(errors.NotFound),
+)
+async def delete_mirror(bucket: Bucket, name: MirrorName, kv: KVDep) -> Response:
+    """Delete a mirror of the bucket (404 for any stream that is not one)."""
+    await kv.buckets.topologies.delete_mirror(bucket, name)
+    return Response(status_code=204)
+
+
+@router.post(
+    "/{bucket}/origins",
+    access=Need("admin", BUCKET),
+    response_model=KVStatus,
+    response_model_exclude_none=True,
+    response_class=JSON,
+    responses=problems(errors.NotFound, errors.Conflict),
+)
+async def add_origin(bucket: Bucket, origin: KVOrigin, kv: KVDep, principal: PrincipalDep) -> Any:
+    """Add an origin to an aggregate (ADR-8 AddAggregateOrigin); the bucket's status.
+
+    409 `kv.not_aggregate` for a bucket that sources nothing, 409 `kv.origin_exists` for an
+    origin it already has (the same stream and external API): nothing is changed then. Needs
+    read on the origin bucket (and on its `stream`, when named).
+    """
+    _may_copy(principal, origin.bucket, origin.stream)
+    return await kv.buckets.topologies.add_origin(bucket, origin)
+
+
 @router.get(
     "/{bucket}/keys",
     access=Need("read", BUCKET, narrowed=True),
     response_model=KVKeys,
     response_class=JSON,
-    responses=problems(errors.NotFound),
+    responses={200: {"description": "OK", "headers": _SERVED_BY}, **problems(errors.NotFound)},
     openapi_extra=links(
         200,
         get=link("get_key", bucket=_BUCKET, key=_FIRST_KEY),
@@ -280,7 +416,10 @@ async def list_keys(
     keys, next_cursor = await kv.keys(
         bucket, filter, limit=limit, cursor=cursor, visible=_keys_visible(principal, bucket)
     )
-    return {"keys": keys, "next_cursor": next_cursor}
+    return JSON(
+        {"keys": keys, "next_cursor": next_cursor},
+        headers={"KV-Served-By": stream_name(bucket)},
+    )
 
 
 # -- entries ------------------------------------------------------------------------------------
@@ -434,14 +573,15 @@ async def delete_key(
     response_model=KVHistory,
     response_model_exclude_none=True,
     response_class=JSON,
-    responses=problems(errors.NotFound),
+    responses={200: {"description": "OK", "headers": _SERVED_BY}, **problems(errors.NotFound)},
 )
 async def history(bucket: Bucket, key: Key, kv: KVDep) -> Any:
     """Every stored revision of a key, oldest first, deletes and purges included.
 
     `delta` counts the newer revisions of the key (0 for the latest).
     """
-    return {"entries": [entry.to_json() for entry in await kv.history(bucket, key)]}
+    entries = await kv.history(bucket, key)
+    return JSON({"entries": [entry.to_json() for entry in entries]}, headers=served_by(entries))
 
 
 @router.post(
@@ -450,7 +590,10 @@ async def history(bucket: Bucket, key: Key, kv: KVDep) -> Any:
     response_model=KVReadResult,
     response_model_exclude_none=True,
     response_class=JSON,
-    responses=problems(errors.NotFound, errors.Conflict, errors.PayloadTooLarge),
+    responses={
+        200: {"description": "OK", "headers": _SERVED_BY},
+        **problems(errors.NotFound, errors.Conflict, errors.PayloadTooLarge),
+    },
 )
 async def read(
     bucket: Bucket,
@@ -487,7 +630,10 @@ async def read(
     if not principal.allows_all("read", "kv", bucket):
         # Narrowed to the keys this token may read, never widened (deny rules included).
         entries = [e for e in entries if principal.allows("read", Resource("kv", bucket, e.key))]
-    return {"revision": revision, "entries": [entry.to_json() for entry in entries]}
+    return JSON(
+        {"revision": revision, "entries": [entry.to_json() for entry in entries]},
+        headers=served_by(entries),
+    )
 
 
 # -- watch --------------------------------------------------------------------------------------
@@ -551,4 +697,5 @@ async def watch(
         finally:
             await release()
 
-    return QueueStream(session, finish)
+    # A watch always reads the bucket's own stream (mirrors answer Direct Gets only).
+    return QueueStream(session, finish, headers={"KV-Served-By": stream_name(bucket)})

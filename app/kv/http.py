@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from starlette.datastructures import Headers
 from starlette.responses import Response
 
@@ -20,7 +22,19 @@ def entry_headers(entry: Entry) -> list[tuple[bytes, bytes]]:
     ]
     if entry.created:
         headers.append((b"kv-created", entry.created.encode()))
+    if entry.stream:
+        headers.append((SERVED_BY, entry.stream.encode()))
     return headers
+
+
+SERVED_BY = b"kv-served-by"
+"""The stream that answered a read: the bucket's, or a mirror's (ADR-8 topologies)."""
+
+
+def served_by(entries: Iterable[Entry]) -> dict[str, str]:
+    """``KV-Served-By`` for an answer of several entries: the streams that served them."""
+    streams = sorted({entry.stream for entry in entries if entry.stream})
+    return {"KV-Served-By": ", ".join(streams)} if streams else {}
 
 
 class _Value(Response):

@@ -11,7 +11,7 @@ import base64
 import contextlib
 import re
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
@@ -131,6 +131,9 @@ class Entry:
     operation: str
     value: bytes | None
     delta: int | None = None
+    # The stream that answered (a mirror's name when a mirror served a Direct Get), for the
+    # KV-Served-By header; not part of what the entry is.
+    stream: str | None = field(default=None, compare=False)
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"bucket": self.bucket, "key": self.key}
@@ -154,6 +157,7 @@ def entry_from_message(bucket: str, message: StoredMessage, *, delta: int | None
         operation=operation_of(message.headers),
         value=message.data,
         delta=delta,
+        stream=message.stream or None,
     )
 
 
@@ -170,6 +174,7 @@ def entry_from_delivery(
         operation=operation_of(message.headers),
         value=None if meta_only else message.data,
         delta=message.pending if delta is None else delta,
+        stream=stream_name(bucket),
     )
 
 
@@ -286,7 +291,33 @@ def stream_config(bucket: str, config: Any, existing: Mapping[str, Any] | None) 
         body["subject_delete_marker_ttl"] = config.limit_marker_ttl
     elif existing and existing.get("allow_msg_ttl"):
         body["allow_msg_ttl"] = True
+    aggregate = config.aggregate
+    if aggregate is not None:
+        sources = [origin_source(bucket, origin) for origin in aggregate.origins]
+        _aggregated(body, sources, writable=aggregate.writable, existing=existing)
+    elif existing and existing.get("sources"):
+        # An aggregate's settings changed without `aggregate`: its origins stay as they are.
+        _aggregated(
+            body, existing["sources"], writable=not is_read_only(existing), existing=existing
+        )
     return body
+
+
+def _aggregated(
+    body: dict[str, Any],
+    sources: list[dict[str, Any]],
+    *,
+    writable: bool,
+    existing: Mapping[str, Any] | None,
+) -> None:
+    """ADR-8's Aggregate: the bucket's config plus ``sources``; read-only, it has no subjects
+    and denies deletes and purges (so no roll-ups either, which the server ties to purges)."""
+    body["sources"] = sources
+    if not writable:
+        body["subjects"] = []
+    if not writable or (existing and existing.get("deny_purge")):  # deny_purge stays on
+        body["deny_purge"] = True
+        body.pop("allow_rollup_hdrs", None)
 
 
 def status_from_info(info: Mapping[str, Any]) -> dict[str, Any]:
@@ -315,4 +346,94 @@ def status_from_info(info: Mapping[str, Any]) -> dict[str, Any]:
     for key in ("description", "placement", "republish"):
         if config.get(key):
             out[key] = config[key]
+    aggregate = aggregate_view(name, config, info.get("sources"))
+    if aggregate is not None:
+        out["aggregate"] = aggregate
     return out
+
+
+# -- topologies (ADR-8 "Multi-Cluster and Leafnode topologies") -----------------------------
+
+
+def _transform_destination(prefix: str, key_filter: str) -> str:
+    """``prefix`` + the filter, its ``*`` tokens as the source's wildcards: a key keeps its
+    name (nats-server takes no ``*`` in a transform's destination)."""
+    tokens = key_filter.split(".")
+    wildcard = 0
+    for index, token in enumerate(tokens):
+        if token == "*":
+            wildcard += 1
+            tokens[index] = f"{{{{wildcard({wildcard})}}}}"
+    return prefix + ".".join(tokens)
+
+
+def origin_source(bucket: str, origin: Any) -> dict[str, Any]:
+    """The stream source of an aggregate's origin (a schemas.KVOrigin), as nats.go's KV
+    sources are made: each key filter of the origin, ``$KV.<origin>.<filter>``, lands on
+    ``$KV.<bucket>.<filter>`` (the keys keep their names)."""
+    filters = origin.keys or [">"]
+    source: dict[str, Any] = {
+        "name": origin.stream or stream_name(origin.bucket),
+        "subject_transforms": [
+            {
+                "src": filter_subject(origin.bucket, key_filter),
+                "dest": _transform_destination(key_prefix(bucket), key_filter),
+            }
+            for key_filter in filters
+        ],
+    }
+    if origin.external is not None:
+        source["external"] = origin.external.model_dump(exclude_none=True)
+    return source
+
+
+def source_identity(source: Mapping[str, Any]) -> tuple[str, str | None]:
+    """What makes two sources of a stream the same origin: the stream and external API."""
+    external = source.get("external") or {}
+    return str(source.get("name", "")), external.get("api")
+
+
+def _origin_of(source: Mapping[str, Any]) -> dict[str, Any]:
+    """An origin as an aggregate's status shows it, read back from its stream source."""
+    origin: dict[str, Any] = {"stream": source.get("name", "")}
+    keys = []
+    for transform in source.get("subject_transforms") or []:
+        src = str(transform.get("src", ""))
+        _, bucket, key_filter = [*src.split(".", 2), "", ""][:3]
+        origin["bucket"] = bucket
+        keys.append(key_filter)
+    if "bucket" not in origin:
+        origin["bucket"] = bucket_of_stream(origin["stream"]) or origin["stream"]
+    if keys and keys != [">"]:
+        origin["keys"] = keys
+    if source.get("external"):
+        origin["external"] = source["external"]
+    return origin
+
+
+def aggregate_view(
+    stream: str, config: Mapping[str, Any], states: list[dict[str, Any]] | None
+) -> dict[str, Any] | None:
+    """``{writable, origins}`` of a bucket that sources others (None for a plain bucket);
+    each origin with the lag and activity the server reports for its source."""
+    sources = config.get("sources") or []
+    if not sources:
+        return None
+    bucket = bucket_of_stream(stream) or stream
+    by_identity = {source_identity(s): s for s in states or []}
+    origins = []
+    for source in sources:
+        origin = _origin_of(source)
+        state = by_identity.get(source_identity(source))
+        if state is not None:
+            origin["lag"] = state.get("lag", 0)
+            active = state.get("active")
+            if isinstance(active, int) and active >= 0:
+                origin["active"] = ns_to_seconds(active)
+        origins.append(origin)
+    return {"writable": config.get("subjects") == [f"$KV.{bucket}.>"], "origins": origins}
+
+
+def is_read_only(config: Mapping[str, Any]) -> bool:
+    """A read-only aggregate: sources, and no subjects of its own."""
+    return bool(config.get("sources")) and not config.get("subjects")

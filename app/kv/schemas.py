@@ -10,15 +10,117 @@ from app import validation
 from app.schemas import (
     Duration,
     Int64,
+    StreamName,
     Strict,
+    Subject,
     TimeText,
     UInt64,
     apart,
+    checked_string,
+    differs,
+    disjoint,
     duration,
     exclusive,
     rules,
 )
 from app.streams.schemas import Placement, Republish
+
+BucketName = Annotated[str, *checked_string(validation.bucket_name, "bucket")]
+KeyFilter = Annotated[str, *checked_string(validation.kv_key_filter, "key_filter")]
+MAX_ORIGINS = 64
+MAX_TOPOLOGY_KEYS = 64
+
+
+class KVExternal(Strict):
+    """Where the origin's JetStream API is, in another account or domain."""
+
+    api: Subject = Field(description="the origin's JetStream API prefix, e.g. $JS.hub.API")
+    deliver: Subject | None = Field(default=None, description="deliver prefix")
+
+
+def _keys_field() -> Any:
+    return Field(
+        default=None,
+        min_length=1,
+        max_length=MAX_TOPOLOGY_KEYS,
+        fail_fast=True,
+        description="key filters (NATS wildcards * and > as whole tokens); default: every key",
+    )
+
+
+class KVOrigin(Strict):
+    """A bucket an aggregate copies (ADR-8 KVAggregateOrigin): the keys keep their names."""
+
+    model_config = ConfigDict(
+        json_schema_extra=rules(
+            differs("bucket", "bucket", unless="external"),
+            disjoint("keys"),
+        )
+    )
+
+    bucket: BucketName
+    stream: StreamName | None = Field(
+        default=None,
+        description="the stream to copy from (a mirror of the bucket); default KV_<bucket>",
+    )
+    keys: list[KeyFilter] | None = _keys_field()
+    external: KVExternal | None = None
+
+
+class KVAggregate(Strict):
+    """ADR-8's Aggregate: a bucket that sources one or more other buckets."""
+
+    writable: bool = Field(
+        default=False, description="false: read-only (no subjects, deny delete and purge)"
+    )
+    origins: list[KVOrigin] = Field(min_length=1, max_length=MAX_ORIGINS, fail_fast=True)
+
+
+class KVMirrorConfig(Strict):
+    """A read replica of a bucket (ADR-8 KVMirrorConfig): a stream that mirrors it."""
+
+    model_config = ConfigDict(json_schema_extra=rules(disjoint("keys")))
+
+    keys: list[KeyFilter] | None = _keys_field()
+    history: int = Field(default=1, ge=1, le=64, description="values kept per key")
+    ttl: Duration = Field(default=0, description="how long values live; 0: forever")
+    max_bytes: Int64 = Field(default=-1, description="size limit; -1: unlimited")
+    storage: Literal["file", "memory"] = "file"
+    replicas: int = Field(default=1, ge=1, le=5)
+    description: str | None = Field(default=None, max_length=4096)
+    placement: Placement | None = None
+    external: KVExternal | None = None
+
+
+class KVMirror(BaseModel):
+    """A mirror of a bucket, with its state as the server reports it."""
+
+    name: str
+    bucket: str
+    keys: list[str] | None = None
+    external: dict[str, Any] | None = None
+    lag: int | None = Field(default=None, description="messages the mirror is behind")
+    active: int | float | None = Field(
+        default=None, description="seconds since the mirror last heard from its origin"
+    )
+    values: int
+    last_revision: int
+    storage: str
+    replicas: int
+    history: int
+    created: str | None = None
+    error: dict[str, Any] | None = None
+
+
+class KVMirrorList(BaseModel):
+    mirrors: list[KVMirror]
+
+
+class KVAggregateStatus(BaseModel):
+    writable: bool
+    origins: list[dict[str, Any]] = Field(
+        description="{bucket, stream, keys?, external?, lag?, active?} per origin"
+    )
 
 
 def _kv_value_size(value: int) -> int:
@@ -64,6 +166,11 @@ class KVConfig(Strict):
         description="keep markers for keys removed by ttl/max age this long (at least 1s); "
         "also enables per-key TTLs. Cannot be turned off once on",
     )
+    aggregate: KVAggregate | None = Field(
+        default=None,
+        description="make the bucket an aggregate of other buckets (ADR-8); left out on an "
+        "existing aggregate: its origins and writability stay",
+    )
 
 
 class KVStatus(BaseModel):
@@ -88,6 +195,7 @@ class KVStatus(BaseModel):
     description: str | None = None
     placement: dict[str, Any] | None = None
     republish: dict[str, Any] | None = None
+    aggregate: KVAggregateStatus | None = None
 
 
 class KVBucketList(BaseModel):

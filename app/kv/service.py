@@ -43,6 +43,7 @@ from app.kv.model import (
     operation_of,
     stream_name,
 )
+from app.kv.topology import ReadOnlyBuckets, read_only_error
 from app.kv.watch import Watches, WatchOptions, WatchSession
 from app.metrics import Metrics
 from app.nats.direct import DirectGet, StoredMessage
@@ -120,7 +121,9 @@ class KVService:
         self._stale_reads = metrics.kv_stale_reads
         self._outcome_unknown = metrics.outcome_unknown.labels("kv_write")
         self._retry_after = {"Retry-After": str(settings.retry_after)}
-        self.buckets = Buckets(js, direct)
+        # Read-only aggregates met (or made) recently: their writes are refused unsent.
+        self.read_only = ReadOnlyBuckets()
+        self.buckets = Buckets(js, direct, self.read_only)
         self.watches = Watches(
             js,
             limit=settings.kv_max_watches,
@@ -161,9 +164,11 @@ class KVService:
         this process has served or written for it (app.kv.floors): a cached entry behind it
         is not answered, a Direct Get answer behind it is read again from the stream leader.
         A delete or purge marker counts as much as a value, so a read never answers an older
-        value after a newer delete. Reads of a revision are answered as they are, and raise
-        the floor (as writes, histories and the revision of a 412 do; watches do not: a watch
-        of a large bucket would push every other key out of the bounded floors).
+        value after a newer delete. Reads of a revision are answered as they are (one at or
+        below the floor that the answer lacks, as a mirror behind would, is read from the
+        leader), and raise the floor (as writes, histories and the revision of a 412 do;
+        watches do not: a watch of a large bucket would push every other key out of the
+        bounded floors).
         """
         stream, subject = self._names(bucket, key)
         if leader and revision is not None:
@@ -198,6 +203,11 @@ class KVService:
                         self.floors.advance(subject, seen)
             else:
                 message, delta = await self._at(stream, subject, revision)
+                if message is None and revision <= floor:
+                    # The key reached this revision, but whoever answered (a mirror behind,
+                    # or one keeping fewer revisions or other keys) lacks it: the leader.
+                    self._stale_reads.inc()
+                    message, delta = await self._at_by_leader(stream, subject, revision)
                 if message is not None and message.seq > floor:
                     self.floors.advance(subject, message.seq)
         except errors.NotFound as exc:  # bucket_errors, inline on the hottest path
@@ -261,17 +271,22 @@ class KVService:
                 else:
                     newer = item.num_pending
         except (errors.DirectNotAllowed, errors.BatchUnsupported):
-            # Without Direct Get, or without its batches (nats-server 2.10): the message at
-            # the revision, and the newer revisions counted by a consumer that starts after
-            # it (its num_pending), as ADR-8 reads without Direct Get.
-            found = await self._msg_get(stream, {"seq": revision})
-            if found is None or found.subject != subject:
-                return None, None
-            async with ConsumerScan(self.js, stream, [subject], start_seq=revision + 1) as after:
-                return found, after.pending
+            return await self._at_by_leader(stream, subject, revision)
         if found is None or found.seq != revision:
             return None, None
         return found, newer
+
+    async def _at_by_leader(
+        self, stream: str, subject: str, revision: int
+    ) -> tuple[StoredMessage | None, int | None]:
+        """:meth:`_at` from the stream leader: the message at the revision, and the newer
+        revisions counted by a consumer that starts after it (its num_pending), as ADR-8
+        reads without Direct Get (or without its batches: nats-server 2.10)."""
+        found = await self._msg_get(stream, {"seq": revision})
+        if found is None or found.subject != subject:
+            return None, None
+        async with ConsumerScan(self.js, stream, [subject], start_seq=revision + 1) as after:
+            return found, after.pending
 
     async def _msg_get(
         self, stream: str, request: dict[str, Any], timeout: float | None = None
@@ -289,12 +304,19 @@ class KVService:
     async def history(self, bucket: str, key: str) -> list[Entry]:
         """Every stored revision of a key, oldest first, deletes included."""
         stream, subject = self._names(bucket, key)
+        floor = self.floors.revisions.get(subject, 0)
         with bucket_errors(bucket):
             try:
                 entries = await self._history_by_direct(bucket, stream, subject)
             except (errors.DirectNotAllowed, errors.BatchUnsupported):
                 # ADR-8's way, which every server with KV has: an ordered consumer.
                 entries = await self._history_by_consumer(bucket, stream, subject)
+            else:
+                if (entries[-1].revision if entries else 0) < floor:
+                    # Answered by a mirror behind what this process served or wrote (or one
+                    # that holds other keys): the bucket's own stream, by a consumer.
+                    self._stale_reads.inc()
+                    entries = await self._history_by_consumer(bucket, stream, subject)
         if not entries:
             raise _key_not_found(key)
         self.floors.advance(subject, entries[-1].revision)
@@ -362,12 +384,16 @@ class KVService:
                     "on a plain put an older revision could outlive it (ADR-48)",
                 )
             headers[kv_model.TTL_HEADER] = ttl_header(ttl)
+        self._check_writable(bucket)
         with bucket_errors(bucket):
-            if precondition.create:
-                revision = await self._create(stream, subject, key, value, headers)
-            else:
-                expected = await self._expected(stream, subject, key, precondition)
-                revision = await self._write(stream, subject, key, value, headers, expected)
+            try:
+                if precondition.create:
+                    revision = await self._create(stream, subject, key, value, headers)
+                else:
+                    expected = await self._expected(stream, subject, key, precondition)
+                    revision = await self._write(stream, subject, key, value, headers, expected)
+            except errors.StreamNoMatch:
+                raise await self._unwritable(bucket, stream) from None
         self.cache.written(bucket, key, revision)
         self.floors.advance(subject, revision)
         return revision, precondition.create
@@ -397,12 +423,34 @@ class KVService:
                     ErrorCode.KV_TTL_NOT_ALLOWED, "a ttl applies to a purge marker only (ADR-48)"
                 )
             headers[kv_model.TTL_HEADER] = ttl_header(ttl)
+        self._check_writable(bucket)
         with bucket_errors(bucket):
-            expected = await self._expected(stream, subject, key, precondition)
-            revision = await self._write(stream, subject, key, b"", headers, expected)
+            try:
+                expected = await self._expected(stream, subject, key, precondition)
+                revision = await self._write(stream, subject, key, b"", headers, expected)
+            except errors.StreamNoMatch:
+                raise await self._unwritable(bucket, stream) from None
         self.cache.written(bucket, key, revision)
         self.floors.advance(subject, revision)
         return revision
+
+    def _check_writable(self, bucket: str) -> None:
+        """A bucket known to be a read-only aggregate: 409 before anything is sent."""
+        if bucket in self.read_only:
+            raise read_only_error(bucket)
+
+    async def _unwritable(self, bucket: str, stream: str) -> errors.GatewayError:
+        """No stream took a write to the bucket: a read-only aggregate (it has no subjects),
+        or no bucket at all. Nothing was stored either way."""
+        try:
+            info = await self.js.call("stream.info", "STREAM", "INFO", stream)
+        except errors.StreamNotFound as exc:
+            return exc
+        read_only = kv_model.is_read_only(info.get("config") or {})
+        self.read_only.mark(bucket, read_only)
+        if read_only:
+            return read_only_error(bucket)
+        return errors.StreamNoMatch(detail=f"no stream captures the keys of bucket {bucket!r}")
 
     async def _expected(
         self, stream: str, subject: str, key: str, precondition: Precondition

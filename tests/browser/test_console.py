@@ -122,6 +122,32 @@ async def test_writes_check_revisions(
     assert (await kv.get("config.size")).value == b"20"
 
 
+async def test_bucket_view_shows_mirrors_and_an_aggregates_origins(
+    base_url: str, page: Page, name: str, screenshots: Path
+) -> None:
+    origin, agg = f"{name}_O", f"{name}_AGG"
+    await create_bucket(base_url, origin)
+    async with httpx.AsyncClient(base_url=base_url, timeout=10) as http:
+        made = await http.put(f"/v1/kv/{origin}/mirrors/{name}_NYC", json={"keys": ["eu.>"]})
+        assert made.status_code == 201, made.text
+        aggregate = {"aggregate": {"origins": [{"bucket": origin, "keys": ["eu.>"]}]}}
+        assert (await http.put(f"/v1/kv/{agg}", json=aggregate)).status_code == 201
+
+    await page.goto(f"{base_url}/ui/#/kv/{origin}")
+    mirror = page.locator("tr.mirror")
+    await expect(mirror).to_have_count(1)
+    await expect(mirror).to_contain_text(f"{name}_NYC")
+    await expect(mirror).to_contain_text("eu.>")
+    await expect(page.get_by_role("button", name="Put")).to_be_visible()
+
+    await page.goto(f"{base_url}/ui/#/kv/{agg}")
+    await expect(page.get_by_text("Aggregate (read-only)")).to_be_visible()
+    await expect(page.locator("tr.origin")).to_contain_text(f"KV_{origin}")
+    await expect(page.locator("tr.origin")).to_contain_text("eu.>")
+    await expect(page.get_by_role("button", name="Put")).to_have_count(0)
+    await page.screenshot(path=screenshots / "console-aggregate.png", full_page=True)
+
+
 async def test_console_with_auth(
     auth_url: str, page: Page, nc: nats.NATS, name: str, screenshots: Path
 ) -> None:

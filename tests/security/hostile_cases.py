@@ -229,6 +229,10 @@ def _bucket_endpoints(b: str) -> list[tuple[str, str, dict[str, Any]]]:
         ("GET", f"/v1/kv/{b}/history/{KEY}", {}),
         ("GET", f"/v1/kv/{b}/watch", {"sse": True}),
         ("POST", f"/v1/kv/{b}/read", {"body": {"keys": [">"]}}),
+        ("GET", f"/v1/kv/{b}/mirrors", {}),
+        ("PUT", f"/v1/kv/{b}/mirrors/{NEW_STREAM}", {"body": {}}),
+        ("DELETE", f"/v1/kv/{b}/mirrors/{NEW_STREAM}", {}),
+        ("POST", f"/v1/kv/{b}/origins", {"body": {"bucket": SECRET_BUCKET}}),
     ]
 
 
@@ -726,6 +730,22 @@ def _ack(tokens: dict[str, str], **fields: Any) -> dict[str, Any]:
     return {"acks": [{"token": tokens[CONSUMER], **fields}]}
 
 
+_ORIGIN = {"bucket": SECRET_BUCKET}
+_AGGREGATES: list[tuple[str, Any]] = [
+    ("no origins", {"origins": []}),
+    ("origin wildcard bucket", {"origins": [{"bucket": "*"}]}),
+    ("origin dotted bucket", {"origins": [{"bucket": "a.b"}]}),
+    ("origin keys wildcard in token", {"origins": [{**_ORIGIN, "keys": ["a.*x"]}]}),
+    ("origin keys overlap", {"origins": [{**_ORIGIN, "keys": [">", "a"]}]}),
+    ("origin stream dollar", {"origins": [{**_ORIGIN, "stream": "$JS.API"}]}),
+    ("origin external api wildcard", {"origins": [{**_ORIGIN, "external": {"api": "$JS.*"}}]}),
+    ("origin external nul", {"origins": [{**_ORIGIN, "external": {"api": "$JS.\u0000"}}]}),
+    ("origins 65", {"origins": [_ORIGIN] * 65}),
+    ("writable string", {"writable": "yes", "origins": [_ORIGIN]}),
+    ("origin twice", {"origins": [_ORIGIN, _ORIGIN]}),
+    ("origin missing", {"origins": [{"bucket": "HOSTILE_NO_SUCH"}]}),
+]
+
 _BODIES: dict[tuple[str, str], list[tuple[str, Any]]] = {
     ("PUT", f"/v1/streams/{NEW_STREAM}"): [
         ("subjects string", {"subjects": "zz.>"}),
@@ -865,6 +885,32 @@ _BODIES: dict[tuple[str, str], list[tuple[str, Any]]] = {
         ("unknown field", {"bogus": 1}),
         ("array", []),
         ("string", "bucket"),
+        *[(f"aggregate {label}", {"aggregate": value}) for label, value in _AGGREGATES],
+    ],
+    ("PUT", f"/v1/kv/{BUCKET}/mirrors/{NEW_STREAM}"): [
+        ("keys wildcard in token", {"keys": ["a.*x"]}),
+        ("keys gt not last", {"keys": [">.a"]}),
+        ("keys space", {"keys": ["a b"]}),
+        ("keys empty", {"keys": []}),
+        ("keys overlap", {"keys": ["a.>", "a.b"]}),
+        ("history 65", {"history": 65}),
+        ("replicas 0", {"replicas": 0}),
+        ("storage disk", {"storage": "disk"}),
+        ("external api wildcard", {"external": {"api": "$JS.>"}}),
+        ("external api crlf", {"external": {"api": "$JS.a\r\nPUB x"}}),
+        ("external deliver space", {"external": {"api": "$JS.a.API", "deliver": "a b"}}),
+        ("unknown field", {"bogus": 1}),
+    ],
+    ("PUT", f"/v1/kv/{BUCKET}/mirrors/KV_{NEW_STREAM}"): [("a bucket's name", {})],
+    ("POST", f"/v1/kv/{BUCKET}/origins"): [
+        ("bucket wildcard", {"bucket": "*"}),
+        ("bucket dotted", {"bucket": f"{SECRET_BUCKET}.x"}),
+        ("stream wildcard", {"bucket": SECRET_BUCKET, "stream": "KV_*"}),
+        ("keys gt not last", {"bucket": SECRET_BUCKET, "keys": [">.a"]}),
+        ("external api space", {"bucket": SECRET_BUCKET, "external": {"api": "a b"}}),
+        ("not an aggregate", {"bucket": SECRET_BUCKET}),
+        ("itself", {"bucket": BUCKET}),
+        ("no bucket", {}),
     ],
     ("POST", f"/v1/kv/{BUCKET}/read"): [
         ("keys string", {"keys": KEY}),

@@ -287,3 +287,52 @@ def test_bad_watch_options(options: dict, code: str) -> None:
     with pytest.raises(errors.InvalidInput) as caught:
         _watch(**options)
     assert caught.value.code == code
+
+
+def test_an_aggregates_sources_keep_key_names_and_read_back_as_its_origins() -> None:
+    config = KVConfig.model_validate(
+        {
+            "aggregate": {
+                "origins": [
+                    {"bucket": "ORDERS", "keys": ["NEW.*.*", "OLD.>"]},
+                    {"bucket": "USERS", "stream": "USERS_NYC", "external": {"api": "$JS.hub.API"}},
+                ]
+            }
+        }
+    )
+    body = kv_model.stream_config("AGG", config, None)
+    assert body["subjects"] == [] and body["deny_purge"] and "allow_rollup_hdrs" not in body
+    orders, users = body["sources"]
+    assert orders == {
+        "name": "KV_ORDERS",
+        "subject_transforms": [
+            {"src": "$KV.ORDERS.NEW.*.*", "dest": "$KV.AGG.NEW.{{wildcard(1)}}.{{wildcard(2)}}"},
+            {"src": "$KV.ORDERS.OLD.>", "dest": "$KV.AGG.OLD.>"},
+        ],
+    }
+    assert users["name"] == "USERS_NYC" and users["external"] == {"api": "$JS.hub.API"}
+    assert users["subject_transforms"] == [{"src": "$KV.USERS.>", "dest": "$KV.AGG.>"}]
+    assert kv_model.is_read_only(body)
+    view = kv_model.aggregate_view("KV_AGG", body, [{"name": "KV_ORDERS", "lag": 3, "active": 0}])
+    assert view == {
+        "writable": False,
+        "origins": [
+            {
+                "stream": "KV_ORDERS",
+                "bucket": "ORDERS",
+                "keys": ["NEW.*.*", "OLD.>"],
+                "lag": 3,
+                "active": 0,
+            },
+            {"stream": "USERS_NYC", "bucket": "USERS", "external": {"api": "$JS.hub.API"}},
+        ],
+    }
+    # Settings changed without `aggregate`: the origins stay; writable keeps its subjects.
+    again = kv_model.stream_config("AGG", KVConfig(history=3), body)
+    assert again["sources"] == body["sources"] and again["subjects"] == []
+    writable = KVConfig.model_validate(
+        {"aggregate": {"writable": True, "origins": [{"bucket": "ORDERS"}]}}
+    )
+    body = kv_model.stream_config("AGG", writable, None)
+    assert body["subjects"] == ["$KV.AGG.>"] and body["allow_rollup_hdrs"] is True
+    assert not kv_model.is_read_only(body)

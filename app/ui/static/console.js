@@ -279,14 +279,41 @@ async function bucketView(bucket) {
   const listForm = h("form.row", { onsubmit: (e) => { e.preventDefault(); restart(); } },
     filter, size, h("button", { type: "submit" }, "List keys"));
   size.value = "50";
+  const mirrors = await api("GET", `v1/kv/${seg(bucket)}/mirrors`).catch((err) => err);
   view.replaceChildren(
     card(`Bucket ${bucket}`,
       h("div.stats", {}, stat("values", status.values), stat("history", status.history),
         stat("ttl", seconds(status.ttl)), stat("size", bytes(status.bytes)),
         stat("storage", status.storage), stat("replicas", status.replicas)),
       h("p", {}, link("Live watch of this bucket →", `#/kv/${seg(bucket)}/watch`))),
-    h("div.grid", {}, card("Keys", listForm, keysBox), card("Write a value", putForm(bucket, load))));
+    ...topology(status, mirrors),
+    h("div.grid", {}, card("Keys", listForm, keysBox),
+      status.aggregate && !status.aggregate.writable
+        ? card("Read-only", h("p.muted", {}, "An aggregate that is not writable: its values come from its origins."))
+        : card("Write a value", putForm(bucket, load))));
   await load();
+}
+
+// ADR-8 topologies: the bucket's mirrors (read replicas) and, for an aggregate, its origins.
+function topology(status, mirrors) {
+  const cards = [];
+  const keys = (list) => (list && list.length ? list.join(", ") : "all keys");
+  if (status.aggregate) {
+    const { writable, origins } = status.aggregate;
+    cards.push(card(`Aggregate (${writable ? "writable" : "read-only"})`,
+      table(["origin", "stream", "keys", "lag"], origins.map((o) =>
+        h("tr.origin", {}, h("td", {}, link(o.bucket, `#/kv/${seg(o.bucket)}`)), h("td.mono", {}, o.stream),
+          h("td.mono", {}, keys(o.keys)), h("td.num", {}, o.lag ?? "–"))))));
+  }
+  if (mirrors instanceof Error) {
+    cards.push(card("Mirrors", problemBox(mirrors)));
+  } else if (mirrors.mirrors.length) {
+    cards.push(card("Mirrors",
+      table(["mirror", "keys", "lag", "values"], mirrors.mirrors.map((m) =>
+        h("tr.mirror", {}, h("td.mono", {}, m.name), h("td.mono", {}, keys(m.keys)),
+          h("td.num", {}, m.lag ?? "–"), h("td.num", {}, m.values))))));
+  }
+  return cards;
 }
 
 function putForm(bucket, after) {
