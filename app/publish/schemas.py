@@ -7,6 +7,7 @@ from typing import Annotated, Any
 from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema
 
 from app import validation
+from app.publish import schedules
 from app.schemas import MAX_MAP_MEMBERS, Strict, StrMap, exclusive, rules
 
 # Standard base64 with its padding, as base64.b64decode(validate=True) takes it.
@@ -18,6 +19,7 @@ PUBLISH_HEADER_NAMES = (
     "Nats-Expected-Last-Subject-Sequence",
     "Nats-Expected-Last-Msg-Id",
     "Nats-TTL",
+    *schedules.HEADERS,
 )
 _TOKEN = "!#$%&'*+-.^_`|~0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
 
@@ -59,6 +61,7 @@ HEADERS_SCHEMA = {
         "Nats-Expected-Last-Subject-Sequence": _SEQUENCE,
         "Nats-Expected-Last-Msg-Id": {**_VALUE, "minLength": 1},
         "Nats-TTL": {"type": "string", **validation.SCHEMAS["ttl"]},
+        **schedules.HEADER_SCHEMAS,
     },
     "additionalProperties": _VALUE,
 }
@@ -69,6 +72,16 @@ class PubAck(BaseModel):
     seq: int
     duplicate: bool = False
     domain: str | None = None
+
+
+class AtomicPubAck(BaseModel):
+    """An atomic batch stored whole: its stream, the sequence of its last message, its id
+    (Nats-Batch-Id) and how many messages it had."""
+
+    stream: str
+    seq: int
+    batch: str
+    count: int
 
 
 class PublishItem(Strict):
