@@ -389,14 +389,10 @@ class ErrorCode(StrEnum):
         "Nats-Expected-Last-Subject-Sequence on a subject an earlier message writes): "
         "`detail` says which message; nothing was sent."
     )
-    PUBLISH_BATCH_STREAMS = "publish.batch_streams", InvalidInput, (
-        "The messages of an atomic batch go to more than one stream: an atomic batch is "
-        "stored in one stream; split it. Nothing was sent."
-    )
     SCHEDULE_INVALID = "schedule.invalid", InvalidInput, (
         "A message schedule header (Nats-Schedule, Nats-Schedule-Target, -Source, -TTL, "
-        "-Time-Zone, -Rollup) is malformed or does not fit the others or the stream (the "
-        "target and source must be other subjects of the same stream): not stored."
+        "-Time-Zone, -Rollup) is malformed or does not fit the others (the target and source "
+        "are literal subjects other than the schedule's own): not stored."
     )
     KV_BUCKET_INVALID = "kv.bucket_invalid", InvalidInput, (
         "Not a valid bucket name: use 1-252 letters, digits, '-' or '_'."
@@ -548,10 +544,20 @@ class ErrorCode(StrEnum):
         "The stream does not take atomic batches: set allow_atomic on it first. Nothing was "
         "stored."
     )
+    PUBLISH_BATCH_STREAMS = "publish.batch_streams", Conflict, (
+        "The messages of an atomic batch go to more than one stream (as the streams' "
+        "subjects are now): an atomic batch is stored in one stream; split it. Nothing was "
+        "sent."
+    )
     PUBLISH_BATCH_DUPLICATE = "publish.batch_duplicate", Conflict, (
         "A message of the atomic batch has a Nats-Msg-Id the stream already holds within its "
         "duplicate window: nothing of the batch was stored (a retried batch was stored the "
         "first time)."
+    )
+    SCHEDULE_TARGET_OUTSIDE = "schedule.target_outside", Conflict, (
+        "The schedule's Nats-Schedule-Target (or Nats-Schedule-Source) is not a subject of "
+        "the stream that stores the schedule: a schedule publishes within its own stream. "
+        "Not stored."
     )
     SCHEDULE_NOT_ALLOWED = "schedule.not_allowed", Conflict, (
         "The stream does not take message schedules: set allow_msg_schedules on it first. "
@@ -904,10 +910,12 @@ _JS_ERRORS: dict[int, ErrorCode] = {
     # Message schedules (ADR-51).
     10188: ErrorCode.SCHEDULE_NOT_ALLOWED,
     10189: ErrorCode.SCHEDULE_INVALID,
-    10190: ErrorCode.SCHEDULE_INVALID,
+    # (the gateway checks the target's and source's form: what the server still refuses is
+    # a subject outside the stream)
+    10190: ErrorCode.SCHEDULE_TARGET_OUTSIDE,
     10191: ErrorCode.SCHEDULE_INVALID,
     10192: ErrorCode.SCHEDULE_INVALID,
-    10203: ErrorCode.SCHEDULE_INVALID,
+    10203: ErrorCode.SCHEDULE_TARGET_OUTSIDE,
     10212: ErrorCode.SCHEDULE_INVALID,
     10223: ErrorCode.SCHEDULE_INVALID,
     10196: ErrorCode.CONSUMER_PRIORITY_POLICY_REQUIRED,

@@ -27,7 +27,12 @@ from app.streams.service import StreamService
 router = Router(prefix="/v1/publish", tags=["publish"])
 
 _PUBLISH_ERRORS = problems(
-    errors.Forbidden, errors.NotFound, errors.PreconditionFailed, errors.PayloadTooLarge
+    errors.Forbidden,
+    errors.NotFound,
+    errors.Conflict,
+    errors.PreconditionFailed,
+    errors.PayloadTooLarge,
+    errors.Unsupported,
 )
 
 # (up to 19 digits, as the gateway takes sequences: app.validation.REVISION_DIGITS)
@@ -91,7 +96,7 @@ _PUBLISH_HEADER_PARAMETERS = [
                 "application/octet-stream": {"schema": {"type": "string", "format": "binary"}}
             }
         },
-        **rules(exclusive("Nats-Msg-Id", "Idempotency-Key")),
+        **rules(exclusive("Nats-Msg-Id", "Idempotency-Key"), *schedules.spec_rules()),
         **links(
             200,
             stored=link("get_message", stream="$response.body#/stream", seq="$response.body#/seq"),
@@ -117,7 +122,9 @@ async def publish_one(
 
     Headers passed to NATS: Nats-Msg-Id (or Idempotency-Key), Nats-Expected-Stream,
     Nats-Expected-Last-Sequence, Nats-Expected-Last-Subject-Sequence,
-    Nats-Expected-Last-Msg-Id, Nats-TTL, and user headers as Nats-Header-<Name>.
+    Nats-Expected-Last-Msg-Id, Nats-TTL, the schedule headers (Nats-Schedule,
+    Nats-Schedule-Target, -Source, -TTL, -Time-Zone, -Rollup: a delayed or repeated message,
+    ADR-51), and user headers as Nats-Header-<Name>.
     """
     subject = validation.publish_subject(subject)
     headers = schedules.checked(subject, publish.http_publish_headers(request.headers.items()))

@@ -99,7 +99,8 @@ async def stream_of(
 ) -> str:
     """The one stream that captures every subject of the batch (``capturing``: the
     streams service's lookup, cached a few seconds): 404 ``stream.no_match`` naming a
-    message no stream captures, 400 ``publish.batch_streams`` when there are several."""
+    message no stream captures, 409 ``publish.batch_streams`` when there are several (what
+    the streams' subjects are now decides it, not the request's form)."""
     subjects = list(dict.fromkeys(message.subject for message in messages))
     found = await asyncio.gather(*(capturing(subject) for subject in subjects))
     by_subject = dict(zip(subjects, found, strict=True))
@@ -113,7 +114,7 @@ async def stream_of(
         names.setdefault(stream, index)
     if len(names) > 1:
         (first, i), (second, j) = list(names.items())[:2]
-        raise errors.InvalidInput(
+        raise errors.Conflict(
             ErrorCode.PUBLISH_BATCH_STREAMS,
             f"an atomic batch is stored in one stream, but messages[{i}] goes to {first!r} "
             f"and messages[{j}] to {second!r}",

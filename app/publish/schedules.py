@@ -21,6 +21,7 @@ from datetime import datetime
 from app import errors, validation
 from app.durations import NS_PER_SECOND, go_duration_ns, nats_ttl
 from app.errors import ErrorCode
+from app.schemas import differs, when
 
 SCHEDULE = "Nats-Schedule"
 TARGET = "Nats-Schedule-Target"
@@ -57,6 +58,21 @@ SCHEDULE_PATTERN = (
     r"|@(yearly|annually|monthly|weekly|daily|midnight|hourly)"
     r"|[0-9A-Za-z*?,/-]+( [0-9A-Za-z*?,/-]+){5})$"
 )
+
+
+def spec_rules(prefix: str = "", subject: str = "subject") -> list[dict[str, object]]:
+    """The rules between the schedule headers (``prefix``: where they are, "headers." in a
+    batch item) for ``x-jsgw-rules``."""
+    named = {name: prefix + name for name in HEADERS}
+    companions = "|".join(named[name] for name in HEADERS if name != SCHEDULE)
+    return [
+        when(named[SCHEDULE], requires=(named[TARGET],)),
+        when(companions, requires=(named[SCHEDULE],)),
+        when(named[TIME_ZONE], forbids=(f"{named[SCHEDULE]}^=@at |@every ",)),
+        differs(named[TARGET], subject),
+        differs(named[SOURCE], subject),
+        differs(named[SOURCE], named[TARGET]),
+    ]
 
 
 def _invalid(detail: str) -> errors.InvalidInput:

@@ -8,7 +8,7 @@ from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema
 
 from app import validation
 from app.publish import schedules
-from app.schemas import MAX_MAP_MEMBERS, Strict, StrMap, exclusive, rules
+from app.schemas import MAX_MAP_MEMBERS, Strict, StrMap, atomic_batch, exclusive, rules
 
 # Standard base64 with its padding, as base64.b64decode(validate=True) takes it.
 BASE64 = "^([A-Za-z0-9+/]{4})*([A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$"
@@ -85,7 +85,11 @@ class AtomicPubAck(BaseModel):
 
 
 class PublishItem(Strict):
-    model_config = ConfigDict(json_schema_extra=rules(exclusive("msg_id", "headers.Nats-Msg-Id")))
+    model_config = ConfigDict(
+        json_schema_extra=rules(
+            exclusive("msg_id", "headers.Nats-Msg-Id"), *schedules.spec_rules("headers.")
+        )
+    )
 
     subject: Annotated[str, WithJsonSchema({"type": "string", **validation.SCHEMAS["subject"]})]
     data: str = Field(
@@ -102,6 +106,8 @@ class PublishItem(Strict):
 
 
 class PublishBatch(Strict):
+    model_config = ConfigDict(json_schema_extra=rules(atomic_batch("messages", "atomic=true")))
+
     messages: list[PublishItem] = Field(min_length=1, fail_fast=True)
 
 

@@ -85,7 +85,7 @@ async def test_all_or_nothing(gateway: httpx.AsyncClient, nc: nats.NATS, name: s
     await make_stream(gateway, other, allow_atomic=True)
     body = problem(
         await gateway.post(atomic, json=batch([f"{base}.i", f"{other.lower()}.i"])),
-        400,
+        409,
         "publish.batch_streams",
     )
     assert name in body["detail"] and other in body["detail"]

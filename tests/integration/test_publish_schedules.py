@@ -74,11 +74,17 @@ async def test_schedules_checked(gateway: httpx.AsyncClient, name: str) -> None:
             "Nats-Schedule-Target": target,
             "Nats-Schedule-Time-Zone": "+02:00",
         },
-        # Well formed, but the target is not in the stream: the server's refusal, mapped.
-        {"Nats-Schedule": later, "Nats-Schedule-Target": f"{name}.elsewhere"},
     ):
         response = await gateway.post(f"/v1/publish/{subject}", content=b"x", headers=headers)
         problem(response, 400, "schedule.invalid")
+    # Well formed, but the target is not in the stream: the server's refusal, mapped.
+    elsewhere = {"Nats-Schedule": later, "Nats-Schedule-Target": f"{name}.elsewhere"}
+    body = problem(
+        await gateway.post(f"/v1/publish/{subject}", headers=elsewhere),
+        409,
+        "schedule.target_outside",
+    )
+    assert body["nats"]["err_code"] == 10190
     reserved = {"Nats-Schedule": later, "Nats-Schedule-Target": "$JS.API.INFO"}
     problem(await gateway.post(f"/v1/publish/{subject}", headers=reserved), 403, "subject.reserved")
 
