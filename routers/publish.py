@@ -190,7 +190,7 @@ async def publish_batch(
     messages = [publish.batch_item(i, item, limit) for i, item in enumerate(batch.messages)]
     if atomic:
         publish_atomic.check_rules(messages)
-        await publish_atomic.stream_of(streams.capturing, messages)
+        await publish_atomic.stream_of(streams.capturing_all, messages)
     messages = await _may_publish(principal, streams, messages, limit)
     if atomic:
         return await publisher.publish_atomic(messages)

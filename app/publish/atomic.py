@@ -35,7 +35,6 @@ writes to.
 
 from __future__ import annotations
 
-import asyncio
 import secrets
 import string
 from collections.abc import Awaitable, Callable
@@ -95,15 +94,13 @@ def _refuse(index: int, detail: str) -> None:
 
 
 async def stream_of(
-    capturing: Callable[[str], Awaitable[str | None]], messages: list[Outgoing]
+    capturing: Callable[[list[str]], Awaitable[dict[str, str | None]]], messages: list[Outgoing]
 ) -> str:
     """The one stream that captures every subject of the batch (``capturing``: the
-    streams service's lookup, cached a few seconds): 404 ``stream.no_match`` naming a
+    streams service's lookup of many, cached a few seconds): 404 ``stream.no_match`` naming a
     message no stream captures, 409 ``publish.batch_streams`` when there are several (what
     the streams' subjects are now decides it, not the request's form)."""
-    subjects = list(dict.fromkeys(message.subject for message in messages))
-    found = await asyncio.gather(*(capturing(subject) for subject in subjects))
-    by_subject = dict(zip(subjects, found, strict=True))
+    by_subject = await capturing(list(dict.fromkeys(message.subject for message in messages)))
     names: dict[str, int] = {}
     for index, message in enumerate(messages):
         stream = by_subject[message.subject]
