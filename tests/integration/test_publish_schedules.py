@@ -7,11 +7,14 @@ import asyncio
 import base64
 import time
 from datetime import UTC, datetime
+from pathlib import Path
 
 import httpx
 import pytest
 
-from tests.helpers import problem
+from app.nats.embedded import EmbeddedServer
+from tests.helpers import gateway_settings, problem, running_gateway
+from tests.integration.test_auth import ADMIN, APP, POLICY, bearer
 from tests.integration.test_streams import make_stream
 
 pytestmark = pytest.mark.server("2.12")
@@ -112,3 +115,50 @@ async def test_schedules_checked(gateway: httpx.AsyncClient, name: str) -> None:
     )
     item["headers"] = {"Nats-Schedule": "@every 1ms", "Nats-Schedule-Target": "t"}
     problem(await gateway.post("/v1/publish", json={"messages": [item]}), 400, "schedule.invalid")
+
+
+async def test_grants_cover_targets_sources_and_batches(
+    nats_server: EmbeddedServer, tmp_path: Path, name: str
+) -> None:
+    """A token that may write part of a stream schedules only into that part, copies only
+    what it may read, and its atomic batches stay in it (their refusals without the words of
+    JetStream, which could tell of other subjects)."""
+    low = name.lower()
+    auth = tmp_path / "auth.yaml"
+    auth.write_text(
+        POLICY.format(admin=ADMIN, app=APP, s=name, lower=low)
+        + f'      - {{resource: "stream:{name}/{low}.us.", actions: [write]}}\n'
+    )
+    async with running_gateway(gateway_settings(nats_server.url, auth_file=auth)) as gw:
+        config = {"subjects": [f"{low}.>"], "allow_msg_schedules": True, "allow_atomic": True}
+        created = await gw.put(f"/v1/streams/{name}", json=config, headers=bearer(ADMIN))
+        assert created.status_code == 201, created.text
+        later = "@at 2099-01-01T00:00:00Z"
+
+        def schedule(target: str, **more: str) -> dict[str, str]:
+            return {"Nats-Schedule": later, "Nats-Schedule-Target": target, **more, **bearer(APP)}
+
+        url = f"/v1/publish/{low}.eu.sched"
+        assert (await gw.post(url, headers=schedule(f"{low}.eu.t"))).status_code == 200
+        problem(await gw.post(url, headers=schedule(f"{low}.eu.secret")), 403, "auth.forbidden")
+        problem(await gw.post(url, headers=schedule(f"{low}.other")), 403, "auth.forbidden")
+        # It may write to .us. but not read it: no copying its messages by a schedule.
+        assert (await gw.post(url, headers=schedule(f"{low}.us.t"))).status_code == 200
+        copy = schedule(f"{low}.eu.t", **{"Nats-Schedule-Source": f"{low}.us.x"})
+        problem(await gw.post(url, headers=copy), 403, "auth.forbidden")
+
+        atomic = "/v1/publish?atomic=true"
+        outside = {"messages": [{"subject": f"{low}.eu.a"}, {"subject": f"{low}.other"}]}
+        problem(await gw.post(atomic, json=outside, headers=bearer(APP)), 403, "auth.forbidden")
+        inside = {
+            "messages": [{"subject": f"{low}.eu.a", "msg_id": "a1"}, {"subject": f"{low}.us.a"}]
+        }
+        ok = await gw.post(atomic, json=inside, headers=bearer(APP))
+        assert ok.status_code == 200, ok.text
+        # The ids are the token's own (scoped), so the admin's "a1" is another message...
+        admin = await gw.post(atomic, json=inside, headers=bearer(ADMIN))
+        assert admin.status_code == 200, admin.text
+        # ... and the token's repeat is a duplicate, refused without JetStream's words.
+        again = problem(await gw.post(atomic, json=inside, headers=bearer(APP)), 409)
+        assert again["code"] == "publish.batch_duplicate"
+        assert "description" not in again.get("nats", {})
