@@ -170,6 +170,8 @@ def test_never_left_open(tmp_path: Path) -> None:
                 os.kill(server.pid, signal.SIGCONT)
             body = problem(response, 504, "nats.outcome_unknown")
             assert "whole or not at all" in body["detail"]
+            metric = 'jsgw_publish_outcome_unknown_total{operation="publish_atomic"} 1.0'
+            assert metric in client.get("/metrics").text
             deadline = time.monotonic() + 5
             while True:  # the next batch is taken once the server has caught up
                 ok = client.post("/v1/publish?atomic=true", json=three)
