@@ -177,24 +177,24 @@ async def publish_batch(
     nothing published. Failures reported by JetStream are per message; with `atomic=true`
     the batch is stored whole or not at all, and any refusal is the answer.
     """
-    most = min(settings.max_publish_batch, publish_atomic.MAX_MESSAGES) if atomic else None
-    if len(batch.messages) > (most or settings.max_publish_batch):
+    most = settings.max_publish_batch
+    if atomic:
+        most = min(most, publish_atomic.MAX_MESSAGES)
+        pool.require(features.ATOMIC_BATCH)
+    if len(batch.messages) > most:
         raise errors.PayloadTooLarge(
             ErrorCode.PUBLISH_BATCH_TOO_LARGE,
-            f"at most {most or settings.max_publish_batch} messages per "
-            + ("atomic batch" if atomic else "batch"),
+            f"at most {most} messages per {'atomic batch' if atomic else 'batch'}",
         )
-    if atomic:
-        pool.require(features.ATOMIC_BATCH)
     limit = pool.max_payload
     messages = [publish.batch_item(i, item, limit) for i, item in enumerate(batch.messages)]
-    if atomic:
-        publish_atomic.check_rules(messages)
-        await publish_atomic.stream_of(streams.capturing_all, messages)
+    if not atomic:
+        messages = await _may_publish(principal, streams, messages, limit)
+        return {"results": await publisher.publish_batch(messages)}
+    publish_atomic.check_rules(messages)
+    await publish_atomic.stream_of(streams.capturing_all, messages)
     messages = await _may_publish(principal, streams, messages, limit)
-    if atomic:
-        return await publisher.publish_atomic(messages)
-    return {"results": await publisher.publish_batch(messages)}
+    return await publisher.publish_atomic(messages)
 
 
 async def _may_publish(
