@@ -386,15 +386,16 @@ class ReplyMux:
             finally:
                 deadline.discard(last)
         finally:
-            for token, _, _ in registered:
+            replies: list[Reply | None] = []
+            for token, future, _ in registered:
                 self._pending.pop(token, None)
-        replies: list[Reply | None] = []
-        for _, future, _ in registered:
-            if future.done() and future.exception() is None:
-                replies.append(future.result())
-            else:
-                future.cancel()
-                replies.append(None)
+                # (an exception of one, the connection lost, is retrieved here: that of the
+                # last one is the caller's)
+                if future.done() and not future.cancelled() and future.exception() is None:
+                    replies.append(future.result())
+                else:
+                    future.cancel()
+                    replies.append(None)
         return replies
 
     def _on_reply(self, subject: bytes, headers: bytes, data: bytes) -> None:
