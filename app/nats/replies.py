@@ -12,7 +12,10 @@ the request's bookkeeping; a request may time out up to 50 ms late), and the raw
 parsed once, when it is read (keeping repeated header names, which nats-py folds). A
 request's PUB is queued for nats-py's flusher directly (:meth:`LeanClient.publish_queued`)
 when the connection is plainly up, skipping four coroutine layers of ``publish``; in every
-other state nats-py's ``publish`` does it, with its own errors and buffering.
+other state nats-py's ``publish`` does it, with its own errors and buffering. The messages of
+an atomic batch are queued together (:meth:`LeanClient.publish_all_queued`, the same private
+names: ``_pending``, ``_pending_data_size``, ``_flush_queue``, ``_flusher_task``,
+``_status``), so that nothing can stop the batch half-way.
 
 Messages are read off the socket by :class:`app.nats.wire.LeanParser`, which hands those of raw
 subscriptions to their callbacks directly. Everything else (connecting, reconnecting and
