@@ -47,6 +47,14 @@ def parse_duration_ns(value: object) -> int:
         raise ValueError("duration too large") from None
 
 
+def go_duration_ns(text: str) -> int:
+    """A Go duration string (``time.ParseDuration``'s syntax, unsigned) -> nanoseconds."""
+    try:
+        return _go(text)
+    except OverflowError:
+        raise ValueError("duration too large") from None
+
+
 def _go(text: str) -> int:
     if text == "0":
         return 0

@@ -383,6 +383,17 @@ class ErrorCode(StrEnum):
     PUBLISH_TTL_DISABLED = "publish.ttl_disabled", Conflict, (
         "The stream does not take per-message TTLs: set allow_msg_ttl on it first."
     )
+    PUBLISH_BATCH_INVALID = "publish.batch_invalid", InvalidInput, (
+        "The atomic batch uses a header as atomic batches may not (Nats-Expected-Last-Msg-Id; "
+        "Nats-Expected-Last-Sequence past the first message; a Nats-Msg-Id twice; "
+        "Nats-Expected-Last-Subject-Sequence on a subject an earlier message writes): "
+        "`detail` says which message; nothing was sent."
+    )
+    SCHEDULE_INVALID = "schedule.invalid", InvalidInput, (
+        "A message schedule header (Nats-Schedule, Nats-Schedule-Target, -Source, -TTL, "
+        "-Time-Zone, -Rollup) is malformed or does not fit the others (the target and source "
+        "are literal subjects other than the schedule's own): not stored."
+    )
     KV_BUCKET_INVALID = "kv.bucket_invalid", InvalidInput, (
         "Not a valid bucket name: use 1-252 letters, digits, '-' or '_'."
     )
@@ -533,6 +544,29 @@ class ErrorCode(StrEnum):
     KV_NOT_A_BUCKET = "kv.not_a_bucket", Conflict, (
         "A stream of the bucket's name exists but is not a KV bucket."
     )
+    PUBLISH_ATOMIC_NOT_ALLOWED = "publish.atomic_not_allowed", Conflict, (
+        "The stream does not take atomic batches: set allow_atomic on it first. Nothing was "
+        "stored."
+    )
+    PUBLISH_BATCH_STREAMS = "publish.batch_streams", Conflict, (
+        "The messages of an atomic batch go to more than one stream (as the streams' "
+        "subjects are now): an atomic batch is stored in one stream; split it. Nothing was "
+        "sent."
+    )
+    PUBLISH_BATCH_DUPLICATE = "publish.batch_duplicate", Conflict, (
+        "A message of the atomic batch has a Nats-Msg-Id the stream already holds within its "
+        "duplicate window: nothing of the batch was stored (a retried batch was stored the "
+        "first time)."
+    )
+    SCHEDULE_TARGET_OUTSIDE = "schedule.target_outside", Conflict, (
+        "The schedule's Nats-Schedule-Target (or Nats-Schedule-Source) is not a subject of "
+        "the stream that stores the schedule: a schedule publishes within its own stream. "
+        "Not stored."
+    )
+    SCHEDULE_NOT_ALLOWED = "schedule.not_allowed", Conflict, (
+        "The stream does not take message schedules: set allow_msg_schedules on it first. "
+        "Not stored."
+    )
     KV_LIMIT_MARKERS_LOCKED = "kv.limit_markers_locked", Conflict, (
         "Limit markers cannot be turned off once on (ADR-48): give limit_marker_ttl again."
     )
@@ -588,7 +622,8 @@ class ErrorCode(StrEnum):
         "stored."
     )
     PUBLISH_BATCH_TOO_LARGE = "publish.batch_too_large", PayloadTooLarge, (
-        "More messages in one batch than JSGW_MAX_PUBLISH_BATCH: split it."
+        "More messages in one batch than JSGW_MAX_PUBLISH_BATCH, or in an atomic batch than "
+        "the NATS server takes (1,000 unless its batch limits say fewer): split it."
     )
     ACK_BATCH_TOO_LARGE = "ack.batch_too_large", PayloadTooLarge, (
         "More acks in one request than JSGW_MAX_FETCH_MESSAGES: split it."
@@ -622,6 +657,10 @@ class ErrorCode(StrEnum):
     KV_WATCH_TOO_SLOW = "kv.watch_too_slow", TooManyRequests, (
         "The client fell too far behind the watch: it ends; reconnect with Last-Event-ID to "
         "resume."
+    )
+    PUBLISH_BATCH_BUSY = "publish.batch_busy", TooManyRequests, (
+        "The stream (or the NATS server) has as many atomic batches in flight as it takes: "
+        "nothing was stored; retry shortly."
     )
     CONSUMER_MAX_WAITING_EXCEEDED = "consumer.max_waiting_exceeded", TooManyRequests, (
         "Too many pull requests are waiting on this consumer (max_waiting): retry shortly."
@@ -701,6 +740,10 @@ class ErrorCode(StrEnum):
     )
     STREAM_OFFLINE = "stream.offline", Unavailable, (
         "The stream is offline (its servers are down or it is being recovered): retry later."
+    )
+    PUBLISH_BATCH_INCOMPLETE = "publish.batch_incomplete", Unavailable, (
+        "The NATS server did not receive the whole atomic batch (a message lost on the way, "
+        "or the batch abandoned): nothing was stored; retry."
     )
     STREAM_UNAVAILABLE = "stream.unavailable", Unavailable, (
         "No stream answered the publish (its stream has no leader right now, e.g. during an "
@@ -880,6 +923,25 @@ _JS_ERRORS: dict[int, ErrorCode] = {
     10165: ErrorCode.PUBLISH_TTL_INVALID,
     10166: ErrorCode.PUBLISH_TTL_DISABLED,
     10178: ErrorCode.CONSUMER_PRIORITY_REQUIRES_PULL,
+    # Atomic batches (ADR-50). 10175, 10179 and 10200 (a missing sequence, a bad batch id, a
+    # bad commit) are the gateway's to avoid: they stay jetstream.bad_request.
+    10174: ErrorCode.PUBLISH_ATOMIC_NOT_ALLOWED,
+    10176: ErrorCode.PUBLISH_BATCH_INCOMPLETE,
+    10177: ErrorCode.PUBLISH_BATCH_INVALID,
+    10199: ErrorCode.PUBLISH_BATCH_TOO_LARGE,
+    10201: ErrorCode.PUBLISH_BATCH_DUPLICATE,
+    10210: ErrorCode.PUBLISH_BATCH_BUSY,
+    # Message schedules (ADR-51).
+    10188: ErrorCode.SCHEDULE_NOT_ALLOWED,
+    10189: ErrorCode.SCHEDULE_INVALID,
+    # (the gateway checks the target's and source's form: what the server still refuses is
+    # a subject outside the stream)
+    10190: ErrorCode.SCHEDULE_TARGET_OUTSIDE,
+    10191: ErrorCode.SCHEDULE_INVALID,
+    10192: ErrorCode.SCHEDULE_INVALID,
+    10203: ErrorCode.SCHEDULE_TARGET_OUTSIDE,
+    10212: ErrorCode.SCHEDULE_INVALID,
+    10223: ErrorCode.SCHEDULE_INVALID,
     10196: ErrorCode.CONSUMER_PRIORITY_POLICY_REQUIRED,
     10197: ErrorCode.CONSUMER_PRIORITY_POLICY_REQUIRED,
 }

@@ -223,7 +223,8 @@ def when(
     """When ``name`` is given (and is ``equals``, or one of them, if that is set),
     ``requires`` are given and ``forbids`` are not. An item of either may be "name=a|b":
     given with one of those values (true and false are written so; a list: holding one of
-    them), or "name>N": a number, or a duration in seconds, above N."""
+    them), "name^=a|b": a string starting with one of those, or "name>N": a number, or a
+    duration in seconds, above N."""
     rule: dict[str, Any] = {"if": name}
     shown = "|".join(map(str, equals)) if isinstance(equals, list) else equals
     condition = f"`{name}`" if equals is None else f"`{name}={shown}`"
@@ -354,12 +355,27 @@ def count_not_above(name: str, limit: str) -> dict[str, Any]:
     }
 
 
-def differs(name: str, parameter: str, *, unless: str) -> dict[str, Any]:
-    """Member ``name`` is not the path parameter ``parameter`` (unless ``unless`` is given)."""
+def differs(name: str, parameter: str, *, unless: str | None = None) -> dict[str, Any]:
+    """Member ``name`` is not the path parameter (or member) ``parameter`` (unless ``unless``
+    is given)."""
+    rule: dict[str, Any] = {"differs": [name, parameter]}
+    said = f"`{name}` is not `{parameter}`"
+    if unless is not None:
+        rule["unless"] = unless
+        said += f" (unless `{unless}` is given)"
+    return {**rule, "description": said}
+
+
+def atomic_batch(name: str, when: str) -> dict[str, Any]:
+    """When ``when`` is given, list ``name`` is an atomic batch as nats-server takes one (the
+    headers of its items: ``app.publish.atomic.check_rules``)."""
     return {
-        "differs": [name, parameter],
-        "unless": unless,
-        "description": f"`{name}` is not `{parameter}` (unless `{unless}` is given)",
+        "atomic_batch": name,
+        "when": when,
+        "description": f"with `{when}`, the items of `{name}`: no "
+        "`Nats-Expected-Last-Msg-Id`, `Nats-Expected-Last-Sequence` on the first only, a "
+        "`Nats-Msg-Id` (or `msg_id`) once, no `Nats-Expected-Last-Subject-Sequence` on a "
+        "subject an earlier item has",
     }
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import Path, Request
+from fastapi import Path, Query, Request
 from starlette.responses import Response
 
 from app import errors, validation
@@ -14,8 +14,11 @@ from app.auth.policy import Principal, Resource
 from app.deps import PoolDep, PrincipalDep, PublisherDep, SettingsDep, StreamsDep
 from app.errors import ErrorCode
 from app.http import JSON, link, links, problems, read_body
+from app.nats import features
+from app.publish import atomic as publish_atomic
+from app.publish import schedules
 from app.publish import service as publish
-from app.publish.schemas import PubAck, PublishBatch, PublishBatchResult
+from app.publish.schemas import AtomicPubAck, PubAck, PublishBatch, PublishBatchResult
 from app.publish.service import Outgoing
 from app.routing import Router
 from app.schemas import exclusive, rules
@@ -24,7 +27,12 @@ from app.streams.service import StreamService
 router = Router(prefix="/v1/publish", tags=["publish"])
 
 _PUBLISH_ERRORS = problems(
-    errors.Forbidden, errors.NotFound, errors.PreconditionFailed, errors.PayloadTooLarge
+    errors.Forbidden,
+    errors.NotFound,
+    errors.Conflict,
+    errors.PreconditionFailed,
+    errors.PayloadTooLarge,
+    errors.Unsupported,
 )
 
 # (up to 19 digits, as the gateway takes sequences: app.validation.REVISION_DIGITS)
@@ -51,6 +59,10 @@ _HEADER_DOCS: dict[str, tuple[dict[str, Any], str]] = {
         {"type": "string", **validation.SCHEMAS["ttl"]},
         "the message's TTL: seconds, '30s' or 'never', at least 1 s (ADR-43)",
     ),
+    **{
+        name.lower(): (dict(schedules.HEADER_SCHEMAS[name]), schedules.DESCRIPTIONS[name])
+        for name in schedules.HEADERS
+    },
 }
 # Declared so that clients generated from the spec can send them; the handler reads them from
 # the request itself (the lean path shares it), so they are documented here, not parameters.
@@ -84,7 +96,7 @@ _PUBLISH_HEADER_PARAMETERS = [
                 "application/octet-stream": {"schema": {"type": "string", "format": "binary"}}
             }
         },
-        **rules(exclusive("Nats-Msg-Id", "Idempotency-Key")),
+        **rules(exclusive("Nats-Msg-Id", "Idempotency-Key"), *schedules.spec_rules()),
         **links(
             200,
             stored=link("get_message", stream="$response.body#/stream", seq="$response.body#/seq"),
@@ -110,11 +122,15 @@ async def publish_one(
 
     Headers passed to NATS: Nats-Msg-Id (or Idempotency-Key), Nats-Expected-Stream,
     Nats-Expected-Last-Sequence, Nats-Expected-Last-Subject-Sequence,
-    Nats-Expected-Last-Msg-Id, Nats-TTL, and user headers as Nats-Header-<Name>.
+    Nats-Expected-Last-Msg-Id, Nats-TTL, the schedule headers (Nats-Schedule,
+    Nats-Schedule-Target, -Source, -TTL, -Time-Zone, -Rollup: a delayed or repeated message,
+    ADR-51), and user headers as Nats-Header-<Name>.
     """
-    headers = publish.http_publish_headers(request.headers.items())
+    subject = validation.publish_subject(subject)
+    headers = schedules.checked(subject, publish.http_publish_headers(request.headers.items()))
     # The subject is in the path: the access decision comes before the body is read.
-    stream = await _may_write(principal, streams, validation.publish_subject(subject))
+    stream = await _may_write(principal, streams, subject)
+    await _may_schedule(principal, streams, headers)
     limit = pool.max_payload
     message = publish.outgoing(subject, await read_body(request, limit), headers, limit)
     if not principal.anonymous:
@@ -127,10 +143,18 @@ async def publish_one(
 @router.post(
     "",
     access=Need("write", narrowed=True),
-    response_model=PublishBatchResult,
+    response_model=PublishBatchResult | AtomicPubAck,
     response_model_exclude_none=True,
     response_class=JSON,
-    responses=problems(errors.Forbidden, errors.PayloadTooLarge),
+    responses=problems(
+        errors.Forbidden,
+        errors.NotFound,
+        errors.Conflict,
+        errors.PreconditionFailed,
+        errors.PayloadTooLarge,
+        errors.TooManyRequests,
+        errors.Unsupported,
+    ),
 )
 async def publish_batch(
     batch: PublishBatch,
@@ -139,21 +163,38 @@ async def publish_batch(
     settings: SettingsDep,
     principal: PrincipalDep,
     streams: StreamsDep,
+    atomic: Annotated[
+        bool,
+        Query(
+            description="Store all the messages in one stream, or none (ADR-50; the stream "
+            "needs allow_atomic): one answer `{stream, seq, batch, count}` or one problem"
+        ),
+    ] = False,
 ) -> Any:
-    """Publish several messages in order; one result per message.
+    """Publish several messages in order; one result per message, or all or none.
 
     Every message is validated first: one invalid message rejects the whole batch with
-    nothing published. Failures reported by JetStream are per message.
+    nothing published. Failures reported by JetStream are per message; with `atomic=true`
+    the batch is stored whole or not at all, and any refusal is the answer.
     """
-    if len(batch.messages) > settings.max_publish_batch:
+    most = settings.max_publish_batch
+    if atomic:
+        most = min(most, publish_atomic.MAX_MESSAGES)
+        pool.require(features.ATOMIC_BATCH)
+    if len(batch.messages) > most:
         raise errors.PayloadTooLarge(
             ErrorCode.PUBLISH_BATCH_TOO_LARGE,
-            f"at most {settings.max_publish_batch} messages per batch",
+            f"at most {most} messages per {'atomic batch' if atomic else 'batch'}",
         )
     limit = pool.max_payload
     messages = [publish.batch_item(i, item, limit) for i, item in enumerate(batch.messages)]
+    if not atomic:
+        messages = await _may_publish(principal, streams, messages, limit)
+        return {"results": await publisher.publish_batch(messages)}
+    publish_atomic.check_rules(messages)
+    await publish_atomic.stream_of(streams.capturing_all, messages)
     messages = await _may_publish(principal, streams, messages, limit)
-    return {"results": await publisher.publish_batch(messages)}
+    return await publisher.publish_atomic(messages)
 
 
 async def _may_publish(
@@ -168,11 +209,25 @@ async def _may_publish(
     for index, message in enumerate(messages):
         stream = await _may_write(principal, streams, message.subject)
         try:
+            await _may_schedule(principal, streams, message.headers)
             out.append(publish.for_writer(message, principal, stream, max_payload))
         except errors.GatewayError as exc:
             exc.detail = f"messages[{index}]: {exc.detail}"
             raise
     return out
+
+
+async def _may_schedule(
+    principal: Principal, streams: StreamService, headers: dict[str, str]
+) -> None:
+    """A schedule (checked before) publishes to its target, which needs write there, and
+    copies its source's last message, which needs read there."""
+    target, source = schedules.targets(headers)
+    if target is not None:
+        await _may_write(principal, streams, target)
+    if source is not None and not principal.anonymous:
+        stream = await streams.capturing(source) or ""
+        access.require(principal, "read", Resource("stream", stream, source))
 
 
 async def _may_write(principal: Principal, streams: StreamService, subject: str) -> str:

@@ -365,6 +365,27 @@ class NatsPool:
             client=self.pick(),
         )
 
+    async def request_batch(
+        self,
+        messages: list[tuple[str, dict[str, str], bytes]],
+        *,
+        operation: str,
+        timeout: float | None = None,
+    ) -> list[Reply | None]:
+        """Requests (subject, headers, payload) queued on one connection together, all or
+        none (``ReplyMux.request_batch``), for a write made of several messages: the reply of
+        each (None: not come by the time the last one's did). A timeout or a broken
+        connection waiting for the last reply is 504 ``nats.outcome_unknown``; no connection
+        up, 503 with nothing sent."""
+        client = self.pick()
+        assert isinstance(client, LeanClient)
+        replies: list[Reply | None] = await self.observe(
+            operation,
+            lambda: client.replies.request_batch(messages, timeout or self.timeout),
+            write=True,
+        )
+        return replies
+
     async def requests(
         self,
         requests: list[tuple[str, bytes]],

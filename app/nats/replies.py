@@ -12,7 +12,10 @@ the request's bookkeeping; a request may time out up to 50 ms late), and the raw
 parsed once, when it is read (keeping repeated header names, which nats-py folds). A
 request's PUB is queued for nats-py's flusher directly (:meth:`LeanClient.publish_queued`)
 when the connection is plainly up, skipping four coroutine layers of ``publish``; in every
-other state nats-py's ``publish`` does it, with its own errors and buffering.
+other state nats-py's ``publish`` does it, with its own errors and buffering. The messages of
+an atomic batch are queued together (:meth:`LeanClient.publish_all_queued`, the same private
+names: ``_pending``, ``_pending_data_size``, ``_flush_queue``, ``_flusher_task``,
+``_status``), so that nothing can stop the batch half-way.
 
 Messages are read off the socket by :class:`app.nats.wire.LeanParser`, which hands those of raw
 subscriptions to their callbacks directly. Everything else (connecting, reconnecting and
@@ -120,6 +123,27 @@ class LeanClient(NatsClient):
             queue.put_nowait(flusher.get_loop().create_future())  # wakes the flusher
         return True
 
+    def publish_all_queued(self, commands: list[bytes], payload_bytes: int) -> bool:
+        """Queue many PUB/HPUB commands for the flusher together, with nothing awaited in
+        between, so that either all of them go out in order or (False) none: the connection
+        is not up with its flusher running (nothing is buffered while it is down)."""
+        queue = self._flush_queue
+        flusher = self._flusher_task
+        if (
+            self._status != NatsClient.CONNECTED
+            or queue is None
+            or flusher is None
+            or flusher.done()
+        ):
+            return False
+        self._pending.extend(commands)
+        self._pending_data_size += sum(map(len, commands))
+        self.stats["out_msgs"] += len(commands)
+        self.stats["out_bytes"] += payload_bytes
+        if queue.empty():
+            queue.put_nowait(flusher.get_loop().create_future())  # wakes the flusher
+        return True
+
     async def _process_msg(
         self, sid: int, subject: bytes, reply: bytes, data: bytes, headers: bytes
     ) -> None:
@@ -128,6 +152,22 @@ class LeanClient(NatsClient):
             await super()._process_msg(sid, subject, reply, data, headers)
         else:
             handler(subject, headers, data)
+
+
+def hpub(subject: str, reply: str, headers: dict[str, str], payload: bytes) -> bytes:
+    """The HPUB command of a message, its header block as nats-py's ``publish`` writes it
+    (names and values stripped; both checked by the caller: no CR, LF or ':' in a name)."""
+    block = "NATS/1.0\r\n" + "".join(f"{k.strip()}: {v.strip()}\r\n" for k, v in headers.items())
+    head = (block + "\r\n").encode()
+    size = len(head)
+    return b"HPUB %b %b %d %d\r\n%b%b\r\n" % (
+        subject.encode(),
+        reply.encode(),
+        size,
+        size + len(payload),
+        head,
+        payload,
+    )
 
 
 class ConnectionLost(nats.errors.TimeoutError):
@@ -319,6 +359,47 @@ class ReplyMux:
             else:
                 results.append(reply)
         return results
+
+    async def request_batch(
+        self, messages: list[tuple[str, dict[str, str], bytes]], timeout: float
+    ) -> list[Reply | None]:
+        """Requests (subject, headers, payload) queued for the connection in one step (all or
+        none: :meth:`LeanClient.publish_all_queued`), so no cancellation of the caller can
+        leave some sent and the rest not; then the reply of the last one, awaited up to
+        ``timeout`` (nats-py's TimeoutError, or ConnectionLost, otherwise). Returns the reply
+        of each, None for those that have not come by then (their order on the connection is
+        the order of the requests, so they normally have)."""
+        if not self._prefix:
+            await self._ready()
+        registered = [self._register() for _ in messages]
+        try:
+            commands = [
+                hpub(subject, reply_to, headers, payload)
+                for (subject, headers, payload), (_, _, reply_to) in zip(
+                    messages, registered, strict=True
+                )
+            ]
+            if not self.client.publish_all_queued(commands, sum(len(m[2]) for m in messages)):
+                raise nats.errors.ConnectionReconnectingError
+            last = registered[-1][1]
+            deadline = self._deadline(self._loop, timeout)
+            deadline.add(last)
+            try:
+                await last
+            finally:
+                deadline.discard(last)
+        finally:
+            replies: list[Reply | None] = []
+            for token, future, _ in registered:
+                self._pending.pop(token, None)
+                # (an exception of one, the connection lost, is retrieved here: that of the
+                # last one is the caller's)
+                if future.done() and not future.cancelled() and future.exception() is None:
+                    replies.append(future.result())
+                else:
+                    future.cancel()
+                    replies.append(None)
+        return replies
 
     def _on_reply(self, subject: bytes, headers: bytes, data: bytes) -> None:
         self.replies_seen += 1

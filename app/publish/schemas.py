@@ -7,7 +7,8 @@ from typing import Annotated, Any
 from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema
 
 from app import validation
-from app.schemas import MAX_MAP_MEMBERS, Strict, StrMap, exclusive, rules
+from app.publish import schedules
+from app.schemas import MAX_MAP_MEMBERS, Strict, StrMap, atomic_batch, exclusive, rules
 
 # Standard base64 with its padding, as base64.b64decode(validate=True) takes it.
 BASE64 = "^([A-Za-z0-9+/]{4})*([A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$"
@@ -18,6 +19,7 @@ PUBLISH_HEADER_NAMES = (
     "Nats-Expected-Last-Subject-Sequence",
     "Nats-Expected-Last-Msg-Id",
     "Nats-TTL",
+    *schedules.HEADERS,
 )
 _TOKEN = "!#$%&'*+-.^_`|~0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
 
@@ -59,6 +61,7 @@ HEADERS_SCHEMA = {
         "Nats-Expected-Last-Subject-Sequence": _SEQUENCE,
         "Nats-Expected-Last-Msg-Id": {**_VALUE, "minLength": 1},
         "Nats-TTL": {"type": "string", **validation.SCHEMAS["ttl"]},
+        **schedules.HEADER_SCHEMAS,
     },
     "additionalProperties": _VALUE,
 }
@@ -71,8 +74,22 @@ class PubAck(BaseModel):
     domain: str | None = None
 
 
+class AtomicPubAck(BaseModel):
+    """An atomic batch stored whole: its stream, the sequence of its last message, its id
+    (Nats-Batch-Id) and how many messages it had."""
+
+    stream: str
+    seq: int
+    batch: str
+    count: int
+
+
 class PublishItem(Strict):
-    model_config = ConfigDict(json_schema_extra=rules(exclusive("msg_id", "headers.Nats-Msg-Id")))
+    model_config = ConfigDict(
+        json_schema_extra=rules(
+            exclusive("msg_id", "headers.Nats-Msg-Id"), *schedules.spec_rules("headers.")
+        )
+    )
 
     subject: Annotated[str, WithJsonSchema({"type": "string", **validation.SCHEMAS["subject"]})]
     data: str = Field(
@@ -89,6 +106,8 @@ class PublishItem(Strict):
 
 
 class PublishBatch(Strict):
+    model_config = ConfigDict(json_schema_extra=rules(atomic_batch("messages", "atomic=true")))
+
     messages: list[PublishItem] = Field(min_length=1, fail_fast=True)
 
 

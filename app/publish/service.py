@@ -6,10 +6,12 @@ import asyncio
 import base64
 import binascii
 import hashlib
+import logging
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from typing import Any
 
+import nats.errors
 from nats.aio.client import Client
 
 from app import errors, validation
@@ -21,7 +23,10 @@ from app.nats import features
 from app.nats.jsapi import JetStreamApi, parse_response
 from app.nats.pool import NatsPool
 from app.nats.replies import Reply
+from app.publish import atomic, schedules
 from app.publish.schemas import PublishItem
+
+log = logging.getLogger("jsgw.publish")
 
 # Publish headers a client may set, by lower-case name, with their canonical NATS spelling
 # (the server matches header names case-sensitively).
@@ -32,6 +37,7 @@ PUBLISH_HEADERS = {
     "nats-expected-last-subject-sequence": "Nats-Expected-Last-Subject-Sequence",
     "nats-expected-last-msg-id": "Nats-Expected-Last-Msg-Id",
     "nats-ttl": "Nats-TTL",
+    **{name.lower(): name for name in schedules.HEADERS},
 }
 HTTP_ALIASES = {"idempotency-key": "nats-msg-id"}
 USER_HEADER_PREFIX = "nats-header-"
@@ -142,7 +148,8 @@ def _ttl(value: str) -> str:
 
 
 def outgoing(subject: str, data: bytes, headers: dict[str, str], max_payload: int) -> Outgoing:
-    return _fitting(Outgoing(validation.publish_subject(subject), data, headers), max_payload)
+    subject = validation.publish_subject(subject)
+    return _fitting(Outgoing(subject, data, schedules.checked(subject, headers)), max_payload)
 
 
 def _fitting(message: Outgoing, max_payload: int) -> Outgoing:
@@ -275,6 +282,8 @@ class Publisher:
         headers = message.headers
         if "Nats-TTL" in headers:  # an older server would store the message without it
             self.pool.require(features.MESSAGE_TTL)
+        if schedules.SCHEDULE in headers:  # ... or store it as an ordinary message
+            self.pool.require(features.SCHEDULES)
         try:
             reply = await self.pool.request(
                 message.subject,
@@ -332,6 +341,68 @@ class Publisher:
             "now, e.g. during an election): the message was not stored; retry shortly",
             headers=retry,
         )
+
+    async def publish_atomic(self, messages: list[Outgoing]) -> dict[str, Any]:
+        """Publish ``messages`` as one atomic batch (:mod:`app.publish.atomic`; checked and all
+        to one stream before): ``{stream, seq, batch, count}`` once the stream stored them
+        all, or the one refusal that stored none."""
+        self.pool.require(features.ATOMIC_BATCH)
+        if any("Nats-TTL" in m.headers for m in messages):
+            self.pool.require(features.MESSAGE_TTL)
+        if any(schedules.SCHEDULE in m.headers for m in messages):
+            self.pool.require(features.SCHEDULES)
+        batch_id = atomic.new_batch_id()
+        framed = atomic.framed(messages, batch_id)
+        try:
+            replies = await self.pool.request_batch(framed, operation="publish_atomic")
+        except errors.OutcomeUnknown as exc:
+            self._outcome_unknown.labels("publish_atomic").inc()
+            await self._abandon(atomic.abandon(batch_id, messages))
+            exc.detail = (
+                "NATS did not confirm the atomic batch in time: it is stored whole or not at "
+                "all; read the stream (or resend it with Nats-Msg-Ids: a stored batch is "
+                "then refused as publish.batch_duplicate) to find out"
+            )
+            raise
+        return await self._atomic_outcome(replies, messages, batch_id)
+
+    async def _atomic_outcome(
+        self, replies: list[Reply | None], messages: list[Outgoing], batch_id: str
+    ) -> dict[str, Any]:
+        """The commit's PubAck, else the first refusal of any message (the commit itself
+        says only "incomplete" when an earlier message was refused on its way)."""
+        commit = replies[-1]
+        assert commit is not None
+        if commit.status == 503 and not commit.data:
+            raise await self._why_no_responders(messages[-1].subject)
+        refusal: errors.GatewayError | None = None
+        for reply in replies:
+            if reply is None or not reply.data:  # (an empty reply: staged)
+                continue
+            try:
+                ack = parse_response(reply.data)
+            except errors.GatewayError as exc:
+                refusal = refusal or exc
+                continue
+            if reply is commit and ack.get("batch") == batch_id and "seq" in ack:
+                out = {"stream": ack["stream"], "seq": ack["seq"], "batch": batch_id}
+                return {**out, "count": ack.get("count", len(messages))}
+        if refusal is None:
+            raise errors.UpstreamError(
+                ErrorCode.JETSTREAM_BAD_RESPONSE, "the reply to the commit was not a PubAck"
+            )
+        if any(m.confined for m in messages):
+            raise scrubbed(refusal)
+        raise refusal
+
+    async def _abandon(self, message: tuple[str, dict[str, str]]) -> None:
+        """Send the abandoning message of :func:`app.publish.atomic.abandon`, if any
+        connection is up (best effort: the server abandons the batch in time anyway)."""
+        subject, headers = message
+        try:
+            await self.pool.pick().publish(subject, b"", headers=headers)
+        except (errors.Unavailable, nats.errors.Error):
+            log.info("could not send the abandoning message of batch %s", headers)
 
     async def publish_batch(self, messages: list[Outgoing]) -> list[dict[str, Any]]:
         """Publish in order on one connection, all before any reply is awaited; one result each."""

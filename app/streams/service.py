@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import builtins
 import contextlib
 import time
@@ -204,6 +205,22 @@ class StreamService:
             self._capturing.clear()
         self._capturing[subject] = (now + _CAPTURING_TTL, stream)
         return stream
+
+    async def capturing_all(self, subjects: builtins.list[str]) -> dict[str, str | None]:
+        """:meth:`capturing` of each subject, those not known asked for together."""
+        now = time.monotonic()
+        found: dict[str, str | None] = {}
+        missing = []
+        for subject in subjects:
+            cached = self._capturing.get(subject)
+            if cached is not None and cached[0] > now:
+                found[subject] = cached[1]
+            else:
+                missing.append(subject)
+        if missing:
+            answers = await asyncio.gather(*(self.capturing(subject) for subject in missing))
+            found.update(zip(missing, answers, strict=True))
+        return found
 
     async def info(self, name: str) -> dict[str, Any]:
         return stream_info_out(await self.js.call("stream.info", "STREAM", "INFO", name))

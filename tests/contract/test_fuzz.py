@@ -96,6 +96,13 @@ FORMATS = {
     # Times in the range the spec states (formatMinimum/formatMaximum): years 1 to 9999 in
     # UTC; tests/security/test_time_extremes.py sends the ones outside.
     "date-time": _TIME,
+    # Message schedules (ADR-51), in each form nats-server takes.
+    "nats-schedule": st.one_of(
+        _TIME.filter(lambda t: "." not in t).map(lambda t: f"@at {t}"),
+        st.integers(1, 10**6).map(lambda n: f"@every {n}s"),
+        st.sampled_from(["@hourly", "@daily", "@yearly", "0 0 * * * *", "*/5 0-30 9 ? jan mon"]),
+    ),
+    "iana-time-zone": st.sampled_from(["UTC", "Europe/Amsterdam", "America/New_York"]),
 }
 for name, strategy in FORMATS.items():
     schemathesis.openapi.format(name, strategy)
@@ -116,7 +123,8 @@ def _member(values: dict[str, Any], name: str) -> Any:
 
 def _given(values: dict[str, Any], item: str) -> bool:
     """ "name" is given (present, not null, not empty), "name=a|b" has one of the values (a
-    list: holds one), "name>0" is a number above 0."""
+    list: holds one), "name^=a|b" is a string starting with one, "name>0" is a number above
+    0."""
     if "=" not in item and "|" in item:  # "a|b": one of these is given
         return any(_given(values, name) for name in item.split("|"))
     above = re.fullmatch(r"(.+)>(\d+)", item)
@@ -126,6 +134,10 @@ def _given(values: dict[str, Any], item: str) -> bool:
             return False
         number = value if isinstance(value, int | float) else duration_seconds(value)
         return number is not None and number > int(above[2])
+    prefixed = re.fullmatch(r"(.+?)\^=(.+)", item)
+    if prefixed:  # a string starting with one of these
+        value = _member(values, prefixed[1])
+        return isinstance(value, str) and value.startswith(tuple(prefixed[2].split("|")))
     name, _, wanted = item.partition("=")
     value = _member(values, name)
     if value is None or value == [] or value == "" or value == {}:
@@ -228,8 +240,12 @@ def rule_holds(rule: dict[str, Any], values: dict[str, Any]) -> bool:
         name, parameter = rule["differs"]
         return (
             not _given(values, name)
-            or _given(values, rule["unless"])
+            or ("unless" in rule and _given(values, rule["unless"]))
             or _member(values, name) != _member(values, parameter)
+        )
+    if "atomic_batch" in rule:
+        return not _given(values, rule["when"]) or atomic_batch_holds(
+            _member(values, rule["atomic_batch"])
         )
     if "same" in rule:
         name, parameter = rule["same"]
@@ -264,6 +280,31 @@ def rule_holds(rule: dict[str, Any], values: dict[str, Any]) -> bool:
                 return False
         return True
     raise AssertionError(f"unknown rule {rule}")
+
+
+def atomic_batch_holds(items: Any) -> bool:
+    """The header rules of atomic batches (ADR-50), written from nats-server's checks."""
+    ids: set[str] = set()
+    written: set[str] = set()
+    for index, item in enumerate(items if isinstance(items, list) else []):
+        if not isinstance(item, dict):
+            continue
+        raw = item.get("headers")
+        headers = {str(k).lower(): v for k, v in raw.items()} if isinstance(raw, dict) else {}
+        if "nats-expected-last-msg-id" in headers:
+            return False
+        if index and "nats-expected-last-sequence" in headers:
+            return False
+        msg_id = item.get("msg_id", headers.get("nats-msg-id"))
+        if msg_id is not None:
+            if msg_id in ids:
+                return False
+            ids.add(msg_id)
+        subject = item.get("subject")
+        if "nats-expected-last-subject-sequence" in headers and subject in written:
+            return False
+        written.add(subject)
+    return True
 
 
 def _resolved(node: Any, spec: dict[str, Any]) -> Any:

@@ -117,3 +117,38 @@ async def test_request_all_shares_one_deadline(lean: LeanClient, echo: str, name
     assert isinstance(results[1], nats.errors.TimeoutError)
     assert isinstance(results[2], nats.errors.NoRespondersError)
     assert lean.replies._pending == {}
+
+
+async def test_request_batch_goes_out_whole_even_if_its_caller_is_cancelled(
+    lean: LeanClient, name: str
+) -> None:
+    """The messages of a batch are queued together: the replies come back in order, and a
+    caller cancelled while it waits (a client gone) has still sent every message."""
+    seen: list[tuple[bytes, str | None]] = []
+
+    async def answer(msg):  # type: ignore[no-untyped-def]
+        seen.append((msg.data, (msg.headers or {}).get("Seq")))
+        if msg.data != b"silent":
+            await msg.respond(b"ok:" + msg.data)
+
+    await lean.subscribe(f"{name}.batch", cb=answer)
+    await lean.flush()
+    messages = [(f"{name}.batch", {"Seq": str(i)}, b"%d" % i) for i in range(50)]
+    replies = await lean.replies.request_batch(messages, timeout=5)
+    assert [r.data if r else None for r in replies] == [b"ok:%d" % i for i in range(50)]
+    assert [s for _, s in seen] == [str(i) for i in range(50)]
+
+    seen.clear()
+    silent = [*messages[:-1], (f"{name}.batch", {"Seq": "49"}, b"silent")]
+    waiting = asyncio.ensure_future(lean.replies.request_batch(silent, timeout=5))
+    await asyncio.sleep(0)  # queued: the caller now waits for the last reply
+    waiting.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await waiting
+    await lean.flush()
+    for _ in range(100):
+        if len(seen) == 50:
+            break
+        await asyncio.sleep(0.01)
+    assert [s for _, s in seen] == [str(i) for i in range(50)]
+    assert lean.replies._pending == {}

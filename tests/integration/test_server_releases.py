@@ -151,6 +151,10 @@ async def test_what_needs_a_newer_server_answers_501_naming_it(
         await old.post(f"/v1/publish/{name}.a", content=b"x", headers={"Nats-TTL": "10s"}), "2.11"
     )
     needs(await old.put(f"/v1/kv/{name}-m", json={"limit_marker_ttl": 5}), "2.11")
+    atomic = {"messages": [{"subject": f"{name}.a"}, {"subject": f"{name}.b"}]}
+    needs(await old.post("/v1/publish", params={"atomic": "true"}, json=atomic), "2.12")
+    later = {"Nats-Schedule": "@at 2099-01-01T00:00:00Z", "Nats-Schedule-Target": f"{name}.t"}
+    needs(await old.post(f"/v1/publish/{name}.s", content=b"x", headers=later), "2.12")
     assert (await old.put(f"/v1/kv/{name}", json={})).status_code == 201
     needs(
         await old.put(
