@@ -73,6 +73,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         # scripts from a CDN (and ReDoc its logo, whatever it is told: no /redoc).
         docs_url=None,
         redoc_url=None,
+        # A path no route takes is a 404 problem, also with a trailing slash: a redirect would
+        # send a client with a bad name (one ending in "/", say "a%2F") elsewhere, not refuse it.
+        redirect_slashes=False,
         # Every route is checked against the access rule it declares before its body is read
         # (app.routing.Route admits the request first); this returns the principal it found.
         dependencies=[Depends(authorize)],
