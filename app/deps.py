@@ -15,6 +15,7 @@ from app.auth.access import authorize
 from app.auth.policy import Principal
 from app.config import Settings
 from app.consumers.service import ConsumerService
+from app.counters.service import CounterService
 from app.direct.service import DirectService
 from app.kv.service import KVService
 from app.lifespan import Runtime
@@ -65,6 +66,10 @@ async def get_consumers(runtime: RuntimeDep) -> ConsumerService:
     return runtime.consumers
 
 
+async def get_counters(runtime: RuntimeDep) -> CounterService:
+    return runtime.counters
+
+
 SettingsDep = Annotated[Settings, Depends(get_settings)]
 
 
@@ -85,6 +90,7 @@ FROM_RUNTIME: dict[Callable[..., Awaitable[Any]], str | None] = {
     get_publisher: "publisher",
     get_kv: "kv",
     get_consumers: "consumers",
+    get_counters: "counters",
     get_sse_slots: "sse_slots",
 }
 
@@ -98,6 +104,7 @@ DirectServiceDep = Annotated[DirectService, Depends(get_direct_service)]
 PublisherDep = Annotated[Publisher, Depends(get_publisher)]
 KVDep = Annotated[KVService, Depends(get_kv)]
 ConsumersDep = Annotated[ConsumerService, Depends(get_consumers)]
+CountersDep = Annotated[CounterService, Depends(get_counters)]
 
 
 async def _stream_name(

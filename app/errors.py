@@ -380,6 +380,14 @@ class ErrorCode(StrEnum):
     PUBLISH_TTL_INVALID = "publish.ttl_invalid", InvalidInput, (
         "The message's Nats-TTL is not valid: a duration of at least one second, or 'never'."
     )
+    CONSUMER_PAUSE_INVALID = "consumer.pause_invalid", InvalidInput, (
+        "The pause's `until` is not a time in the future (RFC 3339) or a duration above 0: "
+        "fix it; resume with .../resume."
+    )
+    COUNTER_INCREMENT_INVALID = "counter.increment_invalid", InvalidInput, (
+        "The increment is not a whole number: a JSON integer or a decimal string with an "
+        "optional sign, of at most 100 digits (no fraction, exponent or boolean)."
+    )
     PUBLISH_TTL_DISABLED = "publish.ttl_disabled", Conflict, (
         "The stream does not take per-message TTLs: set allow_msg_ttl on it first."
     )
@@ -475,6 +483,9 @@ class ErrorCode(StrEnum):
     CONSUMER_DELETED = "consumer.deleted", NotFound, (
         "The consumer was deleted while it was being pulled from: the pull ends."
     )
+    COUNTER_NOT_FOUND = "counter.not_found", NotFound, (
+        "The counter was never incremented (the subject has no message in the stream)."
+    )
     MESSAGE_NOT_FOUND = "message.not_found", NotFound, (
         "No message matches the request (that sequence or subject has none, or it was "
         "deleted)."
@@ -536,6 +547,20 @@ class ErrorCode(StrEnum):
     )
     CONSUMER_PUSH_BASED = "consumer.push_based", Conflict, (
         "A push consumer cannot be pulled from: use a pull consumer."
+    )
+    COUNTER_NOT_ALLOWED = "counter.not_allowed", Conflict, (
+        "The stream does not count: set allow_msg_counter on it (at creation) first."
+    )
+    COUNTER_INCREMENT_REQUIRED = "counter.increment_required", Conflict, (
+        "The stream is a counter stream (allow_msg_counter): its messages are increments; "
+        "send them with POST /v1/counters/{stream}/{subject}."
+    )
+    COUNTER_BROKEN = "counter.broken", Conflict, (
+        "The subject's last message is not a counter value the server can add to."
+    )
+    COUNTER_WRONG_STREAM = "counter.wrong_stream", Conflict, (
+        "The subject is not captured by the stream in the path (another stream, or none, "
+        "stores it): nothing was sent; use the stream whose subjects cover it."
     )
     DIRECT_NOT_ALLOWED = "direct.not_allowed", Conflict, (
         "The stream does not allow Direct Get (allow_direct is false): enable it, or read "
@@ -921,6 +946,11 @@ _JS_ERRORS: dict[int, ErrorCode] = {
     # stored right now, so whether it will be is not known yet; retry with the same id.
     10158: ErrorCode.NATS_OUTCOME_UNKNOWN,
     10165: ErrorCode.PUBLISH_TTL_INVALID,
+    10168: ErrorCode.COUNTER_NOT_ALLOWED,
+    10169: ErrorCode.COUNTER_INCREMENT_REQUIRED,
+    10170: ErrorCode.COUNTER_INCREMENT_REQUIRED,
+    10171: ErrorCode.COUNTER_INCREMENT_INVALID,
+    10172: ErrorCode.COUNTER_BROKEN,
     10166: ErrorCode.PUBLISH_TTL_DISABLED,
     10178: ErrorCode.CONSUMER_PRIORITY_REQUIRES_PULL,
     # Atomic batches (ADR-50). 10175, 10179 and 10200 (a missing sequence, a bad batch id, a

@@ -120,6 +120,16 @@ class AnyTextConvertor(Convertor[str]):
 register_url_convertor("text", AnyTextConvertor())
 
 
+class CounterSubjectConvertor(AnyTextConvertor):
+    """Any text but ``read``: ``/v1/counters/{stream}/read`` is the multi read, so a counter
+    route of the same shape leaves that path to it (its other methods are 405s)."""
+
+    regex = r"(?!read\Z)[\s\S]+"
+
+
+register_url_convertor("counter", CounterSubjectConvertor())
+
+
 # -- OpenAPI links --------------------------------------------------------------------------
 #
 # What an answer lets a client do next, as OpenAPI links (an operation's ``openapi_extra``,

@@ -19,6 +19,7 @@ from app.auth.guard import Authenticator
 from app.clients import ClientAddresses, parse_networks
 from app.config import Settings
 from app.consumers.service import ConsumerService
+from app.counters.service import CounterService
 from app.direct.service import DirectService
 from app.kv.service import KVService
 from app.metrics import Metrics
@@ -46,6 +47,7 @@ class Runtime:
     kv: KVService
     publisher: Publisher
     consumers: ConsumerService
+    counters: CounterService
     ack_secret: bytes
     auth: Authenticator
     sse_slots: SseSlots
@@ -88,17 +90,20 @@ def make_lifespan(
             direct = DirectGet(js)
             publisher = Publisher(pool, js, metrics)
             kv = KVService(js, direct, publisher, settings, metrics)
+            direct_service = DirectService(direct, js)
+            streams = StreamService(js, direct)
             runtime = Runtime(
                 settings=settings,
                 metrics=metrics,
                 pool=pool,
                 js=js,
                 direct=direct,
-                direct_service=DirectService(direct, js),
-                streams=StreamService(js, direct),
+                direct_service=direct_service,
+                streams=streams,
                 kv=kv,
                 publisher=publisher,
                 consumers=ConsumerService(pool, js, settings, ack_secret, metrics),
+                counters=CounterService(js, direct, direct_service, streams, publisher),
                 ack_secret=ack_secret,
                 auth=auth,
                 sse_slots=SseSlots(

@@ -18,7 +18,7 @@ from app.metrics import Metrics
 from app.middleware import BodyLimitMiddleware, RequestContextMiddleware
 from app.schemas import Message, Problem
 from app.sse import RAW_SEND
-from routers import auth, consumers, direct, kv, publish, streams, system
+from routers import auth, consumers, counters, direct, kv, publish, streams, system
 
 DESCRIPTION = """HTTP/REST + SSE gateway for NATS JetStream: streams, publish, KV, Direct Get
 and pull consumers for programs without a NATS client. Errors are RFC 9457 problem+json with a
@@ -73,6 +73,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         # scripts from a CDN (and ReDoc its logo, whatever it is told: no /redoc).
         docs_url=None,
         redoc_url=None,
+        # A path no route takes is a 404 problem, also with a trailing slash: a redirect would
+        # send a client with a bad name (one ending in "/", say "a%2F") elsewhere, not refuse it.
+        redirect_slashes=False,
         # Every route is checked against the access rule it declares before its body is read
         # (app.routing.Route admits the request first); this returns the principal it found.
         dependencies=[Depends(authorize)],
@@ -85,6 +88,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(direct.router)
     app.include_router(kv.router)
     app.include_router(consumers.router)
+    app.include_router(counters.router)
     # Static pages, not API routes: without access rules, public; their data comes through
     # the API above.
     ui.install(app)

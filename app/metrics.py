@@ -72,7 +72,7 @@ _METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"
 SSE_KINDS = ("kv_watch", "consume")
 SSE_REFUSALS = ("streams", "token", "address", "kv_watches")
 WATCH_DROPS = ("behind", "stuck")
-UNKNOWN_OUTCOMES = ("publish", "publish_atomic", "kv_write", "ack")
+UNKNOWN_OUTCOMES = ("publish", "publish_atomic", "kv_write", "ack", "counter")
 
 
 class _ValueFile(Protocol):
@@ -359,7 +359,8 @@ class Metrics:
         self.outcome_unknown = Counter(
             "jsgw_publish_outcome_unknown",
             "Writes answered nats.outcome_unknown (not confirmed in time: they may or may not "
-            "have been applied), by operation: 'publish', 'publish_atomic', 'kv_write', 'ack'.",
+            "have been applied), by operation: 'publish', 'publish_atomic', 'kv_write', 'ack', "
+            "'counter'.",
             ["operation"],
             registry=self.registry,
         )

@@ -66,6 +66,21 @@ Time = Annotated[str, AfterValidator(_time_for_nats), WithJsonSchema(_TIME_SCHEM
 the JetStream API wants."""
 
 TimeText = Annotated[str, WithJsonSchema({**_TIME_SCHEMA, "description": "RFC 3339"})]
+
+# Either: a time, or a duration from now (a consumer's pause).
+TIME_OR_DURATION_SCHEMA = {
+    "anyOf": [
+        {**_TIME_SCHEMA, "description": "RFC 3339 time"},
+        {
+            "type": "number",
+            "exclusiveMinimum": 0,
+            "maximum": MAX_DURATION_NS // NS_PER_SECOND,
+            "description": "seconds",
+        },
+        {"type": "string", "format": "go-duration", "examples": ["30s", "1h30m", "500ms"]},
+    ],
+    "description": "an RFC 3339 time, or a duration from now: seconds or a Go-style string",
+}
 """An RFC 3339 time that the service checks where it uses it (a 400 naming the parameter)."""
 
 

@@ -25,6 +25,8 @@ from app.consumers.schemas import (
     FetchRequest,
     FetchResult,
     NextRequest,
+    PauseRequest,
+    PauseState,
     UnpinRequest,
 )
 from app.consumers.service import ConsumerService, Guard
@@ -292,6 +294,35 @@ async def unpin_group(
     """Unpin a pinned_client group: the server pins the next client that pulls."""
     await consumers.unpin(stream, name, request.group)
     return Response(status_code=204)
+
+
+@router.post(
+    "/{consumer}/pause",
+    access=Need("admin", CONSUMER),
+    response_model=PauseState,
+    response_model_exclude_none=True,
+    response_class=JSON,
+    responses=problems(errors.NotFound),
+)
+async def pause_consumer(
+    stream: StreamName, name: ConsumerName, request: PauseRequest, consumers: ConsumersDep
+) -> Any:
+    """Pause a consumer until a time (RFC 3339) or for a duration: it delivers nothing
+    meanwhile (pulls wait), then resumes by itself. 400 for a time not in the future."""
+    return await consumers.pause(stream, name, request.until)
+
+
+@router.post(
+    "/{consumer}/resume",
+    access=Need("admin", CONSUMER),
+    response_model=PauseState,
+    response_model_exclude_none=True,
+    response_class=JSON,
+    responses=problems(errors.NotFound),
+)
+async def resume_consumer(stream: StreamName, name: ConsumerName, consumers: ConsumersDep) -> Any:
+    """End a consumer's pause now: it delivers again."""
+    return await consumers.resume(stream, name)
 
 
 async def _may_consume(

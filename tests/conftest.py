@@ -24,6 +24,7 @@ DOMAINS: dict[str, tuple[str, ...]] = {
     "publish": ("test_publish", "test_cluster_publish"),
     "direct": ("test_direct",),
     "consumers": ("test_consumers", "test_pull", "test_acks"),
+    "counters": ("test_counters",),
     "pipeline": ("test_pipeline", "test_stream_read", "test_streaming", "test_write"),
 }
 

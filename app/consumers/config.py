@@ -2,11 +2,18 @@
 
 from __future__ import annotations
 
+from datetime import datetime, timedelta
 from typing import Any
 
 from app import errors
 from app.consumers.schemas import ConsumerConfig
-from app.durations import nats_time, ns_to_seconds
+from app.durations import (
+    MAX_TIME,
+    nats_time,
+    ns_to_seconds,
+    parse_duration_ns,
+    parse_time,
+)
 from app.errors import ErrorCode
 from app.streams.service import durations_out
 
@@ -121,3 +128,44 @@ def _group_state(state: dict[str, Any]) -> dict[str, Any]:
     if pinned_ts:
         out["pinned_ts"] = pinned_ts
     return out
+
+
+def pause_until(until: str | int | float, now: datetime) -> datetime:
+    """When a pause given as an RFC 3339 time or a duration from ``now`` ends; 400
+    ``consumer.pause_invalid`` unless that is after ``now``."""
+    end: datetime | None = None
+    if isinstance(until, str):
+        try:
+            end = parse_time(until)
+        except ValueError:
+            end = None
+    if end is None:
+        try:
+            ns = parse_duration_ns(until)
+        except ValueError:
+            raise _pause_invalid(
+                f"until {str(until)[:40]!r} is neither an RFC 3339 time with its offset "
+                "(2030-01-01T00:00:00Z) nor a duration (seconds, or e.g. '30s', '1h30m')"
+            ) from None
+        try:
+            end = now + timedelta(microseconds=ns // 1000)
+        except OverflowError:
+            raise _pause_invalid(f"the pause would end after {MAX_TIME}") from None
+    if end <= now:
+        raise _pause_invalid("until is not in the future: resume with .../resume instead")
+    return end
+
+
+def _pause_invalid(detail: str) -> errors.GatewayError:
+    return errors.InvalidInput(ErrorCode.CONSUMER_PAUSE_INVALID, detail)
+
+
+def pause_state_out(response: dict[str, Any]) -> dict[str, Any]:
+    """A CONSUMER.PAUSE response: ``paused``, and while paused its end and what is left (s)."""
+    if not response.get("paused"):
+        return {"paused": False}
+    return {
+        "paused": True,
+        "pause_until": nats_time(response.get("pause_until")),
+        "pause_remaining": ns_to_seconds(response.get("pause_remaining") or 0),
+    }

@@ -8,6 +8,7 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    WithJsonSchema,
     model_validator,
 )
 
@@ -15,6 +16,7 @@ from app import validation
 from app.config import Settings
 from app.schemas import (
     MAX_GO_INT,
+    TIME_OR_DURATION_SCHEMA,
     Duration,
     Message,
     Strict,
@@ -310,3 +312,15 @@ class AckBatchResult(BaseModel):
 
 class UnpinRequest(Strict):
     group: GroupName
+
+
+class PauseRequest(Strict):
+    """Pause the consumer until a time, or for a duration: it delivers nothing meanwhile."""
+
+    until: Annotated[str | int | float, WithJsonSchema(TIME_OR_DURATION_SCHEMA)]
+
+
+class PauseState(BaseModel):
+    paused: bool
+    pause_until: str | None = Field(default=None, description="RFC 3339, while paused")
+    pause_remaining: float | None = Field(default=None, description="seconds, while paused")

@@ -24,6 +24,7 @@ from app.config import Settings
 from app.consumers import config as consumer_config
 from app.consumers import pull_options
 from app.consumers.schemas import AckItem, ConsumeQuery, ConsumerConfig, PullOptions
+from app.durations import time_for_nats
 from app.errors import ErrorCode
 from app.metrics import Metrics
 from app.nats import acks, features, pull
@@ -179,6 +180,24 @@ class ConsumerService:
         await self.js.call(
             "consumer.unpin", "CONSUMER", "UNPIN", stream, name, body={"group": group}
         )
+
+    async def pause(self, stream: str, name: str, until: str | int | float) -> dict[str, Any]:
+        """Pause the consumer until a time (or for a duration): it delivers nothing until
+        then, and pulls wait (``$JS.API.CONSUMER.PAUSE``, nats-server 2.11)."""
+        self.pool.require(features.CONSUMER_PAUSE)
+        end = consumer_config.pause_until(until, datetime.now(UTC))
+        return await self._pause(stream, name, {"pause_until": time_for_nats(end)})
+
+    async def resume(self, stream: str, name: str) -> dict[str, Any]:
+        """End a pause now (a consumer that is not paused stays as it is)."""
+        self.pool.require(features.CONSUMER_PAUSE)
+        return await self._pause(stream, name, {})
+
+    async def _pause(self, stream: str, name: str, body: dict[str, Any]) -> dict[str, Any]:
+        response = await self.js.call(
+            "consumer.pause", "CONSUMER", "PAUSE", stream, name, body=body, write=True
+        )
+        return consumer_config.pause_state_out(response)
 
     # -- fetch and next --------------------------------------------------------------------
 

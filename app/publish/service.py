@@ -316,6 +316,8 @@ class Publisher:
         out = {"stream": ack["stream"], "seq": ack["seq"], "duplicate": bool(ack.get("duplicate"))}
         if ack.get("domain"):
             out["domain"] = ack["domain"]
+        if "val" in ack:  # a counter's new value (ADR-49), answered to an increment
+            out["val"] = ack["val"]
         return out
 
     async def _why_no_responders(self, subject: str) -> errors.GatewayError:

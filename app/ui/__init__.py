@@ -32,6 +32,7 @@ def install(app: FastAPI) -> None:
     app.mount(_ASSETS, StaticFiles(directory=DOC_ASSETS), name="docs-assets")
     app.add_route("/docs", _swagger(app), include_in_schema=False)
     app.add_route("/", _to_console, include_in_schema=False)
+    app.add_route("/ui", _to_console, include_in_schema=False)  # (no slash redirects: app.main)
 
 
 Page = Callable[[Request], Awaitable[HTMLResponse]]

@@ -264,3 +264,39 @@ async def pin_of(url: str, stream: str) -> str:
     ) as http:
         info = (await http.get(f"/v1/streams/{stream}/consumers/workers")).json()
     return info["priority_groups"][0]["pinned_client_id"]
+
+
+@pytest.mark.server("2.12")
+async def test_counters_and_pausing(
+    base_url: str, page: Page, nc: nats.NATS, name: str, screenshots: Path
+) -> None:
+    """A counting stream shows its counters' values; a consumer is paused and resumed."""
+    low = name.lower()
+    async with httpx.AsyncClient(base_url=base_url) as http:
+        config = {"subjects": [f"{low}.>"], "allow_msg_counter": True, "allow_direct": True}
+        assert (await http.put(f"/v1/streams/{name}", json=config)).status_code == 201
+        for subject, increment in ((f"{low}.home", "40"), (f"{low}.home", 2), (f"{low}.big", BIG)):
+            sent = await http.post(f"/v1/counters/{name}/{subject}", json={"increment": increment})
+            assert sent.status_code == 200, sent.text
+        assert (await http.put(f"/v1/streams/{name}/consumers/audit", json={})).is_success
+
+    await page.goto(f"{base_url}/ui/#/streams/{name}")
+    await expect(page.locator(f'#counters tr[data-subject="{low}.home"]')).to_contain_text("42")
+    await expect(page.locator(f'#counters tr[data-subject="{low}.big"]')).to_contain_text(BIG)
+    await page.screenshot(path=screenshots / "console-counters.png", full_page=True)
+
+    await page.get_by_role("link", name="audit").click()
+    pause = page.locator("#pause")
+    await expect(pause).to_contain_text("Delivering")
+    await page.fill("input[name=until]", "2h")
+    await pause.get_by_role("button", name="Pause").click()
+    await expect(page.locator("#flash")).to_contain_text("Paused until")
+    await expect(pause).to_contain_text("Paused:")
+    info = await nc.jetstream().consumer_info(name, "audit")
+    assert info.config.pause_until is not None
+    await pause.get_by_role("button", name="Resume").click()
+    await expect(page.locator("#flash")).to_contain_text("Resumed")
+    await expect(pause).to_contain_text("Delivering")
+
+
+BIG = "98765432109876543210987654321"

@@ -51,6 +51,13 @@ positive_data_acceptance.expected-statuses = ["2xx", "3xx", "401", "403", "404",
 [[operations]]
 include-path = "/v1/streams/{stream}/consumers/{consumer}/ack"
 checks.positive_data_acceptance.expected-statuses = ["2xx", "400", "404", "409"]
+
+# A pause ends in the future: a schema can state a time's form, not that it is still to come
+# when the request arrives, nor that a Go duration is above zero; such a pause is refused with
+# 400 consumer.pause_invalid (before anything is sent).
+[[operations]]
+include-path = "/v1/streams/{stream}/consumers/{consumer}/pause"
+checks.positive_data_acceptance.expected-statuses = ["2xx", "400", "404", "409"]
 """
 )
 

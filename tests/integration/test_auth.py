@@ -225,3 +225,30 @@ async def test_a_bucket_made_through_the_gateway_is_writable_at_once(
         ok = await gw.post(f"/v1/publish/{subject}", content=b"2", headers=bearer(writer))
         assert ok.status_code == 200, ok.text
         assert ok.json()["stream"] == f"KV_{name}"
+
+
+@pytest.mark.server("2.12")
+async def test_counter_grants(nats_server: EmbeddedServer, auth_file: Path, name: str) -> None:
+    """Increments need write on the counter's subject, reads read on it; a multi read holds
+    only the counters the token may read."""
+    settings = gateway_settings(nats_server.url, auth_file=auth_file)
+    low = name.lower()
+    base = f"/v1/counters/{name}"
+    async with running_gateway(settings) as gw:
+        config = {"subjects": [f"{low}.>"], "allow_direct": True, "allow_msg_counter": True}
+        created = await gw.put(f"/v1/streams/{name}", json=config, headers=bearer(ADMIN))
+        assert created.status_code == 201, created.text
+        one = {"increment": 1}
+        ok = await gw.post(f"{base}/{low}.eu.hits", json=one, headers=bearer(APP))
+        assert ok.json()["value"] == "1", ok.text
+        for subject in (f"{low}.us.hits", f"{low}.eu.secret"):
+            problem(await gw.post(f"{base}/{subject}", json=one, headers=bearer(APP)), 403)
+            assert (await gw.post(f"{base}/{subject}", json=one, headers=bearer(ADMIN))).is_success
+            problem(await gw.get(f"{base}/{subject}", headers=bearer(APP)), 403)
+        assert (await gw.get(f"{base}/{low}.eu.hits", headers=bearer(APP))).json()["value"] == "1"
+
+        read = {"subjects": [f"{low}.>"]}
+        narrowed = await gw.post(f"{base}/read", json=read, headers=bearer(APP))
+        assert [c["subject"] for c in narrowed.json()["counters"]] == [f"{low}.eu.hits"]
+        every = await gw.post(f"{base}/read", json=read, headers=bearer(ADMIN))
+        assert len(every.json()["counters"]) == 3

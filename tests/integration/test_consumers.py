@@ -451,3 +451,53 @@ async def test_ack_for_a_deleted_consumer(gateway: httpx.AsyncClient, name: str)
     result = (await ack(gateway, name, [{"token": token}])).json()["results"][0]
     assert result["ok"] is False and result["error"]["code"] == "consumer.not_found"
     assert json.dumps(result)  # one result per ack, even when it failed
+
+
+# -- pause and resume ------------------------------------------------------------------------
+
+
+@pytest.mark.server("2.11")
+async def test_pause_holds_deliveries_until_resumed(
+    gateway: httpx.AsyncClient, nc: nats.NATS, name: str
+) -> None:
+    prefix = await setup(gateway, name)
+    await publish(gateway, prefix, 2)
+    base = f"/v1/streams/{name}/consumers/C"
+
+    paused = await gateway.post(f"{base}/pause", json={"until": "1h"})
+    assert paused.status_code == 200, paused.text
+    state = paused.json()
+    assert state["paused"] is True and 3590 < state["pause_remaining"] <= 3600
+    assert state["pause_until"].endswith("Z")
+    shown = await info(gateway, name)
+    assert shown["paused"] is True and shown["pause_remaining"] > 3590
+    assert shown["config"]["pause_until"] == state["pause_until"]
+    raw = orjson.loads((await nc.request(f"$JS.API.CONSUMER.INFO.{name}.C", b"")).data)
+    assert raw["paused"] is True
+    # While paused, a pull waits and gets nothing.
+    held = await fetch(gateway, name, max_messages=2, expires=1)
+    assert held.status_code == 200 and held.json()["messages"] == []
+
+    resumed = await gateway.post(f"{base}/resume")
+    assert resumed.json() == {"paused": False}
+    assert "paused" not in await info(gateway, name)
+    got = await fetch(gateway, name, max_messages=2, expires=2)
+    assert [m["seq"] for m in got.json()["messages"]] == [1, 2]
+
+    # An RFC 3339 time in the future pauses until then; one in the past, or no time, is a 400.
+    until = "2999-01-01T00:00:00Z"
+    at = await gateway.post(f"{base}/pause", json={"until": until})
+    assert at.json()["paused"] is True and at.json()["pause_until"].startswith("2999-01-01T00:00")
+    for bad in ("2000-01-01T00:00:00Z", "2030-01-01T00:00:00", "soon", "0s", 0, -5, "-1s"):
+        problem(await gateway.post(f"{base}/pause", json={"until": bad}), 400)
+    problem(await gateway.post(f"{base}/pause", json={"until": True}), 400, "request.invalid")
+    assert (await info(gateway, name))["config"]["pause_until"].startswith("2999-01-01")
+    problem(
+        await gateway.post(f"{base}/pause", json={"until": "0s"}), 400, "consumer.pause_invalid"
+    )
+    problem(
+        await gateway.post(f"/v1/streams/{name}/consumers/NOPE/pause", json={"until": 5}),
+        404,
+        "consumer.not_found",
+    )
+    problem(await gateway.post(f"/v1/streams/{name}/consumers/NOPE/resume"), 404)

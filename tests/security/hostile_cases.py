@@ -213,6 +213,9 @@ def _stream_endpoints(s: str) -> list[tuple[str, str, dict[str, Any]]]:
         ("GET", f"/v1/streams/{s}/consumers", {}),
         ("GET", f"/v1/streams/{s}/consumers/{CONSUMER}", {}),
         ("POST", f"/v1/streams/{s}/consumers/{CONSUMER}/fetch", {"body": {"no_wait": True}}),
+        ("POST", f"/v1/counters/{s}/{STREAM_SUBJECT}", {"body": {"increment": "1"}}),
+        ("GET", f"/v1/counters/{s}/{STREAM_SUBJECT}", {}),
+        ("POST", f"/v1/counters/{s}/read", {"body": {"subjects": ["host.>"]}}),
     ]
 
 
@@ -247,6 +250,8 @@ def _consumer_endpoints(c: str) -> list[tuple[str, str, dict[str, Any]]]:
         ("GET", f"{base}/consume", {"sse": True}),
         ("POST", f"{base}/ack", {"body": {"acks": [{"token": "x"}]}}),
         ("POST", f"{base}/unpin", {"body": {"group": GROUP}}),
+        ("POST", f"{base}/pause", {"body": {"until": "1s"}}),
+        ("POST", f"{base}/resume", {}),
     ]
 
 
@@ -305,6 +310,11 @@ def subject_cases() -> Iterator[Case]:
             "GET",
             f"/v1/streams/{STREAM}/direct?seq=1&next_by_subj={subject}",
         )
+        counter = f"/v1/counters/{STREAM}/{subject}"
+        yield _case(f"/counters/{{subject}} subject={label}", "GET", counter)
+        yield _case(
+            f"/counters/{{subject}} subject={label}", "POST", counter, body={"increment": 1}
+        )
         text = _decoded(subject)
         if text is not None:
             batch = {"messages": [{"subject": f"{STREAM_SUBJECT}"}, {"subject": text}]}
@@ -321,6 +331,8 @@ def subject_cases() -> Iterator[Case]:
             )
             multi = f"/v1/streams/{STREAM}/direct/multi"
             yield _case(f"/direct/multi subjects={label}", "POST", multi, body={"subjects": [text]})
+            read = f"/v1/counters/{STREAM}/read"
+            yield _case(f"/counters/read subjects={label}", "POST", read, body={"subjects": [text]})
     for label, key_filter in KEY_FILTER_VARIANTS:
         yield _case(f"/keys filter={label}", "GET", f"/v1/kv/{BUCKET}/keys?filter={key_filter}")
         yield _case(
@@ -795,6 +807,50 @@ _BODIES: dict[tuple[str, str], list[tuple[str, Any]]] = {
         ("unknown field", {"filter": "host.>", "bogus": 1}),
         ("array", []),
         ("string", "all"),
+    ],
+    # HOST does not count: every one of these is refused before anything is sent.
+    ("POST", f"/v1/counters/{STREAM}/{STREAM_SUBJECT}"): [
+        ("increment word", {"increment": "abc"}),
+        ("increment fraction", {"increment": 1.5}),
+        ("increment fraction string", {"increment": "1.5"}),
+        ("increment sign only", {"increment": "+"}),
+        ("increment exponent", {"increment": "1e3"}),
+        ("increment 101 digits", {"increment": "9" * 101}),
+        ("increment 5000 digits", {"increment": "9" * 5000}),
+        ("increment true", {"increment": True}),
+        ("increment null", {"increment": None}),
+        ("increment list", {"increment": ["1"]}),
+        ("increment lf", {"increment": "1\n"}),
+        ("increment crlf", {"increment": "1\r\nNats-Msg-Id: x"}),
+        ("increment fullwidth", {"increment": "\uff15"}),
+        ("increment missing", {}),
+        ("unknown field", {"increment": "1", "bogus": 1}),
+        ("array", ["1"]),
+        ("string", "1"),
+        ("null", None),
+    ],
+    ("POST", f"/v1/counters/{STREAM}/read"): [
+        ("subjects string", {"subjects": "host.>"}),
+        ("subjects empty", {"subjects": []}),
+        ("subjects int", {"subjects": [1]}),
+        ("up_to_seq 0", {"subjects": ["host.>"], "up_to_seq": 0}),
+        ("up_to_seq 2^70", {"subjects": ["host.>"], "up_to_seq": 2**70}),
+        ("up_to_time", {"subjects": ["host.>"], "up_to_time": "2030-01-01T00:00:00Z"}),
+        ("null", None),
+    ],
+    ("POST", f"/v1/streams/{STREAM}/consumers/{CONSUMER}/pause"): [
+        ("until past", {"until": "2000-01-01T00:00:00Z"}),
+        ("until naive", {"until": "2030-01-01T00:00:00"}),
+        ("until year 10000", {"until": "9999-12-31T23:59:59-01:00"}),
+        ("until word", {"until": "soon"}),
+        ("until zero", {"until": 0}),
+        ("until 0s", {"until": "0s"}),
+        ("until negative", {"until": -5}),
+        ("until 300 years", {"until": "2628000h"}),
+        ("until true", {"until": True}),
+        ("until missing", {}),
+        ("until list", {"until": ["1s"]}),
+        ("null", None),
     ],
     ("POST", f"/v1/streams/{STREAM}/direct/multi"): [
         ("subjects string", {"subjects": "host.>"}),

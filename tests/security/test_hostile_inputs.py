@@ -450,6 +450,11 @@ _DENIED: list[tuple[str, str, Any]] = [
     ("GET", f"/v1/streams/{hc.STREAM}/messages/{{seq}}", NOTHING),
     ("GET", f"/v1/streams/{hc.STREAM}/direct?seq={{seq}}", NOTHING),
     ("GET", f"/v1/streams/{hc.STREAM}/direct?seq={{seq}}&batch=10", NOTHING),
+    ("GET", f"/v1/counters/{hc.STREAM}/{{subject}}", NOTHING),
+    ("POST", f"/v1/counters/{hc.STREAM}/{{subject}}", {"increment": 1}),
+    ("POST", "/v1/counters/{stream}/read", {"subjects": [">"]}),
+    ("POST", f"/v1/streams/{hc.STREAM}/consumers/{{consumer}}/pause", {"until": "1s"}),
+    ("POST", f"/v1/streams/{hc.STREAM}/consumers/{{consumer}}/resume", NOTHING),
 ]
 
 

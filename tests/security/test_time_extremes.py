@@ -116,6 +116,7 @@ def _publish_batch_ttl(client: httpx.Client, value: str, world: World) -> httpx.
 
 
 _STREAM_PATH = "/v1/streams/{name}"
+_PAUSED = f"/v1/streams/{STREAM}/consumers/PAUSED/pause"
 _CONSUMER_PATH = f"/v1/streams/{STREAM}/consumers/{{name}}"
 _SUBJECTS = '"subjects": ["x.{name}.>"], "storage": "memory"'
 TIME = "time"
@@ -127,6 +128,9 @@ INPUTS: dict[tuple[str, str], Sender] = {
         _CONSUMER_PATH, '{"deliver_policy": "by_start_time", "opt_start_time": @}'
     ),
     ("ConsumerConfig.pause_until", TIME): _put_then_delete(_CONSUMER_PATH, '{"pause_until": @}'),
+    # A pause's end: an RFC 3339 time or a duration (of a consumer only these pause).
+    ("PauseRequest.until", TIME): _post(_PAUSED, '{"until": @}'),
+    ("PauseRequest.until", DURATION): _post(_PAUSED, '{"until": @}'),
     ("StreamSource.opt_start_time", TIME): _put_then_delete(
         _STREAM_PATH, '{"storage": "memory", "sources": [{"name": "EXT", "opt_start_time": @}]}'
     ),
@@ -272,6 +276,7 @@ def _populate(client: httpx.Client) -> str:
     for i in range(3):
         _ok(client.post(f"/v1/publish/ext.{i}", content=b"x"))
     _ok(client.put(f"/v1/streams/{STREAM}/consumers/{CONSUMER}", json={"ack_wait": "10m"}))
+    _ok(client.put(f"/v1/streams/{STREAM}/consumers/PAUSED", json={}))
     _ok(client.put(f"/v1/kv/{BUCKET}", json={"limit_marker_ttl": 5}))
     _ok(client.put(f"/v1/kv/{BUCKET}/keys/a", content=b"v"))
     fetched = _ok(

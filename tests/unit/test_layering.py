@@ -86,6 +86,7 @@ def test_routers_reach_nats_through_the_services_only() -> None:
 BUILDS_ON: dict[str, set[str]] = {
     "kv": {"streams", "publish", "direct"},
     "consumers": {"streams"},
+    "counters": {"streams", "publish", "direct"},
     "streams": set(),
     "publish": set(),
     "direct": set(),

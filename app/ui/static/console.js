@@ -582,6 +582,19 @@ async function streamView(stream) {
     }
   }
 
+  // A counting stream (ADR-49): every subject's value at one point in time.
+  const counters = config.allow_msg_counter ? h("div", { id: "counters" }) : null;
+  async function loadCounters() {
+    try {
+      const read = await api("POST", `v1/counters/${seg(stream)}/read`, { json: { subjects: [">"] } });
+      counters.replaceChildren(h("p.muted", {}, `as of seq ${read.up_to_seq}`),
+        table(["subject", "value", "seq"], read.counters.map((c) => h("tr", { dataset: { subject: c.subject } },
+          h("td.mono", {}, c.subject), h("td.num.mono", {}, c.value), h("td.num", {}, c.seq))), "No counters yet."));
+    } catch (err) {
+      counters.replaceChildren(problemBox(err));
+    }
+  }
+
   count.addEventListener("change", loadMessages);
   view.replaceChildren(
     card(`Stream ${stream}`,
@@ -591,9 +604,11 @@ async function streamView(stream) {
         stat("replicas", config.num_replicas), stat("direct get", config.allow_direct ? "yes" : "no"))),
     card("Last messages", h("div.row", {}, h("label", {}, "show the last ", count, " messages"),
       h("button.quiet", { type: "button", onclick: loadMessages }, "Refresh")), messages),
+    counters ? card("Counters", h("div.row", {},
+      h("button.quiet", { type: "button", onclick: loadCounters }, "Refresh")), counters) : null,
     card("Consumers", h("div.row", {}, h("button.quiet", { type: "button", onclick: loadConsumers }, "Refresh")),
       consumers));
-  await Promise.all([loadMessages(), loadConsumers()]);
+  await Promise.all([loadMessages(), loadConsumers(), counters ? loadCounters() : null]);
 }
 
 function pins(consumer) {
@@ -624,12 +639,30 @@ async function consumerView(stream, name) {
         },
       }, "Unpin") : null));
   });
+  // Pause until a time or for a duration ("1h", "30m", seconds); resume at once.
+  const until = h("input", { name: "until", value: "1h", size: 24, "aria-label": "pause for or until" });
+  async function pauseOrResume(action, body) {
+    try {
+      const res = await api("POST", `${base}/${action}`, body ? { json: body } : {});
+      flash(res.paused ? `Paused until ${when(res.pause_until)}.` : "Resumed: it delivers again.", "ok");
+      render();
+    } catch (err) { flash(describe(err)); }
+  }
+  const pausing = h("div.row", { id: "pause" },
+    c.paused
+      ? h("span", {}, "Paused: ", h("strong", {}, seconds(Math.round(c.pause_remaining))), " left (until ",
+        when(c.config.pause_until), ") ")
+      : h("span.muted", {}, "Delivering. "),
+    h("label", {}, "pause for or until ", until),
+    h("button.quiet", { type: "button", onclick: () => pauseOrResume("pause", { until: until.value.trim() }) }, "Pause"),
+    h("button.quiet", { type: "button", disabled: !c.paused, onclick: () => pauseOrResume("resume") }, "Resume"));
   view.replaceChildren(
     card(`Consumer ${name} on ${stream}`,
       h("div.stats", {}, stat("pending", c.num_pending), stat("ack pending", c.num_ack_pending),
         stat("waiting pulls", c.num_waiting), stat("redelivered", c.num_redelivered),
         stat("delivered (stream seq)", c.delivered.stream_seq), stat("ack floor (stream seq)", c.ack_floor.stream_seq),
-        stat("policy", c.config.priority_policy || "none")),
+        stat("policy", c.config.priority_policy || "none"), stat("paused", c.paused ? "yes" : "no")),
+      pausing,
       h("div.row", {}, h("button.quiet", { type: "button", onclick: () => render() }, "Refresh"))),
     card("Priority groups", table(["group", "pinned client", "pinned since", ""], groups, "No priority groups.")),
     card("Configuration", h("pre.value", {}, JSON.stringify(c.config, null, 2))));

@@ -1,0 +1,161 @@
+"""Counters (ADR-49) over the shared kit: an increment is a publish with a ``Nats-Incr``
+header and no payload, answered by a PubAck that carries the new value (``val``); a value is
+the last message on the subject, ``{"val": "<decimal>"}``, read by Direct Get (the stream
+leader's ``STREAM.MSG.GET`` when the stream has no Direct Get), many at one point in time by
+the multi reads of :class:`app.direct.service.DirectService`.
+
+Values stay decimal strings from end to end: the server keeps them as big integers, and a
+float (or a 64-bit integer) would round them.
+
+An increment is never sent twice: it is not idempotent (``Nats-Msg-Id`` is not allowed with
+it), so a timeout is ``nats.outcome_unknown`` and the client reads the counter to learn.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+
+from app import errors, validation
+from app.direct.service import DirectService
+from app.errors import ErrorCode
+from app.nats import features
+from app.nats.direct import DirectGet, StoredMessage
+from app.nats.jsapi import JetStreamApi
+from app.publish.service import Outgoing, Publisher
+from app.streams.service import StreamService
+
+INCREMENT_HEADER = "Nats-Incr"
+SOURCES_HEADER = "Nats-Counter-Sources"
+
+
+class CounterService:
+    def __init__(
+        self,
+        js: JetStreamApi,
+        direct: DirectGet,
+        reads: DirectService,
+        streams: StreamService,
+        publisher: Publisher,
+    ) -> None:
+        self.js = js
+        self.pool = js.pool
+        self.direct = direct
+        self.reads = reads
+        self.streams = streams
+        self.publisher = publisher
+
+    async def increment(self, stream: str, subject: str, increment: str) -> dict[str, Any]:
+        """Add ``increment`` (as :func:`app.counters.schemas.increment_text` made it) to the
+        counter ``subject`` of ``stream``; the new value comes back with its sequence."""
+        self.pool.require(features.COUNTERS)
+        subject = validation.publish_subject(subject)
+        await self._captured(stream, subject)
+        message = Outgoing(subject, b"", {INCREMENT_HEADER: increment})
+        ack = await self.publisher.publish(message, operation="counter")
+        value = ack.get("val")
+        if not isinstance(value, str):
+            raise errors.UpstreamError(
+                ErrorCode.JETSTREAM_BAD_RESPONSE, "the PubAck of an increment had no value"
+            )
+        return {"stream": ack["stream"], "subject": subject, "seq": ack["seq"], "value": value}
+
+    async def _captured(self, stream: str, subject: str) -> None:
+        """Refuse (before sending) a subject that ``stream`` does not store: the increment
+        would go to whichever stream does (``Nats-Expected-Stream`` cannot go with it)."""
+        captured = await self.streams.capturing(subject)
+        if captured == stream:
+            return
+        await self.js.call("stream.info", "STREAM", "INFO", stream)  # 404 when it is not there
+        where = f"stream {captured!r} stores it" if captured else "no stream stores it"
+        raise errors.for_code(
+            ErrorCode.COUNTER_WRONG_STREAM,
+            f"stream {stream!r} does not capture subject {subject!r} ({where}): not sent",
+        )
+
+    async def get(self, stream: str, subject: str) -> dict[str, Any]:
+        """The counter's value, from the last message on its subject."""
+        self.pool.require(features.COUNTERS)
+        subject = validation.subject(subject)
+        try:
+            try:
+                message = await self.direct.last_for(stream, subject)
+            except errors.DirectNotAllowed:
+                result = await self.js.call(
+                    "stream.msg_get", "STREAM", "MSG", "GET", stream, body={"last_by_subj": subject}
+                )
+                message = StoredMessage.from_msg_get(stream, result.get("message") or {})
+        except errors.MessageNotFound:
+            raise errors.for_code(
+                ErrorCode.COUNTER_NOT_FOUND, f"counter {subject!r} was never incremented"
+            ) from None
+        out: dict[str, Any] = {
+            "stream": stream,
+            "subject": message.subject,
+            "seq": message.seq,
+            "value": await self._value(stream, message),
+        }
+        sources = _sources(message)
+        if sources is not None:
+            out["sources"] = sources
+        return out
+
+    async def read(
+        self, stream: str, subjects: list[str], up_to_seq: int | None
+    ) -> tuple[int, list[dict[str, Any]]]:
+        """Every counter matching ``subjects`` as of one sequence (the stream's last when
+        ``up_to_seq`` is not given): (that sequence, the counters in sequence order)."""
+        self.pool.require(features.COUNTERS)
+        pinned, messages = await self.reads.multi(
+            stream, subjects, up_to_seq=up_to_seq, up_to_time=None, page_size=None
+        )
+        counters = [
+            {"subject": m.subject, "seq": m.seq, "value": await self._value(stream, m)}
+            for m in messages
+        ]
+        return pinned, counters
+
+    async def _value(self, stream: str, message: StoredMessage) -> str:
+        value = counter_value(message.data)
+        if value is not None:
+            return value
+        # Not a counter's message: a stream that does not count, or a broken value.
+        info = await self.js.call("stream.info", "STREAM", "INFO", stream)
+        if not (info.get("config") or {}).get("allow_msg_counter"):
+            raise errors.for_code(
+                ErrorCode.COUNTER_NOT_ALLOWED,
+                f"stream {stream!r} does not count (allow_msg_counter is false)",
+            )
+        raise errors.for_code(
+            ErrorCode.COUNTER_BROKEN,
+            f"the last message on {message.subject!r} (seq {message.seq}) is not a counter value",
+        )
+
+
+def counter_value(data: bytes) -> str | None:
+    """The decimal value of a counter's message ``{"val": "<decimal>"}``; None otherwise."""
+    try:
+        document = orjson.loads(data)
+    except orjson.JSONDecodeError:
+        return None
+    value = document.get("val") if isinstance(document, dict) else None
+    if not isinstance(value, str) or not value.lstrip("-").isdigit() or not value.isascii():
+        return None
+    return value
+
+
+def _sources(message: StoredMessage) -> dict[str, dict[str, str]] | None:
+    values = message.headers.get(SOURCES_HEADER)
+    if not values:
+        return None
+    try:
+        sources = orjson.loads(values[-1])
+    except orjson.JSONDecodeError:
+        return None
+    if not isinstance(sources, dict) or not all(
+        isinstance(v, dict) and all(isinstance(x, str) for x in v.values())
+        for v in sources.values()
+    ):
+        return None
+    return sources
