@@ -75,7 +75,8 @@ def _http_safe(text: str) -> bool:
     responses={200: _RAW_DOC, **_READ_ERRORS, **arrow.RESPONSES},
     response_class=Response,
     openapi_extra=rules(
-        any_of("seq", "last_by_subj", "next_by_subj", "start_time"),
+        # A batch read without a start begins at seq 1; a single read needs one.
+        any_of("seq", "last_by_subj", "next_by_subj", "start_time", "batch", "max_bytes"),
         when("last_by_subj", forbids=("seq", "next_by_subj", "start_time", "batch", "max_bytes")),
         exclusive("seq", "start_time"),
         when("consistency", equals="leader", forbids=("batch", "max_bytes")),
@@ -116,6 +117,9 @@ async def direct_get(
     consistency: Annotated[Literal["direct", "leader"], Query()] = "direct",
 ) -> Response:
     """Read one message (by seq, subject or time), or a batch of messages as NDJSON.
+
+    A batch read (`batch` or `max_bytes`) starts at `seq`, `next_by_subj` or `start_time`,
+    else at the stream's first message.
 
     `consistency=leader` reads a single message from the stream leader
     (`$JS.API.STREAM.MSG.GET`) for read-after-write; Direct Get may be answered by a replica
