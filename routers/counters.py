@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 from fastapi import Path, Request
+from starlette.responses import Response
 
 from app import errors, validation
 from app.auth.access import STREAM, STREAM_SUBJECT, Need
@@ -18,6 +19,11 @@ from app.routing import Router
 
 router = Router(prefix="/v1/counters", tags=["counters"])
 
+# Plain path text, validated by the service (validation.stream_name), so that the increment
+# and the read of one counter take the lean path (app.fastpath) as publish does.
+Stream = Annotated[
+    str, Path(description="Stream name", json_schema_extra=validation.SCHEMAS["stream"])
+]
 Subject = Annotated[
     str,
     Path(
@@ -73,6 +79,7 @@ async def read_counters(
 @router.post(
     "/{stream}/{subject:counter}",
     access=Need("write", STREAM_SUBJECT),
+    lean=True,
     response_model=Incremented,
     response_class=JSON,
     responses=problems(errors.NotFound, errors.Conflict, errors.PayloadTooLarge),
@@ -84,25 +91,26 @@ async def read_counters(
     },
 )
 async def increment_counter(
-    name: StreamName, subject: Subject, request: Request, counters: CountersDep
-) -> Any:
+    stream: Stream, subject: Subject, request: Request, counters: CountersDep
+) -> Response:
     """Add to a counter (negative subtracts); answers its new value after the PubAck.
 
     The stream needs `allow_msg_counter` (409 `counter.not_allowed`). An increment is not
     idempotent: on 504 `nats.outcome_unknown` read the counter before sending it again.
     """
     body = await read_body(request, schemas.MAX_INCREMENT_BODY, _body_too_large)
-    return JSON(await counters.increment(name, subject, schemas.parse_increment(body)))
+    return JSON(await counters.increment(stream, subject, schemas.parse_increment(body)))
 
 
 @router.get(
     "/{stream}/{subject:counter}",
     access=Need("read", STREAM_SUBJECT),
+    lean=True,
     response_model=CounterValue,
     response_model_exclude_none=True,
     response_class=JSON,
     responses=_READ_ERRORS,
 )
-async def get_counter(name: StreamName, subject: Subject, counters: CountersDep) -> Any:
+async def get_counter(stream: Stream, subject: Subject, counters: CountersDep) -> Response:
     """A counter's value: the last message on its subject (404 when never incremented)."""
-    return JSON(await counters.get(name, subject))
+    return JSON(await counters.get(stream, subject))

@@ -49,6 +49,7 @@ class CounterService:
     async def increment(self, stream: str, subject: str, increment: str) -> dict[str, Any]:
         """Add ``increment`` (as :func:`app.counters.schemas.increment_text` made it) to the
         counter ``subject`` of ``stream``; the new value comes back with its sequence."""
+        validation.stream_name(stream)
         self.pool.require(features.COUNTERS)
         subject = validation.publish_subject(subject)
         await self._captured(stream, subject)
@@ -76,6 +77,7 @@ class CounterService:
 
     async def get(self, stream: str, subject: str) -> dict[str, Any]:
         """The counter's value, from the last message on its subject."""
+        validation.stream_name(stream)
         self.pool.require(features.COUNTERS)
         subject = validation.subject(subject)
         try:

@@ -202,6 +202,28 @@ async def test_both_paths_write_alike(
     assert info.state.messages == 4  # 2 stored each way (the second "one" is a duplicate)
 
 
+@pytest.mark.server("2.12")
+async def test_counters_answer_alike(
+    gateway: httpx.AsyncClient, nc, name: str, lean_calls: list[str]
+) -> None:
+    await nc.jetstream().add_stream(name=name, subjects=[f"{name}.>"], allow_msg_counter=True)
+    bodies = (b'{"increment": "5"}', b'{"increment": -2}', b'{"increment": "1.5"}', b"{")
+    for body in bodies:
+        fast = await gateway.post(f"/v1/counters/{name}/{name}.fast", content=body)
+        slow = await gateway.post(f"/v1/counters/{name}/{name}.slow", content=body, params=IGNORED)
+        alike(fast, slow, differ=("seq", "subject"))
+    for path in (f"{name}/{name}.fast", f"{name}/{name}.none", f"{name}/{name}.*", f"b.b/{name}.a"):
+        fast = await gateway.get(f"/v1/counters/{path}")
+        slow = await gateway.get(f"/v1/counters/{path}", params=IGNORED)
+        alike(fast, slow, differ=("seq",))
+    for path in (f"{name}/nowhere.x", f"{name}/{name}.*", f"b.b/{name}.a"):
+        fast = await gateway.post(f"/v1/counters/{path}", content=bodies[0])
+        slow = await gateway.post(f"/v1/counters/{path}", content=bodies[0], params=IGNORED)
+        same(fast, slow)
+    assert lean_calls.count("POST") == 7 and lean_calls.count("GET") == 4
+    assert (await gateway.get(f"/v1/counters/{name}/{name}.fast")).json()["value"] == "3"
+
+
 async def test_a_client_gone_mid_body_publishes_nothing_and_logs_no_error(
     nats_server: EmbeddedServer, nc, name: str, caplog: pytest.LogCaptureFixture
 ) -> None:
