@@ -179,6 +179,9 @@ INPUTS: dict[tuple[str, str], Sender] = {
         (f"KVConfig.{field}", DURATION): _put_then_delete("/v1/kv/{name}", f'{{"{field}": @}}')
         for field in ("ttl", "limit_marker_ttl")
     },
+    ("KVMirrorConfig.ttl", DURATION): _put_then_delete(
+        f"/v1/kv/{BUCKET}/mirrors/{{name}}", '{"ttl": @}'
+    ),
     **{
         (f"{model}.{field}", DURATION): _post(
             f"/v1/streams/{STREAM}/consumers/{CONSUMER}/{path}",
