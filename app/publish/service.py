@@ -354,7 +354,7 @@ class Publisher:
         if any(schedules.SCHEDULE in m.headers for m in messages):
             self.pool.require(features.SCHEDULES)
         batch_id = atomic.new_batch_id()
-        framed = atomic.framed(messages, batch_id)
+        framed = atomic.framed(messages, batch_id, self.pool.max_payload)
         try:
             replies = await self.pool.request_batch(framed, operation="publish_atomic")
         except errors.OutcomeUnknown as exc:
