@@ -374,7 +374,10 @@ class Publisher:
         """The commit's PubAck, else the first refusal of any message (the commit itself
         says only "incomplete" when an earlier message was refused on its way)."""
         commit = replies[-1]
-        assert commit is not None
+        if commit is None:  # (request_batch raises when the commit's reply does not come)
+            raise errors.UpstreamError(
+                ErrorCode.JETSTREAM_BAD_RESPONSE, "no reply to the commit of the atomic batch"
+            )
         if commit.status == 503 and not commit.data:
             raise await self._why_no_responders(messages[-1].subject)
         refusal: errors.GatewayError | None = None
