@@ -191,9 +191,11 @@ async def publish_batch(
     if not atomic:
         messages = await _may_publish(principal, streams, messages, limit)
         return {"results": await publisher.publish_batch(messages)}
+    # Access first: what the batch's subjects resolve to (stream names, subjects no stream
+    # captures) is told only to a token that may write them all.
+    messages = await _may_publish(principal, streams, messages, limit)
     publish_atomic.check_rules(messages)
     await publish_atomic.stream_of(streams.capturing_all, messages)
-    messages = await _may_publish(principal, streams, messages, limit)
     return await publisher.publish_atomic(messages)
 
 

@@ -150,6 +150,24 @@ async def test_grants_cover_targets_sources_and_batches(
         atomic = "/v1/publish?atomic=true"
         outside = {"messages": [{"subject": f"{low}.eu.a"}, {"subject": f"{low}.other"}]}
         problem(await gw.post(atomic, json=outside, headers=bearer(APP)), 403, "auth.forbidden")
+        # Access is decided before the subjects are resolved: a subject of another stream,
+        # or of none, is a 403 that names no stream (not publish.batch_streams naming it, or
+        # stream.no_match), and comes before the batch's header rules.
+        other = f"{name}X"
+        made = await gw.put(
+            f"/v1/streams/{other}", json={"subjects": [f"{low}x.>"]}, headers=bearer(ADMIN)
+        )
+        assert made.status_code == 201, made.text
+        for subject in (f"{low}x.a", f"{name}nowhere.a"):
+            body = {
+                "messages": [
+                    {"subject": f"{low}.eu.a", "msg_id": "twice"},
+                    {"subject": subject, "msg_id": "twice"},
+                ]
+            }
+            refused = problem(await gw.post(atomic, json=body, headers=bearer(APP)), 403)
+            assert refused["code"] == "auth.forbidden"
+            assert other not in refused["detail"] and "stream" not in refused["detail"]
         inside = {
             "messages": [{"subject": f"{low}.eu.a", "msg_id": "a1"}, {"subject": f"{low}.us.a"}]
         }
