@@ -149,10 +149,11 @@ def _ttl(value: str) -> str:
 
 def outgoing(subject: str, data: bytes, headers: dict[str, str], max_payload: int) -> Outgoing:
     subject = validation.publish_subject(subject)
-    return _fitting(Outgoing(subject, data, schedules.checked(subject, headers)), max_payload)
+    return fitting(Outgoing(subject, data, schedules.checked(subject, headers)), max_payload)
 
 
-def _fitting(message: Outgoing, max_payload: int) -> Outgoing:
+def fitting(message: Outgoing, max_payload: int) -> Outgoing:
+    """``message`` (its subject and headers checked before), if it fits ``max_payload``."""
     if message.size > max_payload:
         raise errors.PayloadTooLarge(
             ErrorCode.MESSAGE_TOO_LARGE,
@@ -223,7 +224,7 @@ def for_writer(message: Outgoing, principal: Principal, stream: str, max_payload
             name: scope + value if name in _SCOPED_IDS else value for name, value in headers.items()
         }
         if headers != message.headers:
-            return _fitting(replace(message, headers=headers, confined=not whole_read), max_payload)
+            return fitting(replace(message, headers=headers, confined=not whole_read), max_payload)
     return replace(message, headers=headers, confined=not whole_read)
 
 

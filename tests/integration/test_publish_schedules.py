@@ -13,6 +13,7 @@ import httpx
 import pytest
 
 from app.nats.embedded import EmbeddedServer
+from app.publish import schedules
 from tests.helpers import gateway_settings, problem, running_gateway
 from tests.integration.test_auth import ADMIN, APP, POLICY, bearer
 from tests.integration.test_streams import make_stream
@@ -48,7 +49,9 @@ async def test_delayed_message(gateway: httpx.AsyncClient, name: str) -> None:
     assert message["headers"]["Nats-Schedule-Next"] == ["purge"]
 
 
-async def test_schedules_checked(gateway: httpx.AsyncClient, name: str) -> None:
+async def test_schedules_checked(
+    gateway: httpx.AsyncClient, name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     await make_stream(gateway, name, allow_msg_schedules=True)
     base = name.lower()
     subject, target = f"{base}.sched", f"{base}.target"
@@ -97,6 +100,20 @@ async def test_schedules_checked(gateway: httpx.AsyncClient, name: str) -> None:
             headers["Nats-Schedule-Time-Zone"] = "Europe/Amsterdam"
         response = await gateway.post(f"/v1/publish/{subject}", content=b"x", headers=headers)
         assert response.status_code == 200, (schedule, response.text)
+    # The headers are checked once per publish (the access checks use that result).
+    checks: list[str] = []
+    checked = schedules.checked
+
+    def counted(subject: str, headers: dict[str, str]) -> dict[str, str]:
+        checks.append(subject)
+        return checked(subject, headers)
+
+    monkeypatch.setattr(schedules, "checked", counted)
+    headers = {"Nats-Schedule": later, "Nats-Schedule-Target": target}
+    response = await gateway.post(f"/v1/publish/{subject}", content=b"x", headers=headers)
+    assert response.status_code == 200, response.text
+    assert checks == [subject]
+    monkeypatch.undo()
 
     # The same headers in a batch's items; a stream without the flag refuses them.
     plain = f"{name}P"
