@@ -13,6 +13,7 @@ it), so a timeout is ``nats.outcome_unknown`` and the client reads the counter t
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import orjson
@@ -69,7 +70,8 @@ class CounterService:
         if captured == stream:
             return
         await self.js.call("stream.info", "STREAM", "INFO", stream)  # 404 when it is not there
-        where = f"stream {captured!r} stores it" if captured else "no stream stores it"
+        # (not which stream: the token may not know of it)
+        where = "another stream stores it" if captured else "no stream stores it"
         raise errors.for_code(
             ErrorCode.COUNTER_WRONG_STREAM,
             f"stream {stream!r} does not capture subject {subject!r} ({where}): not sent",
@@ -104,14 +106,22 @@ class CounterService:
         return out
 
     async def read(
-        self, stream: str, subjects: list[str], up_to_seq: int | None
+        self,
+        stream: str,
+        subjects: list[str],
+        up_to_seq: int | None,
+        visible: Callable[[str], bool] | None = None,
     ) -> tuple[int, list[dict[str, Any]]]:
         """Every counter matching ``subjects`` as of one sequence (the stream's last when
-        ``up_to_seq`` is not given): (that sequence, the counters in sequence order)."""
+        ``up_to_seq`` is not given): (that sequence, the counters in sequence order).
+        ``visible``: whether the reader may see a subject; the others are left out before
+        anything is made of them (their values are neither converted nor named)."""
         self.pool.require(features.COUNTERS)
         pinned, messages = await self.reads.multi(
             stream, subjects, up_to_seq=up_to_seq, up_to_time=None, page_size=None
         )
+        if visible is not None:
+            messages = [m for m in messages if visible(m.subject)]
         counters = [
             {"subject": m.subject, "seq": m.seq, "value": await self._value(stream, m)}
             for m in messages

@@ -87,6 +87,14 @@ async def test_increments_and_reads(gateway: httpx.AsyncClient, nc: nats.NATS, n
         409,
         "counter.wrong_stream",
     )
+    # ... nor is one another stream captures, which is not named (the token may not know it).
+    await make_stream(gateway, f"{name}X", allow_msg_counter=True)
+    body = problem(
+        await gateway.post(f"{base}/{low}x.a", json={"increment": 1}),
+        409,
+        "counter.wrong_stream",
+    )
+    assert f"{name}X" not in body["detail"] and "another stream stores it" in body["detail"]
     problem(
         await gateway.post("/v1/counters/NO_SUCH/x.y", json={"increment": 1}),
         404,
