@@ -154,7 +154,9 @@ async def test_request_batch_goes_out_whole_even_if_its_caller_is_cancelled(
     assert lean.replies._pending == {}
 
 
-async def test_request_batch_refuses_a_message_over_max_payload(lean: LeanClient, echo: str) -> None:
+async def test_request_batch_refuses_a_message_over_max_payload(
+    lean: LeanClient, echo: str
+) -> None:
     """Headers and payload together over max_payload: nothing queued (the server would
     close the connection), the connection stays up for the next request."""
     sent_before = lean.stats["out_msgs"]
