@@ -23,6 +23,7 @@ from app.direct.service import DirectService
 from app.errors import ErrorCode
 from app.nats import features
 from app.nats.direct import DirectGet, StoredMessage
+from app.nats.floors import RevisionFloors
 from app.nats.jsapi import JetStreamApi
 from app.publish.service import Outgoing, Publisher
 from app.streams.service import StreamService
@@ -46,6 +47,7 @@ class CounterService:
         self.reads = reads
         self.streams = streams
         self.publisher = publisher
+        self.floors = RevisionFloors()  # see get() and app.nats.floors
 
     async def increment(self, stream: str, subject: str, increment: str) -> dict[str, Any]:
         """Add ``increment`` (as :func:`app.counters.schemas.increment_text` made it) to the
@@ -61,6 +63,7 @@ class CounterService:
             raise errors.UpstreamError(
                 ErrorCode.JETSTREAM_BAD_RESPONSE, "the PubAck of an increment had no value"
             )
+        self.floors.advance(floor_key(stream, subject), ack["seq"])  # read-your-writes
         return {"stream": ack["stream"], "subject": subject, "seq": ack["seq"], "value": value}
 
     async def _captured(self, stream: str, subject: str) -> None:
@@ -78,22 +81,26 @@ class CounterService:
         )
 
     async def get(self, stream: str, subject: str) -> dict[str, Any]:
-        """The counter's value, from the last message on its subject."""
+        """The counter's value, from the last message on its subject; never older than what
+        this process answered or incremented it to (:mod:`app.nats.floors`)."""
         validation.stream_name(stream)
         self.pool.require(features.COUNTERS)
         subject = validation.subject(subject)
-        try:
-            try:
-                message = await self.direct.last_for(stream, subject)
-            except errors.DirectNotAllowed:
-                result = await self.js.call(
-                    "stream.msg_get", "STREAM", "MSG", "GET", stream, body={"last_by_subj": subject}
-                )
-                message = StoredMessage.from_msg_get(stream, result.get("message") or {})
-        except errors.MessageNotFound:
+        key = floor_key(stream, subject)
+        floor = self.floors.revisions.get(key, 0)
+        message = await self._last(stream, subject)
+        seen = 0 if message is None else message.seq
+        if seen < floor:
+            # A replica (or a mirror) behind an answer given or an increment acknowledged:
+            # the stream leader has every acknowledged increment.
+            message = await self._leader_last(stream, subject)
+            self.floors.settle(key, floor, 0 if message is None else message.seq)
+        elif seen > floor:
+            self.floors.advance(key, seen)
+        if message is None:
             raise errors.for_code(
                 ErrorCode.COUNTER_NOT_FOUND, f"counter {subject!r} was never incremented"
-            ) from None
+            )
         out: dict[str, Any] = {
             "stream": stream,
             "subject": message.subject,
@@ -104,6 +111,25 @@ class CounterService:
         if sources is not None:
             out["sources"] = sources
         return out
+
+    async def _last(self, stream: str, subject: str) -> StoredMessage | None:
+        """The subject's last message by Direct Get (any replica), or from the leader when
+        the stream has no Direct Get."""
+        try:
+            return await self.direct.last_for(stream, subject)
+        except errors.DirectNotAllowed:
+            return await self._leader_last(stream, subject)
+        except errors.MessageNotFound:
+            return None
+
+    async def _leader_last(self, stream: str, subject: str) -> StoredMessage | None:
+        try:
+            result = await self.js.call(
+                "stream.msg_get", "STREAM", "MSG", "GET", stream, body={"last_by_subj": subject}
+            )
+        except errors.MessageNotFound:
+            return None
+        return StoredMessage.from_msg_get(stream, result.get("message") or {})
 
     async def read(
         self,
@@ -143,6 +169,11 @@ class CounterService:
             ErrorCode.COUNTER_BROKEN,
             f"the last message on {message.subject!r} (seq {message.seq}) is not a counter value",
         )
+
+
+def floor_key(stream: str, subject: str) -> str:
+    """A counter's key in the floors (a space is in neither name)."""
+    return f"{stream} {subject}"
 
 
 def counter_value(data: bytes) -> str | None:
