@@ -127,12 +127,13 @@ async def publish_one(
     ADR-51), and user headers as Nats-Header-<Name>.
     """
     subject = validation.publish_subject(subject)
+    # Checked once: the schedule's target and source (access below) come from these headers.
     headers = schedules.checked(subject, publish.http_publish_headers(request.headers.items()))
     # The subject is in the path: the access decision comes before the body is read.
     stream = await _may_write(principal, streams, subject)
     await _may_schedule(principal, streams, headers)
     limit = pool.max_payload
-    message = publish.outgoing(subject, await read_body(request, limit), headers, limit)
+    message = publish.fitting(Outgoing(subject, await read_body(request, limit), headers), limit)
     if not principal.anonymous:
         message = publish.for_writer(message, principal, stream, limit)
     # The PubAck dict is what response_model=PubAck would serialize; built here, both the
@@ -191,9 +192,11 @@ async def publish_batch(
     if not atomic:
         messages = await _may_publish(principal, streams, messages, limit)
         return {"results": await publisher.publish_batch(messages)}
+    # Access first: what the batch's subjects resolve to (stream names, subjects no stream
+    # captures) is told only to a token that may write them all.
+    messages = await _may_publish(principal, streams, messages, limit)
     publish_atomic.check_rules(messages)
     await publish_atomic.stream_of(streams.capturing_all, messages)
-    messages = await _may_publish(principal, streams, messages, limit)
     return await publisher.publish_atomic(messages)
 
 

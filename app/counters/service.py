@@ -13,6 +13,7 @@ it), so a timeout is ``nats.outcome_unknown`` and the client reads the counter t
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import orjson
@@ -22,6 +23,7 @@ from app.direct.service import DirectService
 from app.errors import ErrorCode
 from app.nats import features
 from app.nats.direct import DirectGet, StoredMessage
+from app.nats.floors import RevisionFloors
 from app.nats.jsapi import JetStreamApi
 from app.publish.service import Outgoing, Publisher
 from app.streams.service import StreamService
@@ -45,6 +47,7 @@ class CounterService:
         self.reads = reads
         self.streams = streams
         self.publisher = publisher
+        self.floors = RevisionFloors()  # see get() and app.nats.floors
 
     async def increment(self, stream: str, subject: str, increment: str) -> dict[str, Any]:
         """Add ``increment`` (as :func:`app.counters.schemas.increment_text` made it) to the
@@ -60,6 +63,7 @@ class CounterService:
             raise errors.UpstreamError(
                 ErrorCode.JETSTREAM_BAD_RESPONSE, "the PubAck of an increment had no value"
             )
+        self.floors.advance(floor_key(stream, subject), ack["seq"])  # read-your-writes
         return {"stream": ack["stream"], "subject": subject, "seq": ack["seq"], "value": value}
 
     async def _captured(self, stream: str, subject: str) -> None:
@@ -69,29 +73,34 @@ class CounterService:
         if captured == stream:
             return
         await self.js.call("stream.info", "STREAM", "INFO", stream)  # 404 when it is not there
-        where = f"stream {captured!r} stores it" if captured else "no stream stores it"
+        # (not which stream: the token may not know of it)
+        where = "another stream stores it" if captured else "no stream stores it"
         raise errors.for_code(
             ErrorCode.COUNTER_WRONG_STREAM,
             f"stream {stream!r} does not capture subject {subject!r} ({where}): not sent",
         )
 
     async def get(self, stream: str, subject: str) -> dict[str, Any]:
-        """The counter's value, from the last message on its subject."""
+        """The counter's value, from the last message on its subject; never older than what
+        this process answered or incremented it to (:mod:`app.nats.floors`)."""
         validation.stream_name(stream)
         self.pool.require(features.COUNTERS)
         subject = validation.subject(subject)
-        try:
-            try:
-                message = await self.direct.last_for(stream, subject)
-            except errors.DirectNotAllowed:
-                result = await self.js.call(
-                    "stream.msg_get", "STREAM", "MSG", "GET", stream, body={"last_by_subj": subject}
-                )
-                message = StoredMessage.from_msg_get(stream, result.get("message") or {})
-        except errors.MessageNotFound:
+        key = floor_key(stream, subject)
+        floor = self.floors.revisions.get(key, 0)
+        message = await self._last(stream, subject)
+        seen = 0 if message is None else message.seq
+        if seen < floor:
+            # A replica (or a mirror) behind an answer given or an increment acknowledged:
+            # the stream leader has every acknowledged increment.
+            message = await self._leader_last(stream, subject)
+            self.floors.settle(key, floor, 0 if message is None else message.seq)
+        elif seen > floor:
+            self.floors.advance(key, seen)
+        if message is None:
             raise errors.for_code(
                 ErrorCode.COUNTER_NOT_FOUND, f"counter {subject!r} was never incremented"
-            ) from None
+            )
         out: dict[str, Any] = {
             "stream": stream,
             "subject": message.subject,
@@ -103,15 +112,42 @@ class CounterService:
             out["sources"] = sources
         return out
 
+    async def _last(self, stream: str, subject: str) -> StoredMessage | None:
+        """The subject's last message by Direct Get (any replica), or from the leader when
+        the stream has no Direct Get."""
+        try:
+            return await self.direct.last_for(stream, subject)
+        except errors.DirectNotAllowed:
+            return await self._leader_last(stream, subject)
+        except errors.MessageNotFound:
+            return None
+
+    async def _leader_last(self, stream: str, subject: str) -> StoredMessage | None:
+        try:
+            result = await self.js.call(
+                "stream.msg_get", "STREAM", "MSG", "GET", stream, body={"last_by_subj": subject}
+            )
+        except errors.MessageNotFound:
+            return None
+        return StoredMessage.from_msg_get(stream, result.get("message") or {})
+
     async def read(
-        self, stream: str, subjects: list[str], up_to_seq: int | None
+        self,
+        stream: str,
+        subjects: list[str],
+        up_to_seq: int | None,
+        visible: Callable[[str], bool] | None = None,
     ) -> tuple[int, list[dict[str, Any]]]:
         """Every counter matching ``subjects`` as of one sequence (the stream's last when
-        ``up_to_seq`` is not given): (that sequence, the counters in sequence order)."""
+        ``up_to_seq`` is not given): (that sequence, the counters in sequence order).
+        ``visible``: whether the reader may see a subject; the others are left out before
+        anything is made of them (their values are neither converted nor named)."""
         self.pool.require(features.COUNTERS)
         pinned, messages = await self.reads.multi(
             stream, subjects, up_to_seq=up_to_seq, up_to_time=None, page_size=None
         )
+        if visible is not None:
+            messages = [m for m in messages if visible(m.subject)]
         counters = [
             {"subject": m.subject, "seq": m.seq, "value": await self._value(stream, m)}
             for m in messages
@@ -133,6 +169,11 @@ class CounterService:
             ErrorCode.COUNTER_BROKEN,
             f"the last message on {message.subject!r} (seq {message.seq}) is not a counter value",
         )
+
+
+def floor_key(stream: str, subject: str) -> str:
+    """A counter's key in the floors (a space is in neither name)."""
+    return f"{stream} {subject}"
 
 
 def counter_value(data: bytes) -> str | None:

@@ -28,7 +28,6 @@ from app.errors import ErrorCode
 from app.kv import model as kv_model
 from app.kv.buckets import Buckets
 from app.kv.cache import ReadCaches
-from app.kv.floors import RevisionFloors
 from app.kv.keys import list_keys
 from app.kv.model import (
     ANY_REVISION,
@@ -47,6 +46,7 @@ from app.kv.topology import ReadOnlyBuckets, read_only_error
 from app.kv.watch import Watches, WatchOptions, WatchSession
 from app.metrics import Metrics
 from app.nats.direct import DirectGet, StoredMessage
+from app.nats.floors import RevisionFloors
 from app.nats.jsapi import JetStreamApi
 from app.nats.scan import ConsumerScan
 from app.publish.service import Outgoing, Publisher
@@ -116,7 +116,7 @@ class KVService:
         self.direct = direct
         self.publisher = publisher
         # Reads of a key's latest value never go behind what this process served or wrote:
-        # see get() and app.kv.floors.
+        # see get() and app.nats.floors.
         self.floors = RevisionFloors()
         self._stale_reads = metrics.kv_stale_reads
         self._outcome_unknown = metrics.outcome_unknown.labels("kv_write")
@@ -161,7 +161,7 @@ class KVService:
         acknowledged (read-your-writes).
 
         A latest-value read never answers older than its key's floor, the highest revision
-        this process has served or written for it (app.kv.floors): a cached entry behind it
+        this process has served or written for it (app.nats.floors): a cached entry behind it
         is not answered, a Direct Get answer behind it is read again from the stream leader.
         A delete or purge marker counts as much as a value, so a read never answers an older
         value after a newer delete. Reads of a revision are answered as they are (one at or

@@ -154,11 +154,15 @@ class LeanClient(NatsClient):
             handler(subject, headers, data)
 
 
-def hpub(subject: str, reply: str, headers: dict[str, str], payload: bytes) -> bytes:
-    """The HPUB command of a message, its header block as nats-py's ``publish`` writes it
-    (names and values stripped; both checked by the caller: no CR, LF or ':' in a name)."""
+def header_block(headers: dict[str, str]) -> bytes:
+    """A message's header block as nats-py's ``publish`` writes it (names and values
+    stripped; both checked by the caller: no CR, LF or ':' in a name)."""
     block = "NATS/1.0\r\n" + "".join(f"{k.strip()}: {v.strip()}\r\n" for k, v in headers.items())
-    head = (block + "\r\n").encode()
+    return (block + "\r\n").encode()
+
+
+def hpub(subject: str, reply: str, head: bytes, payload: bytes) -> bytes:
+    """The HPUB command of a message with the header block ``head``."""
     size = len(head)
     return b"HPUB %b %b %d %d\r\n%b%b\r\n" % (
         subject.encode(),
@@ -366,17 +370,25 @@ class ReplyMux:
         """Requests (subject, headers, payload) queued for the connection in one step (all or
         none: :meth:`LeanClient.publish_all_queued`), so no cancellation of the caller can
         leave some sent and the rest not; then the reply of the last one, awaited up to
-        ``timeout`` (nats-py's TimeoutError, or ConnectionLost, otherwise). Returns the reply
-        of each, None for those that have not come by then (their order on the connection is
-        the order of the requests, so they normally have)."""
+        ``timeout`` (nats-py's TimeoutError, or ConnectionLost, otherwise; MaxPayloadError,
+        with nothing sent, when a message is over the connection's max_payload). Returns the
+        reply of each, None for those that have not come by then (their order on the
+        connection is the order of the requests, so they normally have)."""
+        # The server closes a connection that sends a message over its max_payload (headers
+        # and payload together), failing every request waiting on it: refuse the whole batch
+        # first, as nats-py's publish refuses one message (it is not asked here).
+        heads = [header_block(headers) for _, headers, _ in messages]
+        limit = self.client.max_payload
+        if any(len(head) + len(m[2]) > limit for head, m in zip(heads, messages, strict=True)):
+            raise nats.errors.MaxPayloadError
         if not self._prefix:
             await self._ready()
         registered = [self._register() for _ in messages]
         try:
             commands = [
-                hpub(subject, reply_to, headers, payload)
-                for (subject, headers, payload), (_, _, reply_to) in zip(
-                    messages, registered, strict=True
+                hpub(subject, reply_to, head, payload)
+                for (subject, _, payload), head, (_, _, reply_to) in zip(
+                    messages, heads, registered, strict=True
                 )
             ]
             if not self.client.publish_all_queued(commands, sum(len(m[2]) for m in messages)):

@@ -38,6 +38,7 @@ from __future__ import annotations
 import secrets
 import string
 from collections.abc import Awaitable, Callable
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from app import errors
@@ -119,14 +120,26 @@ async def stream_of(
     return next(iter(names))
 
 
-def framed(messages: list[Outgoing], batch_id: str) -> list[tuple[str, dict[str, str], bytes]]:
-    """The messages as sent: (subject, headers with the batch headers, payload)."""
+def framed(
+    messages: list[Outgoing], batch_id: str, max_payload: int
+) -> list[tuple[str, dict[str, str], bytes]]:
+    """The messages as sent: (subject, headers with the batch headers, payload). 413
+    ``message.too_large`` naming the first message the batch headers take past
+    ``max_payload`` (the server would close the connection on it, failing every request
+    waiting there): then nothing is sent."""
     out = []
     last = len(messages)
     for seq, message in enumerate(messages, 1):
         headers = {**message.headers, BATCH_ID: batch_id, BATCH_SEQUENCE: str(seq)}
         if seq == last:
             headers[BATCH_COMMIT] = "1"
+        size = replace(message, headers=headers).size
+        if size > max_payload:
+            raise errors.PayloadTooLarge(
+                ErrorCode.MESSAGE_TOO_LARGE,
+                f"messages[{seq - 1}]: with the batch headers ({size - message.size} bytes) the "
+                f"message is {size} bytes, over the server's max_payload of {max_payload}",
+            )
         out.append((message.subject, headers, message.data))
     return out
 

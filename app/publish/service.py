@@ -149,10 +149,11 @@ def _ttl(value: str) -> str:
 
 def outgoing(subject: str, data: bytes, headers: dict[str, str], max_payload: int) -> Outgoing:
     subject = validation.publish_subject(subject)
-    return _fitting(Outgoing(subject, data, schedules.checked(subject, headers)), max_payload)
+    return fitting(Outgoing(subject, data, schedules.checked(subject, headers)), max_payload)
 
 
-def _fitting(message: Outgoing, max_payload: int) -> Outgoing:
+def fitting(message: Outgoing, max_payload: int) -> Outgoing:
+    """``message`` (its subject and headers checked before), if it fits ``max_payload``."""
     if message.size > max_payload:
         raise errors.PayloadTooLarge(
             ErrorCode.MESSAGE_TOO_LARGE,
@@ -223,7 +224,7 @@ def for_writer(message: Outgoing, principal: Principal, stream: str, max_payload
             name: scope + value if name in _SCOPED_IDS else value for name, value in headers.items()
         }
         if headers != message.headers:
-            return _fitting(replace(message, headers=headers, confined=not whole_read), max_payload)
+            return fitting(replace(message, headers=headers, confined=not whole_read), max_payload)
     return replace(message, headers=headers, confined=not whole_read)
 
 
@@ -354,7 +355,7 @@ class Publisher:
         if any(schedules.SCHEDULE in m.headers for m in messages):
             self.pool.require(features.SCHEDULES)
         batch_id = atomic.new_batch_id()
-        framed = atomic.framed(messages, batch_id)
+        framed = atomic.framed(messages, batch_id, self.pool.max_payload)
         try:
             replies = await self.pool.request_batch(framed, operation="publish_atomic")
         except errors.OutcomeUnknown as exc:
@@ -374,7 +375,10 @@ class Publisher:
         """The commit's PubAck, else the first refusal of any message (the commit itself
         says only "incomplete" when an earlier message was refused on its way)."""
         commit = replies[-1]
-        assert commit is not None
+        if commit is None:  # (request_batch raises when the commit's reply does not come)
+            raise errors.UpstreamError(
+                ErrorCode.JETSTREAM_BAD_RESPONSE, "no reply to the commit of the atomic batch"
+            )
         if commit.status == 503 and not commit.data:
             raise await self._why_no_responders(messages[-1].subject)
         refusal: errors.GatewayError | None = None

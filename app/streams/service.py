@@ -27,6 +27,7 @@ _STREAM_DURATIONS = (
 _LIST_PAGE = 256
 _CAPTURING_TTL = 5.0
 _CAPTURING_CACHE_SIZE = 10_000
+_CAPTURING_IN_FLIGHT = 16  # STREAM.NAMES requests of one capturing_all at a time
 
 
 def durations_out(config: dict[str, Any], paths: tuple[tuple[str, ...], ...]) -> dict[str, Any]:
@@ -207,7 +208,8 @@ class StreamService:
         return stream
 
     async def capturing_all(self, subjects: builtins.list[str]) -> dict[str, str | None]:
-        """:meth:`capturing` of each subject, those not known asked for together."""
+        """:meth:`capturing` of each subject, those not known asked for together (at most
+        16 in flight)."""
         now = time.monotonic()
         found: dict[str, str | None] = {}
         missing = []
@@ -218,7 +220,15 @@ class StreamService:
             else:
                 missing.append(subject)
         if missing:
-            answers = await asyncio.gather(*(self.capturing(subject) for subject in missing))
+            # Each is a STREAM.NAMES request to the meta leader: a few at a time, so that
+            # one HTTP request (up to 1,000 subjects) cannot flood it.
+            in_flight = asyncio.Semaphore(_CAPTURING_IN_FLIGHT)
+
+            async def one(subject: str) -> str | None:
+                async with in_flight:
+                    return await self.capturing(subject)
+
+            answers = await asyncio.gather(*(one(subject) for subject in missing))
             found.update(zip(missing, answers, strict=True))
         return found
 

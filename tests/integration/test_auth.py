@@ -252,3 +252,32 @@ async def test_counter_grants(nats_server: EmbeddedServer, auth_file: Path, name
         assert [c["subject"] for c in narrowed.json()["counters"]] == [f"{low}.eu.hits"]
         every = await gw.post(f"{base}/read", json=read, headers=bearer(ADMIN))
         assert len(every.json()["counters"]) == 3
+
+
+@pytest.mark.server("2.12")
+async def test_a_counter_read_is_narrowed_before_values_are_made(
+    nats_server: EmbeddedServer, auth_file: Path, name: str
+) -> None:
+    """A multi read makes nothing of the messages outside the token's grant: a message there
+    that is no counter's value fails only the reads that may see it."""
+    settings = gateway_settings(nats_server.url, auth_file=auth_file)
+    low = name.lower()
+    async with running_gateway(settings) as gw:
+        # (a stream that does not count: a plain message is the broken value here)
+        config = {"subjects": [f"{low}.>"], "allow_direct": True}
+        created = await gw.put(f"/v1/streams/{name}", json=config, headers=bearer(ADMIN))
+        assert created.status_code == 201, created.text
+        for subject, data in ((f"{low}.eu.hits", b'{"val":"5"}'), (f"{low}.us.x", b"plain")):
+            sent = await gw.post(f"/v1/publish/{subject}", content=data, headers=bearer(ADMIN))
+            assert sent.status_code == 200, sent.text
+        read = {"subjects": [">"]}
+        narrowed = await gw.post(f"/v1/counters/{name}/read", json=read, headers=bearer(APP))
+        assert narrowed.status_code == 200, narrowed.text
+        assert narrowed.json()["counters"] == [
+            {"subject": f"{low}.eu.hits", "seq": 1, "value": "5"}
+        ]
+        problem(
+            await gw.post(f"/v1/counters/{name}/read", json=read, headers=bearer(ADMIN)),
+            409,
+            "counter.not_allowed",
+        )

@@ -8,8 +8,15 @@ import httpx
 import nats
 import pytest
 
+from app.counters.service import CounterService, floor_key
+from app.direct.service import DirectService
+from app.metrics import Metrics
+from app.nats.direct import DirectGet
+from app.nats.embedded import EmbeddedServer
+from app.publish.service import Publisher
+from app.streams.service import StreamService
 from tests.helpers import problem
-from tests.integration.test_streams import make_stream
+from tests.integration.test_streams import counted_api, make_stream
 
 BIG = "123456789012345678901234567890123456789"  # past 2^128: no integer type holds it
 
@@ -87,6 +94,14 @@ async def test_increments_and_reads(gateway: httpx.AsyncClient, nc: nats.NATS, n
         409,
         "counter.wrong_stream",
     )
+    # ... nor is one another stream captures, which is not named (the token may not know it).
+    await make_stream(gateway, f"{name}X", allow_msg_counter=True)
+    body = problem(
+        await gateway.post(f"{base}/{low}x.a", json={"increment": 1}),
+        409,
+        "counter.wrong_stream",
+    )
+    assert f"{name}X" not in body["detail"] and "another stream stores it" in body["detail"]
     problem(
         await gateway.post("/v1/counters/NO_SUCH/x.y", json={"increment": 1}),
         404,
@@ -151,3 +166,36 @@ async def test_a_stream_that_sources_two_counters(gateway: httpx.AsyncClient, na
         f"{name}_EU": {f"{low}.eu.hits": "3"},
         f"{name}_US": {f"{low}.us.hits": "4"},
     }
+
+
+@pytest.mark.server("2.12")
+async def test_a_read_behind_the_counters_floor_is_read_from_the_leader(
+    gateway: httpx.AsyncClient, nats_server: EmbeddedServer, name: str
+) -> None:
+    """Read-your-writes (app.nats.floors): an increment raises the counter's floor to its
+    sequence, and a Direct Get answered below the floor (a replica or mirror behind, made
+    here by raising the floor past what the one server holds) is read again from the stream
+    leader (STREAM.MSG.GET), whose answer stands."""
+    await make_stream(gateway, name, allow_msg_counter=True, allow_direct=True)
+    subject = f"{name.lower()}.hits"
+    key = floor_key(name, subject)
+    async with counted_api(nats_server.url) as js:
+        direct = DirectGet(js)
+        streams = StreamService(js, direct)
+        publisher = Publisher(js.pool, js, Metrics())
+        counters = CounterService(js, direct, DirectService(direct, js), streams, publisher)
+
+        assert (await counters.increment(name, subject, "5"))["seq"] == 1
+        assert (await counters.increment(name, subject, "2"))["seq"] == 2
+        assert counters.floors.revisions[key] == 2
+        got = await counters.get(name, subject)
+        assert (got["seq"], got["value"]) == (2, "7")
+        assert js.calls["stream.msg_get"] == 0  # at the floor: Direct Get's answer stands
+
+        counters.floors.advance(key, 9)  # as if seq 9 had been acknowledged elsewhere
+        got = await counters.get(name, subject)
+        assert (got["seq"], got["value"]) == (2, "7")
+        assert js.calls["stream.msg_get"] == 1  # below the floor: asked of the leader
+        assert counters.floors.revisions[key] == 2  # ... whose answer is the floor now
+        await counters.get(name, subject)
+        assert js.calls["stream.msg_get"] == 1

@@ -3,8 +3,10 @@ never a batch left open on the server."""
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import os
+import re
 import signal
 import socket
 import time
@@ -15,7 +17,7 @@ import nats
 import pytest
 
 from app.nats.embedded import EmbeddedServer
-from tests.helpers import gateway_settings, problem, served_gateway
+from tests.helpers import gateway_settings, problem, running_gateway, served_gateway
 from tests.integration.test_streams import make_stream
 
 pytestmark = pytest.mark.server("2.12")
@@ -182,3 +184,40 @@ def test_never_left_open(tmp_path: Path) -> None:
             assert messages() in (9, 12)  # the unknown batch whole, or none of it
     finally:
         server.stop()
+
+
+async def test_the_batch_headers_cannot_take_a_message_past_max_payload(
+    nats_server: EmbeddedServer, nc: nats.NATS, name: str
+) -> None:
+    """A message that fits max_payload on its own but not with the batch headers is refused
+    (413, nothing sent): sent, the server would close the pooled connection it came on."""
+    reconnects = re.compile(r"^jsgw_nats_reconnects_total (\S+)$", re.M)
+    # (room for a message of max_payload in base64)
+    settings = gateway_settings(nats_server.url, max_json_body=2 * nc.max_payload)
+    async with running_gateway(settings) as gateway:
+
+        async def reconnected() -> float:
+            found = reconnects.search((await gateway.get("/metrics")).text)
+            assert found is not None
+            return float(found.group(1))
+
+        await make_stream(gateway, name, allow_atomic=True)
+        low = name.lower()
+        before = await reconnected()
+        big = {
+            "subject": f"{low}.big",
+            "data": base64.b64encode(b"x" * (nc.max_payload - 20)).decode(),
+        }
+        small = {"subject": f"{low}.small", "data": ""}
+        body = problem(
+            await gateway.post("/v1/publish?atomic=true", json={"messages": [small, big]}),
+            413,
+            "message.too_large",
+        )
+        assert body["detail"].startswith("messages[1]: with the batch headers"), body
+        # The pool's connections stayed up: the next batch is answered, nothing reconnected.
+        ok = await gateway.post("/v1/publish?atomic=true", json={"messages": [small]})
+        assert ok.status_code == 200, ok.text
+        await asyncio.sleep(0.3)  # (longer than the gateway's reconnect_wait)
+        assert await reconnected() == before
+        assert await stored(nc, name) == 1

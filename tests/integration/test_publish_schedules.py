@@ -13,6 +13,7 @@ import httpx
 import pytest
 
 from app.nats.embedded import EmbeddedServer
+from app.publish import schedules
 from tests.helpers import gateway_settings, problem, running_gateway
 from tests.integration.test_auth import ADMIN, APP, POLICY, bearer
 from tests.integration.test_streams import make_stream
@@ -48,7 +49,9 @@ async def test_delayed_message(gateway: httpx.AsyncClient, name: str) -> None:
     assert message["headers"]["Nats-Schedule-Next"] == ["purge"]
 
 
-async def test_schedules_checked(gateway: httpx.AsyncClient, name: str) -> None:
+async def test_schedules_checked(
+    gateway: httpx.AsyncClient, name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     await make_stream(gateway, name, allow_msg_schedules=True)
     base = name.lower()
     subject, target = f"{base}.sched", f"{base}.target"
@@ -97,6 +100,20 @@ async def test_schedules_checked(gateway: httpx.AsyncClient, name: str) -> None:
             headers["Nats-Schedule-Time-Zone"] = "Europe/Amsterdam"
         response = await gateway.post(f"/v1/publish/{subject}", content=b"x", headers=headers)
         assert response.status_code == 200, (schedule, response.text)
+    # The headers are checked once per publish (the access checks use that result).
+    checks: list[str] = []
+    checked = schedules.checked
+
+    def counted(subject: str, headers: dict[str, str]) -> dict[str, str]:
+        checks.append(subject)
+        return checked(subject, headers)
+
+    monkeypatch.setattr(schedules, "checked", counted)
+    headers = {"Nats-Schedule": later, "Nats-Schedule-Target": target}
+    response = await gateway.post(f"/v1/publish/{subject}", content=b"x", headers=headers)
+    assert response.status_code == 200, response.text
+    assert checks == [subject]
+    monkeypatch.undo()
 
     # The same headers in a batch's items; a stream without the flag refuses them.
     plain = f"{name}P"
@@ -150,6 +167,24 @@ async def test_grants_cover_targets_sources_and_batches(
         atomic = "/v1/publish?atomic=true"
         outside = {"messages": [{"subject": f"{low}.eu.a"}, {"subject": f"{low}.other"}]}
         problem(await gw.post(atomic, json=outside, headers=bearer(APP)), 403, "auth.forbidden")
+        # Access is decided before the subjects are resolved: a subject of another stream,
+        # or of none, is a 403 that names no stream (not publish.batch_streams naming it, or
+        # stream.no_match), and comes before the batch's header rules.
+        other = f"{name}X"
+        made = await gw.put(
+            f"/v1/streams/{other}", json={"subjects": [f"{low}x.>"]}, headers=bearer(ADMIN)
+        )
+        assert made.status_code == 201, made.text
+        for subject in (f"{low}x.a", f"{name}nowhere.a"):
+            body = {
+                "messages": [
+                    {"subject": f"{low}.eu.a", "msg_id": "twice"},
+                    {"subject": subject, "msg_id": "twice"},
+                ]
+            }
+            refused = problem(await gw.post(atomic, json=body, headers=bearer(APP)), 403)
+            assert refused["code"] == "auth.forbidden"
+            assert other not in refused["detail"] and "stream" not in refused["detail"]
         inside = {
             "messages": [{"subject": f"{low}.eu.a", "msg_id": "a1"}, {"subject": f"{low}.us.a"}]
         }

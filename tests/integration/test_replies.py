@@ -152,3 +152,20 @@ async def test_request_batch_goes_out_whole_even_if_its_caller_is_cancelled(
         await asyncio.sleep(0.01)
     assert [s for _, s in seen] == [str(i) for i in range(50)]
     assert lean.replies._pending == {}
+
+
+async def test_request_batch_refuses_a_message_over_max_payload(
+    lean: LeanClient, echo: str
+) -> None:
+    """Headers and payload together over max_payload: nothing queued (the server would
+    close the connection), the connection stays up for the next request."""
+    sent_before = lean.stats["out_msgs"]
+    fits = (echo, {"A": "b"}, b"x" * (lean.max_payload - 100))
+    over = (echo, {"A": "b" * 100}, b"x" * (lean.max_payload - 100))
+    with pytest.raises(nats.errors.MaxPayloadError):
+        await lean.replies.request_batch([fits, over], timeout=5)
+    assert lean.stats["out_msgs"] == sent_before
+    assert lean._pending == [] and lean.replies._pending == {}
+    replies = await lean.replies.request_batch([fits], timeout=5)
+    assert replies[0] is not None and replies[0].data == b"echo:" + fits[2]
+    assert lean.is_connected

@@ -3,11 +3,21 @@
 from __future__ import annotations
 
 import base64
+from collections import Counter
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
 
 import httpx
 import nats
 
-from tests.helpers import problem
+from app.metrics import Metrics
+from app.nats.direct import DirectGet
+from app.nats.embedded import EmbeddedServer
+from app.nats.jsapi import JetStreamApi
+from app.nats.pool import NatsPool
+from app.streams.service import StreamService
+from tests.helpers import gateway_settings, problem
 
 
 async def make_stream(gw: httpx.AsyncClient, name: str, **config: object) -> dict:
@@ -156,3 +166,47 @@ async def test_subject_overlap_is_conflict(gateway: httpx.AsyncClient, name: str
     response = await gateway.put(f"/v1/streams/{name}X", json={"subjects": [f"{name.lower()}.a"]})
     body = problem(response, 409, "stream.subject_overlap")
     assert body["nats"]["err_code"] == 10065
+
+
+class CountingApi(JetStreamApi):
+    """The JetStream API over a real connection, counting its requests by operation (and
+    the most in flight at once)."""
+
+    def __init__(self, pool: NatsPool) -> None:
+        super().__init__(pool)
+        self.calls: Counter[str] = Counter()
+        self.in_flight: Counter[str] = Counter()
+        self.most: Counter[str] = Counter()
+
+    async def call(self, operation: str, *tokens: str, **options: Any) -> dict[str, Any]:
+        self.calls[operation] += 1
+        self.in_flight[operation] += 1
+        self.most[operation] = max(self.most[operation], self.in_flight[operation])
+        try:
+            return await super().call(operation, *tokens, **options)
+        finally:
+            self.in_flight[operation] -= 1
+
+
+@asynccontextmanager
+async def counted_api(url: str) -> AsyncIterator[CountingApi]:
+    pool = NatsPool(gateway_settings(url), [url], Metrics())
+    await pool.start(wait=10)
+    try:
+        yield CountingApi(pool)
+    finally:
+        await pool.close()
+
+
+async def test_the_streams_of_many_subjects_are_asked_a_few_at_a_time(
+    gateway: httpx.AsyncClient, nats_server: EmbeddedServer, name: str
+) -> None:
+    """One atomic batch may have 1,000 subjects: not 1,000 STREAM.NAMES requests at once."""
+    await make_stream(gateway, name)
+    subjects = [f"{name.lower()}.{i}" for i in range(100)] + [f"{name}.nowhere"]
+    async with counted_api(nats_server.url) as js:
+        streams = StreamService(js, DirectGet(js))
+        found = await streams.capturing_all(subjects)
+        assert found == {**dict.fromkeys(subjects[:-1], name), subjects[-1]: None}
+        assert js.calls["stream.names"] == 101
+        assert 1 < js.most["stream.names"] <= 16

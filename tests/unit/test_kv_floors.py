@@ -13,10 +13,10 @@ import pytest
 
 from app import errors
 from app.config import Settings
-from app.kv.floors import RevisionFloors
 from app.kv.service import KVService
 from app.metrics import Metrics
 from app.nats.direct import StoredMessage
+from app.nats.floors import RevisionFloors
 
 
 def test_a_floor_only_rises() -> None:

@@ -2,8 +2,10 @@ from __future__ import annotations
 
 import pytest
 
-from app.errors import InvalidInput
-from app.publish.service import http_publish_headers, message_headers
+from app.errors import ErrorCode, InvalidInput, UpstreamError
+from app.metrics import Metrics
+from app.nats.replies import Reply
+from app.publish.service import Outgoing, Publisher, http_publish_headers, message_headers
 
 
 def test_allowlist_and_aliases() -> None:
@@ -50,3 +52,13 @@ def test_batch_headers_keep_their_case() -> None:
     }
     with pytest.raises(InvalidInput):
         message_headers({"Nats-Msg-Id": "m"}, "m")
+
+
+async def test_an_atomic_batch_without_the_commits_reply_is_a_bad_response() -> None:
+    """(request_batch raises when the commit's reply does not come; should it ever return
+    none, that is a 502, not an AssertionError.)"""
+    publisher = Publisher(None, None, Metrics())  # type: ignore[arg-type]
+    staged = Reply(None, b"")
+    with pytest.raises(UpstreamError) as raised:
+        await publisher._atomic_outcome([staged, None], [Outgoing("a", b"", {})] * 2, "id")
+    assert raised.value.code is ErrorCode.JETSTREAM_BAD_RESPONSE
