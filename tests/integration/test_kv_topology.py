@@ -338,7 +338,9 @@ async def test_only_the_buckets_own_stream_answers_history_revisions_and_multi_r
     metrics = (await gw.get("/metrics")).text
     assert "jsgw_kv_stale_reads_total" in metrics
     stale = float(metrics.split("\njsgw_kv_stale_reads_total ")[1].split()[0])
-    assert stale > 0  # the mirror took some of them, and was not believed
+    # The mirror took some of them, and was not believed (nats-server 2.10 has no batched
+    # Direct Get: histories and revisions are read from the bucket's stream from the start).
+    assert stale > 0 or multi.status_code == 501
 
 
 MIRROR_POLICY = """
