@@ -116,7 +116,7 @@ def mirror_config(
         "deny_purge": True,
         "allow_direct": True,
         # Only a mirror of every key may answer the bucket's reads (see the module docstring).
-        "mirror_direct": not config.keys,
+        "mirror_direct": _every_key(config),
         "mirror": mirror,
     }
     if config.description is not None:
@@ -124,6 +124,10 @@ def mirror_config(
     if config.placement is not None:
         body["placement"] = config.placement.model_dump(exclude_none=True)
     return body
+
+
+def _every_key(config: KVMirrorConfig) -> bool:
+    return not config.keys or config.keys == [">"]
 
 
 def _default(given: int | None, origin: dict[str, Any] | None, field: str, fallback: int) -> int:
@@ -235,7 +239,7 @@ class Topologies:
         validation.bucket_name(bucket)
         mirror_name(name)
         origin: dict[str, Any] | None = None
-        if config.keys and config.external is None:
+        if not _every_key(config) and config.external is None:
             raise errors.Conflict(
                 ErrorCode.KV_MIRROR_KEYS_LOCAL,
                 "nats-server makes a mirror of a bucket it holds answer the bucket's reads, "

@@ -284,7 +284,7 @@ async def test_only_the_buckets_own_stream_answers_history_revisions_and_multi_r
             await nc.jetstream().publish(f"$KV.{name}.c.{index}", value)
 
     # A mirror of every key keeps what the bucket keeps, unless told, and never longer.
-    taken = await gw.put(f"/v1/kv/{name}/mirrors/{name}_DEF", json={})
+    taken = await gw.put(f"/v1/kv/{name}/mirrors/{name}_DEF", json={"keys": [">"]})
     assert taken.status_code == 201, taken.text
     assert (taken.json()["history"], taken.json()["ttl"], taken.json()["direct"]) == (5, 3600, True)
     assert (await gw.delete(f"/v1/kv/{name}/mirrors/{name}_DEF")).status_code == 204
