@@ -611,6 +611,16 @@ class ErrorCode(StrEnum):
         "A mirror answers Direct Gets for its origin bucket, which needs allow_direct on the "
         "bucket (ADR-8): update the bucket through the gateway (which sets it) first."
     )
+    KV_MIRROR_OUTLIVES_BUCKET = "kv.mirror_outlives_bucket", Conflict, (
+        "A mirror of every key answers the bucket's reads, so it may not keep values longer "
+        "than the bucket (a ttl longer than the bucket's, or none when the bucket has one): "
+        "leave ttl out to take the bucket's, or mirror some keys only."
+    )
+    KV_MIRROR_KEYS_LOCAL = "kv.mirror_keys_local", Conflict, (
+        "nats-server makes a mirror of a bucket on the same JetStream answer the bucket's "
+        "Direct Gets, and a mirror of some keys would answer 'not found' for the others: "
+        "mirror every key, or give keys for an external bucket only."
+    )
     KV_NOT_A_MIRROR = "kv.not_a_mirror", Conflict, (
         "A stream of the mirror's name exists and is not a mirror of this bucket: it is left "
         "alone; choose another name."

@@ -373,8 +373,9 @@ class Metrics:
         self.kv_stale_reads = Counter(
             "jsgw_kv_stale_reads_total",
             "Reads of a KV key's latest value that Direct Get answered older than a revision "
-            "this process had served or written for the key (a replica catching up), read "
-            "again from the stream leader.",
+            "this process had served or written for the key (a replica catching up), and "
+            "history, revision and multi-key reads that a mirror answered: read again from "
+            "the bucket's own stream.",
             registry=self.registry,
         )
 

@@ -28,6 +28,7 @@ from app.kv.read import read_at
 from app.kv.schemas import (
     KVBucketList,
     KVConfig,
+    KVExternal,
     KVHistory,
     KVKeys,
     KVMirror,
@@ -202,6 +203,25 @@ def _may_copy(principal: Principal, bucket: str, stream: str | None = None) -> N
 def _may_copy_origins(principal: Principal, origins: list[KVOrigin]) -> None:
     for origin in origins:
         _may_copy(principal, origin.bucket, origin.stream)
+        _may_reach(principal, origin.external)
+
+
+def _may_reach(principal: Principal, external: KVExternal | None) -> None:
+    """``external`` makes nats-server send consumer requests to ``<api>.CONSUMER.CREATE...``
+    and deliver to ``deliver``, across account and domain boundaries a grant cannot name:
+    only a token that may administer every stream may aim them."""
+    if external is not None and not principal.allows_every("admin", "stream"):
+        raise errors.Forbidden(
+            ErrorCode.AUTH_FORBIDDEN,
+            "external (another account or domain) needs admin on every stream (stream:*)",
+        )
+
+
+def _may_admin_stream(principal: Principal, name: str) -> None:
+    """A mirror is a stream: making, changing or deleting it needs what the streams routes
+    need (the same 403 whether or not it exists)."""
+    if not principal.allows("admin", Resource("stream", name)):
+        raise errors.Forbidden(ErrorCode.AUTH_FORBIDDEN, f"needs admin on stream {name!r}")
 
 
 def _keys_visible(principal: Principal, bucket: str) -> Callable[[str], bool] | None:
@@ -259,7 +279,8 @@ async def put_bucket(
     With `aggregate` the bucket is an ADR-8 Aggregate: its stream sources each origin's keys
     (`$KV.<origin>.<filter>` to `$KV.<bucket>.<filter>`: keys keep their names). Read-only
     (the default) it has no subjects and denies deletes and purges, and writes to it are 409
-    `kv.read_only`. Needs read on every origin bucket (and on its `stream`, when named).
+    `kv.read_only`. Needs read on every origin bucket (and on its `stream`, when named); an
+    origin with `external` needs admin on every stream.
     """
     config = config or KVConfig()
     if config.aggregate is not None:
@@ -304,9 +325,16 @@ async def delete_bucket(bucket: Bucket, kv: KVDep) -> Response:
     response_class=JSON,
     responses=problems(errors.NotFound),
 )
-async def list_mirrors(bucket: Bucket, kv: KVDep) -> Any:
-    """The bucket's mirrors: their keys, and their lag as the server reports it."""
-    return {"mirrors": await kv.buckets.topologies.mirrors(bucket)}
+async def list_mirrors(bucket: Bucket, kv: KVDep, principal: PrincipalDep) -> Any:
+    """The bucket's mirrors: their keys, and their lag as the server reports it.
+
+    Only the mirrors whose stream the token may read are listed.
+    """
+
+    def visible(stream: str) -> bool:
+        return principal.allows("read", Resource("stream", stream))
+
+    return {"mirrors": await kv.buckets.topologies.mirrors(bucket, visible)}
 
 
 @router.put(
@@ -335,17 +363,21 @@ async def put_mirror(
 ) -> Any:
     """Create (201) or update (200) a read replica Mirror of the bucket (ADR-8).
 
-    The stream `name` mirrors `KV_<bucket>` (only the `keys` given, if any), with
-    `mirror_direct`: the server may answer the bucket's reads from the nearest mirror
-    (`KV-Served-By` names the stream that did). It denies deletes and purges; `history` is its
-    values kept per key. The bucket must allow Direct Get (409 `kv.direct_required`); a stream
-    of that name that is not a mirror of the bucket is left alone (409 `kv.not_a_mirror`).
-    Needs read on all of the bucket as well.
+    The stream `name` mirrors `KV_<bucket>`. A mirror of every key has `mirror_direct`: the
+    server may answer the bucket's reads from the nearest mirror (`KV-Served-By` names the
+    stream that did); its `history` and `ttl` default to the bucket's, and a longer ttl is 409
+    `kv.mirror_outlives_bucket`. A mirror of some `keys` only is a copy read by its stream
+    name, never answering the bucket's reads: nats-server allows that for an `external`
+    bucket only (else 409 `kv.mirror_keys_local`). It denies deletes and purges. The bucket must
+    allow Direct Get (409 `kv.direct_required`); a stream of that name that is not a mirror
+    of the bucket is left alone (409 `kv.not_a_mirror`). Needs admin on stream `name` and
+    read on all of the bucket as well; `external` needs admin on every stream.
     """
+    _may_admin_stream(principal, name)
     _may_copy(principal, bucket)
-    mirror, created = await kv.buckets.topologies.put_mirror(
-        bucket, name, config or KVMirrorConfig()
-    )
+    config = config or KVMirrorConfig()
+    _may_reach(principal, config.external)
+    mirror, created = await kv.buckets.topologies.put_mirror(bucket, name, config)
     return JSON(mirror, status_code=201 if created else 200)
 
 
@@ -355,8 +387,14 @@ async def put_mirror(
     status_code=204,
     responses=problems(errors.NotFound),
 )
-async def delete_mirror(bucket: Bucket, name: MirrorName, kv: KVDep) -> Response:
-    """Delete a mirror of the bucket (404 for any stream that is not one)."""
+async def delete_mirror(
+    bucket: Bucket, name: MirrorName, kv: KVDep, principal: PrincipalDep
+) -> Response:
+    """Delete a mirror of the bucket (404 for any stream that is not one).
+
+    Needs admin on stream `name` as well.
+    """
+    _may_admin_stream(principal, name)
     await kv.buckets.topologies.delete_mirror(bucket, name)
     return Response(status_code=204)
 
@@ -374,9 +412,10 @@ async def add_origin(bucket: Bucket, origin: KVOrigin, kv: KVDep, principal: Pri
 
     409 `kv.not_aggregate` for a bucket that sources nothing, 409 `kv.origin_exists` for an
     origin it already has (the same stream and external API): nothing is changed then. Needs
-    read on the origin bucket (and on its `stream`, when named).
+    read on the origin bucket (and on its `stream`, when named); `external` needs admin on
+    every stream.
     """
-    _may_copy(principal, origin.bucket, origin.stream)
+    _may_copy_origins(principal, [origin])
     return await kv.buckets.topologies.add_origin(bucket, origin)
 
 
@@ -599,6 +638,7 @@ async def read(
     bucket: Bucket,
     body: KVReadRequest,
     direct: DirectServiceDep,
+    kv: KVDep,
     principal: PrincipalDep,
     settings: SettingsDep,
 ) -> Any:
@@ -626,6 +666,7 @@ async def read(
         at_revision=body.at_revision,
         at_time=body.at_time,
         include_deleted=body.include_deleted,
+        on_mirrored=kv.count_stale_read,
     )
     if not principal.allows_all("read", "kv", bucket):
         # Narrowed to the keys this token may read, never widened (deny rules included).

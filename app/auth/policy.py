@@ -218,6 +218,17 @@ class Principal:
             for rule in self.item_rules(kind, name)
         )
 
+    def allows_every(self, action: str, kind: str) -> bool:
+        """``action`` on every bucket/stream of ``kind`` and on all of each: a ``<kind>:*``
+        rule grants it and no rule of the kind (nor, for streams, a kv: rule, which concerns
+        a bucket's stream) lacks it."""
+        if self.anonymous:
+            return True
+        if not self.allows(action, Resource(kind, "*")):
+            return False
+        kinds = {kind, "kv"} if kind == "stream" else {kind}
+        return all(action in rule.actions for rule in self.rules if rule.pattern.kind in kinds)
+
     def readable_prefixes(self, kind: str, name: str, action: str = "read") -> list[str] | None:
         """Item prefixes this principal may ``action`` in one bucket/stream.
 

@@ -15,7 +15,7 @@ from app.kv.topology import ReadOnlyBuckets, Topologies
 from app.nats import features
 from app.nats.direct import DirectGet
 from app.nats.jsapi import JetStreamApi
-from app.streams.service import create_or_update
+from app.streams.service import create_or_update, every_stream
 
 
 def is_bucket(bucket: str, config: dict[str, Any]) -> bool:
@@ -35,19 +35,13 @@ class Buckets:
         """Every bucket (a ``KV_`` stream on ``$KV.<bucket>.>``, or a read-only aggregate) with
         its status."""
         buckets: list[dict[str, Any]] = []
-        offset = 0
-        while True:
-            # Every stream: a read-only aggregate has no subjects to be found by.
-            page = await self.js.call("stream.list", "STREAM", "LIST", body={"offset": offset})
-            streams = page.get("streams") or []
-            for info in streams:
-                config = info.get("config") or {}
-                bucket = kv_model.bucket_of_stream(str(config.get("name", "")))
-                if bucket and is_bucket(bucket, config) and (visible is None or visible(bucket)):
-                    buckets.append(status_from_info(info))
-            offset += len(streams)
-            if not streams or offset >= int(page.get("total", 0)):
-                return buckets
+        # Every stream: a read-only aggregate has no subjects to be found by.
+        async for info in every_stream(self.js):
+            config = info.get("config") or {}
+            bucket = kv_model.bucket_of_stream(str(config.get("name", "")))
+            if bucket and is_bucket(bucket, config) and (visible is None or visible(bucket)):
+                buckets.append(status_from_info(info))
+        return buckets
 
     async def _info(self, bucket: str) -> dict[str, Any]:
         validation.bucket_name(bucket)

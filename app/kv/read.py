@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 
 from app import errors, validation
 from app.direct.service import DirectService
@@ -10,10 +11,15 @@ from app.errors import ErrorCode
 from app.kv.model import (
     Entry,
     bucket_errors,
+    entry_from_delivery,
     entry_from_message,
     filter_subject,
     stream_name,
 )
+from app.nats.jsapi import JetStreamApi
+from app.nats.scan import ConsumerScan, Delivery
+
+_SCAN_BATCH = 256
 
 
 async def read_at(
@@ -24,11 +30,17 @@ async def read_at(
     at_revision: int | None,
     at_time: str | None,
     include_deleted: bool,
+    on_mirrored: Callable[[], object] = lambda: None,
 ) -> tuple[int, list[Entry]]:
     """(revision, entries): the latest entry of each matching key at one bucket revision.
 
     Keys whose entry at that revision is a delete or purge marker are left out unless
     ``include_deleted``; then they are reported with their operation and no value.
+
+    Only the bucket's own stream answers: a mirror with ``mirror_direct`` may take the
+    Direct Get, and it may be behind the revision or keep other limits. Its answer is
+    dropped (``on_mirrored`` is called) and the keys are read again by consumers on the
+    bucket's stream, up to the same revision.
     """
     subjects = []
     for key_filter in dict.fromkeys(key_filters):
@@ -37,13 +49,17 @@ async def read_at(
         except errors.InvalidInput as exc:
             raise errors.InvalidInput(ErrorCode.KV_KEY_INVALID, exc.detail) from None
         subjects.append(filter_subject(bucket, key_filter))
+    stream = stream_name(bucket)
     with bucket_errors(bucket):
         revision, messages = await direct.multi(
-            stream_name(bucket), subjects, up_to_seq=at_revision, up_to_time=at_time, page_size=None
+            stream, subjects, up_to_seq=at_revision, up_to_time=at_time, page_size=None
         )
+        found = [entry_from_message(bucket, message) for message in messages]
+        if any(entry.stream != stream for entry in found):
+            on_mirrored()
+            found = await _read_by_consumer(direct.js, bucket, subjects, revision)
     entries = []
-    for message in messages:
-        entry = entry_from_message(bucket, message)
+    for entry in found:
         if entry.operation != "PUT":
             if not include_deleted:
                 continue
@@ -51,3 +67,25 @@ async def read_at(
         entries.append(entry)
     entries.sort(key=lambda e: e.key)
     return revision, entries
+
+
+async def _read_by_consumer(
+    js: JetStreamApi, bucket: str, subjects: list[str], revision: int
+) -> list[Entry]:
+    """The last entry of each key matching ``subjects`` up to ``revision``, from the bucket's
+    own stream: one ordered scan of all the filters when they are keys (which never overlap,
+    as a consumer's filters must not), else one scan per filter."""
+    wildcard = any("*" in s.split(".") or ">" in s.split(".") for s in subjects)
+    groups = [[s] for s in subjects] if wildcard else [subjects]
+    last: dict[str, Delivery] = {}
+    for filters in groups:
+        async with ConsumerScan(js, stream_name(bucket), filters) as scan:
+            while not scan.done:
+                batch = await scan.next(_SCAN_BATCH)
+                for message in batch:
+                    if message.stream_seq > revision:
+                        scan.done = True
+                        break
+                    last[message.subject] = message
+    ordered = sorted(last.values(), key=lambda m: m.stream_seq)
+    return [dataclasses.replace(entry_from_delivery(bucket, m), delta=None) for m in ordered]

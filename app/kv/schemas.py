@@ -82,14 +82,25 @@ class KVMirrorConfig(Strict):
     model_config = ConfigDict(json_schema_extra=rules(disjoint("keys")))
 
     keys: list[KeyFilter] | None = _keys_field()
-    history: int = Field(default=1, ge=1, le=64, description="values kept per key")
-    ttl: Duration = Field(default=0, description="how long values live; 0: forever")
+    history: int | None = Field(
+        default=None,
+        ge=1,
+        le=64,
+        description="values kept per key; default: the bucket's (1 with external)",
+    )
+    ttl: Duration | None = Field(
+        default=None,
+        description="how long values live; 0: forever; default: the bucket's (0 with "
+        "external). A mirror of every key (no keys) keeps them no longer than the bucket",
+    )
     max_bytes: Int64 = Field(default=-1, description="size limit; -1: unlimited")
     storage: Literal["file", "memory"] = "file"
     replicas: int = Field(default=1, ge=1, le=5)
     description: str | None = Field(default=None, max_length=4096)
     placement: Placement | None = None
-    external: KVExternal | None = None
+    external: KVExternal | None = Field(
+        default=None, description="the bucket is in another account or domain"
+    )
 
 
 class KVMirror(BaseModel):
@@ -108,6 +119,12 @@ class KVMirror(BaseModel):
     storage: str
     replicas: int
     history: int
+    ttl: int | float = Field(default=0, description="seconds values live; 0: forever")
+    direct: bool = Field(
+        default=False,
+        description="whether it answers the bucket's Direct Gets (mirror_direct): a mirror of "
+        "every key does; one of some keys is read by its own stream name only",
+    )
     created: str | None = None
     error: dict[str, Any] | None = None
 

@@ -220,6 +220,10 @@ class KVService:
             raise _key_not_found(key, entry)
         return entry
 
+    def count_stale_read(self) -> None:
+        """Count a read answered by a mirror (or a replica behind) and read again."""
+        self._stale_reads.inc()
+
     async def _behind(self, stream: str, subject: str, floor: int) -> StoredMessage | None:
         """The key's last message from the stream leader, for a Direct Get answered older
         than the key's floor (by a replica catching up, typically a server just restarted).
@@ -272,6 +276,11 @@ class KVService:
                     newer = item.num_pending
         except (errors.DirectNotAllowed, errors.BatchUnsupported):
             return await self._at_by_leader(stream, subject, revision)
+        if found is not None and found.stream != stream:
+            # A mirror answered: it may keep fewer revisions (or have dropped this one by
+            # its own limits), and its delta counts its own. The bucket's stream decides.
+            self._stale_reads.inc()
+            return await self._at_by_leader(stream, subject, revision)
         if found is None or found.seq != revision:
             return None, None
         return found, newer
@@ -312,9 +321,11 @@ class KVService:
                 # ADR-8's way, which every server with KV has: an ordered consumer.
                 entries = await self._history_by_consumer(bucket, stream, subject)
             else:
-                if (entries[-1].revision if entries else 0) < floor:
-                    # Answered by a mirror behind what this process served or wrote (or one
-                    # that holds other keys): the bucket's own stream, by a consumer.
+                mirrored = any(entry.stream != stream for entry in entries)
+                if mirrored or (entries[-1].revision if entries else 0) < floor:
+                    # Answered by a mirror (which keeps its own history, maybe shorter), or
+                    # by one behind what this process served or wrote: the bucket's own
+                    # stream, by a consumer.
                     self._stale_reads.inc()
                     entries = await self._history_by_consumer(bucket, stream, subject)
         if not entries:

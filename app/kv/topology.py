@@ -1,9 +1,15 @@
 """KV topologies (ADR-8 "Multi-Cluster and Leafnode topologies"): mirrors and aggregates.
 
 A *mirror* is a stream of its own name (never ``KV_...``: it is not a bucket) that mirrors
-``KV_<bucket>``, optionally only some keys, with ``mirror_direct``: the server then lets it
-answer the bucket's Direct Gets, and picks the nearest responder. It denies deletes and
-purges. Its origin must have ``allow_direct`` (ADR-8).
+``KV_<bucket>``, optionally only some keys. A mirror of every key has ``mirror_direct``: the
+server then lets it answer the bucket's Direct Gets (it joins their queue group), so it keeps
+what the bucket keeps (its history and ttl default to the bucket's; a longer ttl would answer
+keys the bucket expired, and is refused). A mirror of some keys would answer "not found" for
+the others, so it must not: it is a copy read by its own name only. nats-server makes every
+mirror of a stream it sees mirror_direct when that stream allows Direct Get, which a bucket's
+must (server/stream.go checkStreamCfg, whatever the config asks), so a mirror of some keys is
+made of an ``external`` bucket only. A mirror denies deletes and purges. Its origin must have
+``allow_direct`` (ADR-8).
 
 An *aggregate* is a bucket whose stream sources other buckets (the stream config is made in
 :func:`app.kv.model.stream_config`): each origin's ``$KV.<origin>.<filter>`` is transformed
@@ -19,7 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from app import errors, validation
@@ -30,7 +36,7 @@ from app.kv.model import bucket_errors, source_identity, status_from_info, strea
 from app.kv.schemas import KVMirrorConfig, KVOrigin
 from app.nats.direct import DirectGet
 from app.nats.jsapi import JetStreamApi
-from app.streams.service import create_or_update
+from app.streams.service import create_or_update, every_stream
 
 # How long a bucket found read-only is refused writes without asking the server again (its
 # config may be changed by other means than the gateway).
@@ -81,8 +87,12 @@ def mirror_name(name: str) -> str:
     return name
 
 
-def mirror_config(bucket: str, name: str, config: KVMirrorConfig) -> dict[str, Any]:
-    """The stream of a mirror of ``bucket`` (ADR-8 Creation of Mirrors)."""
+def mirror_config(
+    bucket: str, name: str, config: KVMirrorConfig, origin: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """The stream of a mirror of ``bucket`` (ADR-8 Creation of Mirrors); ``origin``: the
+    bucket's stream config (None for an external one), whose history and ttl are the
+    defaults."""
     mirror: dict[str, Any] = {"name": stream_name(bucket)}
     keys = config.keys or [">"]
     if len(keys) == 1:
@@ -96,16 +106,17 @@ def mirror_config(bucket: str, name: str, config: KVMirrorConfig) -> dict[str, A
         "name": name,
         "retention": "limits",
         "max_consumers": -1,
-        "max_msgs_per_subject": config.history,
+        "max_msgs_per_subject": _default(config.history, origin, "max_msgs_per_subject", 1),
         "max_msgs": -1,
         "max_bytes": config.max_bytes,
-        "max_age": config.ttl,
+        "max_age": _default(config.ttl, origin, "max_age", 0),
         "storage": config.storage,
         "num_replicas": config.replicas,
         "deny_delete": True,
         "deny_purge": True,
         "allow_direct": True,
-        "mirror_direct": True,
+        # Only a mirror of every key may answer the bucket's reads (see the module docstring).
+        "mirror_direct": _every_key(config),
         "mirror": mirror,
     }
     if config.description is not None:
@@ -113,6 +124,28 @@ def mirror_config(bucket: str, name: str, config: KVMirrorConfig) -> dict[str, A
     if config.placement is not None:
         body["placement"] = config.placement.model_dump(exclude_none=True)
     return body
+
+
+def _every_key(config: KVMirrorConfig) -> bool:
+    return not config.keys or config.keys == [">"]
+
+
+def _default(given: int | None, origin: dict[str, Any] | None, field: str, fallback: int) -> int:
+    if given is not None:
+        return given
+    return int((origin or {}).get(field) or fallback)
+
+
+def check_outlives(bucket: str, body: dict[str, Any], origin: dict[str, Any]) -> None:
+    """409 kv.mirror_outlives_bucket: a mirror that answers the bucket's reads keeps no value
+    longer than the bucket does (it would answer keys the bucket has expired)."""
+    bucket_ttl, ttl = int(origin.get("max_age") or 0), int(body.get("max_age") or 0)
+    if body.get("mirror_direct") and bucket_ttl and not 0 < ttl <= bucket_ttl:
+        raise errors.Conflict(
+            ErrorCode.KV_MIRROR_OUTLIVES_BUCKET,
+            f"a mirror of every key of bucket {bucket!r} answers its reads, so its ttl is at "
+            f"most the bucket's ({ns_to_seconds(bucket_ttl)} s): leave ttl out to take it",
+        )
 
 
 def _mirrored(mirror: dict[str, Any]) -> tuple[Any, ...]:
@@ -155,6 +188,8 @@ def mirror_view(bucket: str, info: dict[str, Any]) -> dict[str, Any]:
         "storage": config.get("storage", "file"),
         "replicas": config.get("num_replicas", 1),
         "history": config.get("max_msgs_per_subject", 1),
+        "ttl": ns_to_seconds(int(config.get("max_age") or 0)),
+        "direct": bool(config.get("mirror_direct")),
         "created": nats_time(info.get("created")),
         "lag": source.get("lag"),
     }
@@ -203,10 +238,18 @@ class Topologies:
         """Create (True) or update (False) mirror ``name`` of ``bucket``."""
         validation.bucket_name(bucket)
         mirror_name(name)
+        origin: dict[str, Any] | None = None
+        if not _every_key(config) and config.external is None:
+            raise errors.Conflict(
+                ErrorCode.KV_MIRROR_KEYS_LOCAL,
+                "nats-server makes a mirror of a bucket it holds answer the bucket's reads, "
+                "which one of some keys only cannot: mirror every key, or an external bucket",
+            )
         if config.external is None:
             with bucket_errors(bucket):
-                origin = await self.js.call("stream.info", "STREAM", "INFO", stream_name(bucket))
-            if not (origin.get("config") or {}).get("allow_direct"):
+                info = await self.js.call("stream.info", "STREAM", "INFO", stream_name(bucket))
+            origin = info.get("config") or {}
+            if not origin.get("allow_direct"):
                 raise errors.Conflict(
                     ErrorCode.KV_DIRECT_REQUIRED,
                     f"bucket {bucket!r} does not allow Direct Get, which its mirrors answer "
@@ -218,7 +261,9 @@ class Topologies:
                 ErrorCode.KV_NOT_A_MIRROR,
                 f"stream {name!r} exists and is not a mirror of bucket {bucket!r}: left alone",
             )
-        body = mirror_config(bucket, name, config)
+        body = mirror_config(bucket, name, config, origin)
+        if origin is not None:
+            check_outlives(bucket, body, origin)
         if existing is not None and _mirrored(existing["mirror"]) != _mirrored(body["mirror"]):
             raise errors.Conflict(
                 ErrorCode.STREAM_NOT_UPDATABLE,
@@ -228,26 +273,25 @@ class Topologies:
         info, created = await create_or_update(self.js, self.direct, name, body, existing=existing)
         return mirror_view(bucket, info), created
 
-    async def mirrors(self, bucket: str) -> list[dict[str, Any]]:
-        """The mirrors of ``bucket`` (every stream whose mirror is ``KV_<bucket>``)."""
+    async def mirrors(
+        self, bucket: str, visible: Callable[[str], bool] | None = None
+    ) -> list[dict[str, Any]]:
+        """The mirrors of ``bucket`` (every stream whose mirror is ``KV_<bucket>``), those
+        ``visible`` admits by name."""
         validation.bucket_name(bucket)
         with bucket_errors(bucket):
             await self.js.call("stream.info", "STREAM", "INFO", stream_name(bucket))
-        found: list[dict[str, Any]] = []
-        offset = 0
-        while True:
-            page = await self.js.call("stream.list", "STREAM", "LIST", body={"offset": offset})
-            streams = page.get("streams") or []
-            for info in streams:
-                if mirrors_bucket(info.get("config") or {}, bucket):
-                    found.append(mirror_view(bucket, info))
-            offset += len(streams)
-            if not streams or offset >= int(page.get("total", 0)):
-                return sorted(found, key=lambda m: str(m["name"]))
+        found = [
+            mirror_view(bucket, info)
+            async for info in every_stream(self.js)
+            if mirrors_bucket(info.get("config") or {}, bucket)
+            and (visible is None or visible(str(info["config"].get("name", ""))))
+        ]
+        return sorted(found, key=lambda m: str(m["name"]))
 
     async def delete_mirror(self, bucket: str, name: str) -> None:
         validation.bucket_name(bucket)
-        validation.stream_name(name)
+        mirror_name(name)
         existing = await self._stream_config(name)
         if existing is None or not mirrors_bucket(existing, bucket):
             raise _no_mirror(bucket, name)

@@ -6,7 +6,7 @@ import asyncio
 import builtins
 import contextlib
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from app import errors
@@ -131,6 +131,24 @@ async def create_or_update(
         direct.forget(name)  # and what was read while it changed is dropped too
 
 
+async def every_stream(
+    js: JetStreamApi, subject: str | None = None
+) -> AsyncIterator[dict[str, Any]]:
+    """The info of every stream (those on ``subject``, when given), paging ``STREAM.LIST``."""
+    offset = 0
+    while True:
+        body: dict[str, Any] = {"offset": offset}
+        if subject:
+            body["subject"] = subject
+        page = await js.call("stream.list", "STREAM", "LIST", body=body)
+        batch = page.get("streams") or []
+        for info in batch:
+            yield info
+        offset += len(batch)
+        if not batch or offset >= int(page.get("total", 0)):
+            return
+
+
 class StreamService:
     def __init__(self, js: JetStreamApi, direct: DirectGet) -> None:
         self.js = js
@@ -181,13 +199,7 @@ class StreamService:
         return await self.js.call("stream.list", "STREAM", "LIST", body=body)
 
     async def _every(self, subject: str | None) -> builtins.list[dict[str, Any]]:
-        streams: builtins.list[dict[str, Any]] = []
-        while True:
-            page = await self._page(subject, len(streams))
-            batch = page.get("streams") or []
-            streams.extend(_summary(info) for info in batch)
-            if not batch or len(streams) >= page.get("total", 0):
-                return streams
+        return [_summary(info) async for info in every_stream(self.js, subject)]
 
     async def capturing(self, subject: str) -> str | None:
         """The stream that stores messages published to ``subject``, if any.

@@ -66,12 +66,14 @@ async def test_a_mirror_answers_reads_and_reads_never_go_back(
     assert not config.get("subjects")
     again = await gw.put(f"/v1/kv/{name}/mirrors/{mirror}", json={"history": 4})
     assert again.status_code == 200 and again.json()["history"] == 4
-    changed = await gw.put(f"/v1/kv/{name}/mirrors/{mirror}", json={"keys": ["a"]})
+    hub = {"api": "$JS.hub.API"}
+    changed = await gw.put(f"/v1/kv/{name}/mirrors/{mirror}", json={"history": 4, "external": hub})
     problem(changed, 409, "stream.not_updatable")
     listed = (await gw.get(f"/v1/kv/{name}/mirrors")).json()["mirrors"]
     assert [(m["name"], m.get("keys")) for m in listed] == [(mirror, None)]
     assert "lag" in listed[0]
-    subset = await gw.put(f"/v1/kv/{name}/mirrors/{mirror}_AB", json={"keys": ["a", "b.>"]})
+    some = {"keys": ["a", "b.>"], "external": hub}
+    subset = await gw.put(f"/v1/kv/{name}/mirrors/{mirror}_AB", json=some)
     assert subset.status_code == 201 and subset.json()["keys"] == ["a", "b.>"]
     transforms = (await stream_info(nc, f"{mirror}_AB"))["config"]["mirror"]["subject_transforms"]
     assert [t["src"] for t in transforms] == [f"$KV.{name}.a", f"$KV.{name}.b.>"]
@@ -264,3 +266,137 @@ async def test_topologies_need_admin_and_read_on_every_origin(
         listed = await gw.get(f"/v1/kv/{name}_AGG/mirrors", headers=reader)
         assert listed.status_code == 200 and listed.json() == {"mirrors": []}
         await js._nc.close()
+
+
+async def test_only_the_buckets_own_stream_answers_history_revisions_and_multi_reads(
+    gw: httpx.AsyncClient, nc: nats.NATS, name: str
+) -> None:
+    mirror, some = f"{name}_ONE", f"{name}_SOME"
+    made = await gw.put(f"/v1/kv/{name}", json={"history": 5, "ttl": 3600})
+    assert made.status_code == 201, made.text
+    for value in range(5):
+        await gw.put(f"/v1/kv/{name}/keys/a", content=b"a%d" % value)
+    await gw.put(f"/v1/kv/{name}/keys/b", content=b"b")
+    # Written around the gateway, which has no floors for them: only who answered tells
+    # (revisions 7 to 16 are the first values of c.0 to c.9, 17 to 26 the second).
+    for value in (b"old", b"new"):
+        for index in range(10):
+            await nc.jetstream().publish(f"$KV.{name}.c.{index}", value)
+
+    # A mirror of every key keeps what the bucket keeps, unless told, and never longer.
+    taken = await gw.put(f"/v1/kv/{name}/mirrors/{name}_DEF", json={"keys": [">"]})
+    assert taken.status_code == 201, taken.text
+    assert (taken.json()["history"], taken.json()["ttl"], taken.json()["direct"]) == (5, 3600, True)
+    assert (await gw.delete(f"/v1/kv/{name}/mirrors/{name}_DEF")).status_code == 204
+    for ttl in (7200, 0):
+        longer = await gw.put(f"/v1/kv/{name}/mirrors/{name}_LONG", json={"ttl": ttl})
+        problem(longer, 409, "kv.mirror_outlives_bucket")
+    made = await gw.put(f"/v1/kv/{name}/mirrors/{mirror}", json={"history": 1, "ttl": 60})
+    assert made.status_code == 201 and made.json()["direct"] is True, made.text
+    # A mirror of some keys never answers the bucket's reads (it would not know the others):
+    # nats-server would make one of a bucket it holds do so, so only an external one is.
+    local = await gw.put(f"/v1/kv/{name}/mirrors/{some}", json={"keys": ["a"]})
+    problem(local, 409, "kv.mirror_keys_local")
+    assert (await nc.request(f"$JS.API.STREAM.INFO.{some}", b"")).data.find(b"10059") > 0
+    external = {"keys": ["a"], "external": {"api": "$JS.hub.API"}}
+    made = await gw.put(f"/v1/kv/{name}/mirrors/{some}", json=external)
+    assert made.status_code == 201 and made.json()["direct"] is False, made.text
+    assert (await stream_info(nc, some))["config"].get("mirror_direct") is not True
+
+    async def caught_up() -> bool:
+        return bool((await stream_info(nc, mirror))["state"]["last_seq"] == 26)
+
+    await eventually(caught_up)
+    served: list[str] = []
+    for attempt in range(60):
+        read = await gw.get(f"/v1/kv/{name}/keys/a")
+        assert read.status_code == 200 and read.content == b"a4"
+        served.append(read.headers["kv-served-by"])
+        history = await gw.get(f"/v1/kv/{name}/history/a")
+        assert history.status_code == 200
+        entries = history.json()["entries"]
+        assert [base64.b64decode(e["value"]) for e in entries] == [b"a%d" % i for i in range(5)]
+        assert [e["delta"] for e in entries] == [4, 3, 2, 1, 0]
+        first = await gw.get(f"/v1/kv/{name}/keys/a", params={"revision": 1})
+        assert first.status_code == 200 and first.content == b"a0", first.text
+        assert first.headers["kv-served-by"] == f"KV_{name}"
+        assert (await gw.get(f"/v1/kv/{name}/keys/b")).content == b"b"
+        key, revision = f"c.{attempt % 10}", 7 + attempt % 10
+        older = await gw.get(f"/v1/kv/{name}/keys/{key}", params={"revision": revision})
+        assert older.status_code == 200 and older.content == b"old", older.text
+        assert older.headers["kv-served-by"] == f"KV_{name}"
+        multi = await gw.post(f"/v1/kv/{name}/read", json={"keys": ["a", "b"], "at_revision": 5})
+        if multi.status_code != 501:  # batched Direct Get: nats-server 2.11
+            assert multi.status_code == 200, multi.text
+            got = [(e["key"], e["revision"]) for e in multi.json()["entries"]]
+            assert got == [("a", 5)]
+            assert multi.headers["kv-served-by"] == f"KV_{name}"
+        if served.count(mirror) >= 8 and attempt >= 9:
+            break
+    # The mirror answered reads of the latest value all along, and nothing else.
+    assert served.count(mirror) >= 8 and set(served) == {mirror, f"KV_{name}"}
+    metrics = (await gw.get("/metrics")).text
+    assert "jsgw_kv_stale_reads_total" in metrics
+    stale = float(metrics.split("\njsgw_kv_stale_reads_total ")[1].split()[0])
+    # The mirror took some of them, and was not believed (nats-server 2.10 has no batched
+    # Direct Get: histories and revisions are read from the bucket's stream from the start).
+    assert stale > 0 or multi.status_code == 501
+
+
+MIRROR_POLICY = """
+tokens:
+  - name: keeper
+    token: "keeper-token-0123456789ab"
+    rules:
+      - {{resource: "kv:{n}", actions: [read, write, admin]}}
+      - {{resource: "stream:{n}_M1", actions: [read, admin]}}
+  - name: operator
+    token: "operator-token-0123456789"
+    rules:
+      - {{resource: "stream:*", actions: [read, write, admin]}}
+      - {{resource: "kv:*", actions: [read, write, admin]}}
+"""
+
+
+async def test_a_mirror_is_a_stream_and_external_needs_every_stream(
+    nats_server: EmbeddedServer, nc: nats.NATS, tmp_path: Path, name: str
+) -> None:
+    path = tmp_path / "auth.yaml"
+    path.write_text(MIRROR_POLICY.format(n=name))
+    keeper = {"Authorization": "Bearer keeper-token-0123456789ab"}
+    operator = {"Authorization": "Bearer operator-token-0123456789"}
+    m1, m2 = f"{name}_M1", f"{name}_M2"
+    async with running_gateway(gateway_settings(nats_server.url, auth_file=path)) as gw:
+        assert (await gw.put(f"/v1/kv/{name}", json={}, headers=keeper)).status_code == 201
+        # Stream M2 is not the keeper's: neither made, nor listed, nor deleted by it.
+        problem(await gw.put(f"/v1/kv/{name}/mirrors/{m2}", json={}, headers=keeper), 403)
+        assert (await nc.request(f"$JS.API.STREAM.INFO.{m2}", b"")).data.find(b"10059") > 0
+        assert (await gw.put(f"/v1/kv/{name}/mirrors/{m1}", headers=keeper)).status_code == 201
+        assert (await gw.put(f"/v1/kv/{name}/mirrors/{m2}", headers=operator)).status_code == 201
+        listed = (await gw.get(f"/v1/kv/{name}/mirrors", headers=keeper)).json()["mirrors"]
+        assert [m["name"] for m in listed] == [m1]
+        listed = (await gw.get(f"/v1/kv/{name}/mirrors", headers=operator)).json()["mirrors"]
+        assert [m["name"] for m in listed] == [m1, m2]
+        problem(await gw.delete(f"/v1/kv/{name}/mirrors/{m2}", headers=keeper), 403)
+        problem(await gw.delete(f"/v1/kv/{name}/mirrors/{name}_NONE", headers=keeper), 403)
+        assert (await stream_info(nc, m2))["config"]["mirror"]["name"] == f"KV_{name}"
+
+        # external aims the server's consumer requests anywhere: every stream's admin only.
+        external = {"external": {"api": "$JS.hub.API"}}
+        refused = await gw.put(f"/v1/kv/{name}/mirrors/{m1}", json=external, headers=keeper)
+        problem(refused, 403, "auth.forbidden")
+        origin = {"bucket": name, "external": {"api": "$JS.hub.API"}}
+        problem(await gw.post(f"/v1/kv/{name}/origins", json=origin, headers=keeper), 403)
+        aggregate = {"aggregate": {"origins": [origin]}}
+        problem(await gw.put(f"/v1/kv/{name}", json=aggregate, headers=keeper), 403)
+        hub = await gw.put(f"/v1/kv/{name}/mirrors/{name}_HUB", json=external, headers=operator)
+        assert hub.status_code == 201, hub.text
+        assert hub.json()["external"]["api"] == "$JS.hub.API"
+
+        # A KV_ stream is never a mirror to delete, even one that mirrors the bucket.
+        body = {"name": f"KV_{name}X", "mirror": {"name": f"KV_{name}"}}
+        await nc.request(f"$JS.API.STREAM.CREATE.KV_{name}X", orjson.dumps(body))
+        deleted = await gw.delete(f"/v1/kv/{name}/mirrors/KV_{name}X", headers=operator)
+        problem(deleted, 400, "stream.name_invalid")
+        assert (await stream_info(nc, f"KV_{name}X"))["config"]["mirror"]["name"] == f"KV_{name}"
+        assert (await gw.delete(f"/v1/kv/{name}/mirrors/{m1}", headers=keeper)).status_code == 204

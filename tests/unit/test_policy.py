@@ -96,6 +96,22 @@ def test_a_deny_rule_under_a_whole_grant_is_no_read_of_everything() -> None:
     assert ANONYMOUS.allows_all("read", "kv", "USERS")
 
 
+def test_every_stream_is_a_stream_star_rule_that_no_other_rule_narrows() -> None:
+    def token(*rules: tuple[str, set[str]]) -> Principal:
+        return Principal("t", tuple(Rule(parse_pattern(r), frozenset(a)) for r, a in rules))
+
+    admin, everything = {"admin"}, {"read", "write", "admin"}
+    assert token(("stream:*", admin)).allows_every("admin", "stream")
+    assert token(("stream:*", everything), ("kv:*", everything)).allows_every("admin", "stream")
+    assert not token(("stream:ORDERS", admin)).allows_every("admin", "stream")
+    assert not token(("stream:ORD*", admin)).allows_every("admin", "stream")
+    assert not token(("stream:*", admin), ("stream:SECRET", set())).allows_every("admin", "stream")
+    # A kv: rule without admin takes admin of its bucket's stream away.
+    assert not token(("stream:*", admin), ("kv:*", {"read"})).allows_every("admin", "stream")
+    assert not token(("kv:*", everything)).allows_every("admin", "stream")
+    assert ANONYMOUS.allows_every("admin", "stream")
+
+
 @pytest.mark.parametrize(
     "text",
     [
