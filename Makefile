@@ -18,9 +18,10 @@ run: $(STAMP)
 # oldest the gateway supports, and `make test` runs it too.
 COMPAT_RELEASES := 2.10.26 2.11.11 2.12.8 2.14.6
 
+# --durations: each run ends with its slowest tests, so that the suite's time stays in view.
 test: $(STAMP) chromium lint
-	$(BIN)/pytest -q
-	$(BIN)/pytest -q tests/integration --nats-server $(firstword $(COMPAT_RELEASES))
+	$(BIN)/pytest -q --durations=20
+	$(BIN)/pytest -q --durations=10 tests/integration --nats-server $(firstword $(COMPAT_RELEASES))
 
 compat: $(STAMP)
 	@for release in $(COMPAT_RELEASES); do \
