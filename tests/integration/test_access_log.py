@@ -77,6 +77,7 @@ def test_every_request_has_its_whole_line_after_sigterm(
         cwd=CHECKOUT,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,  # a pipe, as a container runtime gives
+        start_new_session=True,  # its workers in its process group, to stop them all
     )
     assert proc.stderr is not None
     output = bytearray()
@@ -99,7 +100,7 @@ def test_every_request_has_its_whole_line_after_sigterm(
         assert proc.wait(30) == 0
     finally:
         if proc.poll() is None:
-            proc.kill()
+            os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
     reader.join(10)
     entries = [orjson.loads(line) for line in output.splitlines()]  # every line whole
