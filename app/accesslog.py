@@ -7,7 +7,7 @@ are the ones :class:`app.logs.JsonFormatter` writes for a ``jsgw.access`` record
 with its microseconds), and lines are written only when that logger is enabled for info, as
 before (``JSGW_LOG_LEVEL``).
 
-Writing never blocks the event loop: a batch of lines is handed, a few milliseconds after its
+Writing never blocks the event loop: a batch of lines is handed, 50 ms after its
 first line (or at once past :data:`FLUSH_BYTES`), to a thread of its own that writes it to
 the descriptor (stderr, where every other log line goes). Each write holds whole lines and, on
 a pipe, at most ``PIPE_BUF`` (4096) bytes, which the kernel writes in one piece: the lines of
@@ -36,8 +36,10 @@ import orjson
 
 logger = logging.getLogger("jsgw.access")
 
-FLUSH_DELAY = 0.005  # seconds from a batch's first line to its hand-over
-FLUSH_BYTES = 64 * 1024  # a batch this large is handed over at once
+# Seconds from a batch's first line to its hand-over: each hand-over wakes the writer thread,
+# which then takes the GIL from the busy loop, so batches are few and large.
+FLUSH_DELAY = 0.05
+FLUSH_BYTES = 256 * 1024  # a batch this large is handed over at once
 MAX_PENDING = 4 * 1024 * 1024  # buffered and not yet written: past it, lines are dropped
 PIPE_BUF = 4096  # what a pipe writes atomically (POSIX's minimum, Linux's value)
 CLOSE_TIMEOUT = 10.0  # how long close waits for the writer (a reader that never reads)
@@ -178,7 +180,7 @@ class AccessLog:
             self._queue.put(lines)
 
     def _pipe_chunk(self) -> int:
-        """The most one write may hold: PIPE_BUF on a pipe, else 64 KiB."""
+        """The most one write may hold: PIPE_BUF on a pipe, else FLUSH_BYTES."""
         try:
             is_pipe = stat.S_ISFIFO(os.fstat(self.fd).st_mode)
         except OSError:
