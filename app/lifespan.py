@@ -15,6 +15,7 @@ from typing import TypedDict
 from fastapi import FastAPI
 
 from app import compat
+from app.accesslog import AccessLog
 from app.auth.guard import Authenticator
 from app.clients import ClientAddresses, parse_networks
 from app.config import Settings
@@ -59,10 +60,13 @@ class State(TypedDict):
 
 
 def make_lifespan(
-    settings: Settings, metrics: Metrics
+    settings: Settings, metrics: Metrics, access_log: AccessLog | None = None
 ) -> Callable[[FastAPI], AbstractAsyncContextManager[State]]:
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[State]:
+        if access_log is not None:
+            # Buffered while the lifespan runs; its end writes what is left (below).
+            access_log.start()
         embedded: EmbeddedServer | None = None
         pool: NatsPool | None = None
         kv: KVService | None = None
@@ -130,6 +134,10 @@ def make_lifespan(
                 await pool.close()
             if embedded is not None:
                 await asyncio.to_thread(embedded.stop)
+            if access_log is not None:
+                # Last: the requests answered while the rest closed are in it. (Blocks until
+                # the lines are written: nothing else runs now.)
+                access_log.close()
 
     return lifespan
 

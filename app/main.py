@@ -10,6 +10,7 @@ from starlette.middleware.cors import CORSMiddleware
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from app import __version__, fastpath, problems, routing, ui
+from app.accesslog import AccessLog
 from app.auth.access import authorize
 from app.config import Settings
 from app.direct.schemas import EndOfBatchLine
@@ -64,11 +65,12 @@ class Gateway(FastAPI):
 def create_app(settings: Settings | None = None) -> FastAPI:
     settings = settings or Settings()
     metrics = Metrics()
+    access_log = AccessLog(on_drop=metrics.access_log_dropped.inc) if settings.access_log else None
     app = Gateway(
         title="jsgw",
         version=__version__,
         description=DESCRIPTION,
-        lifespan=make_lifespan(settings, metrics),
+        lifespan=make_lifespan(settings, metrics, access_log),
         # /docs is served by app.ui from local files: FastAPI's own docs pages load their
         # scripts from a CDN (and ReDoc its logo, whatever it is told: no /redoc).
         docs_url=None,
@@ -117,7 +119,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             ],
         )
     app.add_middleware(BodyLimitMiddleware, limit=settings.max_body)
-    app.add_middleware(RequestContextMiddleware, metrics=metrics, log_requests=settings.access_log)
+    app.add_middleware(RequestContextMiddleware, metrics=metrics, access_log=access_log)
     app.openapi = lambda: _openapi(app)  # type: ignore[method-assign]
     return app
 

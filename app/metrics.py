@@ -379,6 +379,13 @@ class Metrics:
             registry=self.registry,
         )
 
+        self.access_log_dropped = Counter(
+            "jsgw_access_log_dropped_total",
+            "Access log lines dropped because stderr took them slower than requests came: "
+            "more than 4 MiB of lines were waiting to be written.",
+            registry=self.registry,
+        )
+
     def gauge_function(self, gauge: Gauge, function: Callable[[], float]) -> None:
         """A gauge whose value is computed: at scrape time with one worker; with several (no
         worker can call another's function) whenever :meth:`refresh` is called, which the

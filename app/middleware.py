@@ -6,7 +6,6 @@ JSON bodies that FastAPI decodes)."""
 from __future__ import annotations
 
 import itertools
-import logging
 import os
 import re
 import time
@@ -18,11 +17,10 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from app.accesslog import AccessLog
 from app.errors import PROBLEM_CONTENT_TYPE, ErrorCode, GatewayError, InvalidInput, PayloadTooLarge
 from app.http import read_body
 from app.metrics import Metrics
-
-access_log = logging.getLogger("jsgw.access")
 
 _REQUEST_ID = re.compile(r"[A-Za-z0-9._:/+=-]{1,128}")
 _PROBES = frozenset({"/healthz", "/readyz", "/metrics"})
@@ -57,10 +55,10 @@ def request_id_of(scope: Scope) -> str | None:
 
 
 class RequestContextMiddleware:
-    def __init__(self, app: ASGIApp, metrics: Metrics, *, log_requests: bool = True) -> None:
+    def __init__(self, app: ASGIApp, metrics: Metrics, access_log: AccessLog | None) -> None:
         self.app = app
         self.metrics = metrics
-        self.log_requests = log_requests
+        self.access_log = access_log  # None: JSGW_ACCESS_LOG off
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -103,21 +101,15 @@ class RequestContextMiddleware:
                 if requests.shared is not None:
                     requests.shared.in_flight(requests.in_flight)
                 self.metrics.observe_http(scope["method"], route, status, elapsed)
-            if self.log_requests:
-                access_log.info(
-                    "%s %s %s",
+            if self.access_log is not None:
+                self.access_log.request(
+                    request_id,
                     scope["method"],
                     scope["path"],
+                    route,
                     status,
-                    extra={
-                        "request_id": request_id,
-                        "method": scope["method"],
-                        "path": scope["path"],
-                        "route": route,
-                        "status": status,
-                        "duration_ms": round(elapsed * 1000, 3),
-                        "client": _client(scope),
-                    },
+                    elapsed,
+                    scope.get("client"),
                 )
 
 
@@ -185,11 +177,6 @@ def _route_template(scope: Scope) -> str:
     # path_format: the template without convertors ({key}, not {key:text}).
     path = getattr(route, "path_format", None) or getattr(route, "path", None)
     return path if isinstance(path, str) else "<unmatched>"
-
-
-def _client(scope: Scope) -> str | None:
-    client = scope.get("client")
-    return f"{client[0]}:{client[1]}" if client else None
 
 
 _HTTP1 = frozenset({"1.0", "1.1"})

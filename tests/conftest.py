@@ -33,6 +33,7 @@ DOMAINS: dict[str, tuple[str, ...]] = {
 # the console): what they test does not change with the nats-server release, so a run against
 # another release (--nats-server) leaves them out; the suite's main run has them.
 GATEWAY_ONLY = (
+    "test_access_log",
     "test_client_disconnect",
     "test_garbage",
     "test_limits",
