@@ -41,7 +41,13 @@ from typing import Any
 
 import orjson
 
-from bench.procs import PYTHON, Procs, cpu_seconds, free_port, sigterm_as_interrupt, wait_http
+from bench.procs import (
+    PYTHON,
+    Procs,
+    cpu_seconds,
+    sigterm_as_interrupt,
+    start_gateway,
+)
 from bench.stats import closed_loop, emit, install_uvloop
 
 STREAM = "ATOMIC"
@@ -140,20 +146,9 @@ class Bench:
         self.nats = EmbeddedServer(self.workdir / "nats", log_file=self.workdir / "nats.log")
         self.nats_url = self.nats.start()
         log(f"nats-server {self.nats.pid} at {self.nats_url}")
-        port = free_port()
-        self.gateway_url = f"http://127.0.0.1:{port}"
-        env = {
-            "JSGW_NATS_URL": self.nats_url,
-            "JSGW_HOST": "127.0.0.1",
-            "JSGW_PORT": str(port),
-            "JSGW_WORKERS": str(self.args.workers),
-            "JSGW_ACK_SECRET": secrets.token_hex(32),
-            "JSGW_DATA_DIR": str(self.workdir / "gateway-data"),
-        }
-        self.gateway = self.procs.start(
-            "gateway", [PYTHON, "-m", "app", "serve"], env=env, log=self.workdir / "gateway.log"
+        self.gateway, self.gateway_url = start_gateway(
+            self.procs, self.nats_url, self.workdir, workers=self.args.workers
         )
-        wait_http(f"{self.gateway_url}/readyz", self.gateway, timeout=60)
         log(f"gateway {self.gateway.pid} at {self.gateway_url} ({self.args.workers} worker(s))")
         asyncio.run(self._make_stream())
 

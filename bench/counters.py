@@ -31,7 +31,6 @@ import asyncio
 import os
 import platform
 import resource
-import secrets
 import shutil
 import subprocess
 import sys
@@ -46,9 +45,8 @@ from bench.procs import (
     PYTHON,
     Procs,
     cpu_seconds,
-    free_port,
     sigterm_as_interrupt,
-    wait_http,
+    start_gateway,
 )
 from bench.stats import closed_loop, emit, install_uvloop
 
@@ -219,22 +217,7 @@ def main(args: argparse.Namespace) -> None:
     try:
         with sigterm_as_interrupt():
             nats_url = server.start()
-            port = free_port()
-            gateway_url = f"http://127.0.0.1:{port}"
-            gateway = procs.start(
-                "gateway",
-                [PYTHON, "-m", "app", "serve"],
-                env={
-                    "JSGW_NATS_URL": nats_url,
-                    "JSGW_HOST": "127.0.0.1",
-                    "JSGW_PORT": str(port),
-                    "JSGW_WORKERS": "1",
-                    "JSGW_ACK_SECRET": secrets.token_hex(32),
-                    "JSGW_DATA_DIR": str(workdir / "gateway-data"),
-                },
-                log=workdir / "gateway.log",
-            )
-            wait_http(f"{gateway_url}/readyz", gateway, timeout=60)
+            gateway, gateway_url = start_gateway(procs, nats_url, workdir)
             asyncio.run(prepare(nats_url))
             assert server.pid is not None
             counted = 0

@@ -124,6 +124,37 @@ class Procs:
                 proc.stop()
 
 
+def start_gateway(
+    procs: Procs,
+    nats_url: str,
+    workdir: Path,
+    *,
+    workers: int = 1,
+    env: dict[str, str] | None = None,
+    name: str = "gateway",
+) -> tuple[Proc, str]:
+    """A gateway (``python -m app serve``) on a free loopback port with its default settings
+    but for ``env``, once it answers ``/readyz``: (its process, its base URL)."""
+    import secrets
+
+    port = free_port()
+    settings = {
+        "JSGW_NATS_URL": nats_url,
+        "JSGW_HOST": "127.0.0.1",
+        "JSGW_PORT": str(port),
+        "JSGW_WORKERS": str(workers),
+        "JSGW_ACK_SECRET": secrets.token_hex(32),
+        "JSGW_DATA_DIR": str(workdir / f"{name}-data"),
+        **(env or {}),
+    }
+    proc = procs.start(
+        name, [PYTHON, "-m", "app", "serve"], env=settings, log=workdir / f"{name}.log"
+    )
+    url = f"http://127.0.0.1:{port}"
+    wait_http(f"{url}/readyz", proc, timeout=60)
+    return proc, url
+
+
 def wait_http(
     url: str,
     proc: Proc | None = None,
