@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 
 import pytest
 
 from app.nats.embedded import EmbeddedServer
 from app.nats.replies import LeanClient
+from tests.helpers import gateway_settings, served_gateway
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
@@ -25,3 +26,11 @@ async def lean(nats_server: EmbeddedServer) -> AsyncIterator[LeanClient]:
     yield client
     if not client.is_closed:
         await client.close()
+
+
+@pytest.fixture
+def url(nats_server: EmbeddedServer) -> Iterator[str]:
+    """A gateway served on a loopback port (for SSE: real sockets), heartbeats every 0.5 s."""
+    settings = gateway_settings(nats_server.url, sse_heartbeat=0.5, kv_watch_heartbeat=0.5)
+    with served_gateway(settings) as served:
+        yield served

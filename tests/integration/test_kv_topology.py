@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import httpx
@@ -15,7 +15,7 @@ import orjson
 import pytest
 
 from app.nats.embedded import EmbeddedServer
-from tests.helpers import gateway_settings, problem, running_gateway, served_gateway
+from tests.helpers import gateway_settings, problem, running_gateway
 from tests.integration.test_kv_watch import watching
 
 
@@ -33,13 +33,6 @@ async def eventually(check, timeout: float = 5.0):  # type: ignore[no-untyped-de
             assert result, "not in time"
             return result
         await asyncio.sleep(0.05)
-
-
-@pytest.fixture
-def url(nats_server: EmbeddedServer) -> Iterator[str]:
-    settings = gateway_settings(nats_server.url, sse_heartbeat=0.5, kv_watch_heartbeat=0.5)
-    with served_gateway(settings) as served:
-        yield served
 
 
 @pytest.fixture

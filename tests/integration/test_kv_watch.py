@@ -7,7 +7,7 @@ import base64
 import contextlib
 import json
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
 import httpx
@@ -89,13 +89,6 @@ async def watching(
 async def consumer_count(nc: nats.NATS, bucket: str) -> int:
     reply = await nc.request(f"$JS.API.STREAM.INFO.KV_{bucket}", b"", timeout=2)
     return orjson.loads(reply.data)["state"]["consumer_count"]
-
-
-@pytest.fixture
-def url(nats_server: EmbeddedServer) -> Iterator[str]:
-    settings = gateway_settings(nats_server.url, sse_heartbeat=0.5, kv_watch_heartbeat=0.5)
-    with served_gateway(settings) as served:
-        yield served
 
 
 @pytest.fixture
