@@ -14,7 +14,7 @@ from nats.js.api import KeyValueConfig
 from tests.helpers import problem
 from tests.integration.test_kv_buckets import make_bucket
 from tests.integration.test_kv_watch import bucket as make_served_bucket
-from tests.integration.test_kv_watch import client, url, watching  # noqa: F401 (fixtures)
+from tests.integration.test_kv_watch import client, watching  # noqa: F401 (fixtures)
 
 JSON_ACCEPT = {"Accept": "application/json"}
 
