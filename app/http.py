@@ -10,7 +10,7 @@ from fastapi import Request
 from pydantic import BeforeValidator
 from starlette.convertors import Convertor, register_url_convertor
 from starlette.datastructures import Headers
-from starlette.responses import JSONResponse
+from starlette.responses import JSONResponse, Response
 
 from app import errors
 from app.errors import PROBLEM_CONTENT_TYPE, ErrorCode
@@ -21,6 +21,12 @@ class JSON(JSONResponse):
 
     def render(self, content: Any) -> bytes:
         return orjson.dumps(content, option=orjson.OPT_NON_STR_KEYS)
+
+
+class JSONBytes(Response):
+    """JSON already encoded (the same headers as :class:`JSON`)."""
+
+    media_type = "application/json"
 
 
 def _plain_digits(value: object) -> object:

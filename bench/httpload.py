@@ -8,6 +8,8 @@ Modes (each prints one JSON line):
   again and again; messages/s counted from the lines, MB/s of message payload and of the wire;
 * ``fetchack``: ``POST .../fetch {"max_messages": 256}`` then ``POST .../ack`` with all the
   tokens (the gateway answers after the server confirmed every ack), again and again;
+* ``pubbatch``: ``POST /v1/publish`` with ``--batch`` messages (non-atomic: one PubAck
+  each) from ``--concurrency`` connections back to back; messages/s;
 * ``throughput``: ``--concurrency`` connections each sending ``--method --path`` back to back
   (the fallback when wrk is not installed: then the client, not the server, may be the limit).
 """
@@ -16,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import base64
 import time
 from urllib.parse import urlsplit
 
@@ -174,7 +177,45 @@ async def fetchack(host: str, port: int, args: argparse.Namespace) -> dict:
     }
 
 
-MODES = {"latency": latency, "batch": batch, "fetchack": fetchack, "throughput": throughput}
+async def pubbatch(host: str, port: int, args: argparse.Namespace) -> dict:
+    conns = [await Connection.open(host, port) for _ in range(args.concurrency)]
+    data = base64.b64encode(b"v" * args.value_size).decode()
+    bodies = [
+        orjson.dumps(
+            {
+                "messages": [
+                    {"subject": f"pub.hb.{(i + j) % 1000}", "data": data} for j in range(args.batch)
+                ]
+            }
+        )
+        for i in range(0, 1000, 37)
+    ]
+    reqs = [
+        conns[0].build("POST", "/v1/publish", body, {"Content-Type": "application/json"})
+        for body in bodies
+    ]
+
+    async def op(i: int) -> None:
+        status, body = await conns[i % args.concurrency].send(reqs[i % len(reqs)])
+        if status != 200 or b'"ok":false' in body:
+            raise RuntimeError(f"HTTP {status}: {body[:200]!r}")
+
+    result = await closed_loop(op, args.concurrency, args.duration, args.warmup)
+    for c in conns:
+        c.close()
+    result["requests"] = result.get("ops")
+    result["ops"] = result["messages"] = (result.get("ops") or 0) * args.batch
+    result["rate"] *= args.batch
+    return result
+
+
+MODES = {
+    "latency": latency,
+    "batch": batch,
+    "fetchack": fetchack,
+    "pubbatch": pubbatch,
+    "throughput": throughput,
+}
 
 
 async def main(args: argparse.Namespace) -> None:

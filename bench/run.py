@@ -15,8 +15,9 @@ installed. Then it measures one thing at a time and prints a table per section:
   in flight on one connection) in a process of its own for the native client;
 * KV GET latency at concurrency 1: an asyncio HTTP client (httptools) vs nats-py ``kv.get``,
   each in a process of its own, plus wrk ``-c1`` for the gateway;
-* Direct Get batches (NDJSON vs nats-py), fetch 256 + confirmed acks (HTTP vs nats-py), and
-  publish with PubAck (wrk vs nats-py);
+* Direct Get batches (NDJSON vs nats-py), fetch 256 + confirmed acks (HTTP vs nats-py),
+  publish with PubAck (wrk vs nats-py), and the batch publish (100 messages per request, a
+  PubAck each) against nats-py with as many publishes in flight;
 * SSE watch fan-out: N asyncio SSE clients (bench/sseload.py) on one bucket, updates at
   ``--sse-rate`` per second put by nats-py from this process, against the gateway and against
   the raw ASGI broadcaster: delivered fraction, put→event p50/p99, server RSS.
@@ -81,6 +82,8 @@ VARIANTS: dict[str, tuple[str, dict[str, str]]] = {
     "nolog": ("the access log off", {"JSGW_ACCESS_LOG": "false"}),
     "cached": ("the opt-in read cache", {"JSGW_KV_CACHE": KV_BUCKET}),
 }
+PUB_BATCH = 100  # messages per batch publish request
+PUB_BATCH_CLIENTS = 4
 
 
 def log(message: str) -> None:
@@ -891,6 +894,27 @@ class Bench:
                 "publish", "--subject", "pub.nats", "--concurrency", str(a.connections)
             ),
         )
+        # Many messages at once: the batch publish (non-atomic, a PubAck each) beside nats-py
+        # with as many publishes in flight.
+        in_flight = PUB_BATCH * PUB_BATCH_CLIENTS
+        r["pubbatch.gateway"] = self.attempt(
+            "batch publish gateway",
+            lambda: self.http_load(
+                "pubbatch",
+                self.gateway_url,
+                gw.pid,
+                "--batch",
+                str(PUB_BATCH),
+                "--concurrency",
+                str(PUB_BATCH_CLIENTS),
+            ),
+        )
+        r["pubbatch.nats"] = self.attempt(
+            "batch publish nats",
+            lambda: self.nats_load(
+                "publish", "--subject", "pub.nb", "--concurrency", str(in_flight)
+            ),
+        )
         self.results["stream"] = r
 
     def section_sse(self) -> None:
@@ -1454,7 +1478,7 @@ class Bench:
                 "nats-py fetch(256) + 256 concurrent ack_sync",
                 "asyncio HTTP client, 1 loop",
                 "asyncio, 1 loop",
-                0.5,
+                0.8,
             ),
             (
                 "pub",
@@ -1463,6 +1487,15 @@ class Bench:
                 "nats-py js.publish",
                 None,
                 f"asyncio, {a.connections} in flight",
+                0.5,
+            ),
+            (
+                "pubbatch",
+                "batch publish with PubAcks (messages/s)",
+                f"jsgw POST /v1/publish, {PUB_BATCH} messages per request (non-atomic)",
+                "nats-py js.publish, the same messages",
+                f"asyncio HTTP client, {PUB_BATCH_CLIENTS} connections",
+                f"asyncio, {PUB_BATCH * PUB_BATCH_CLIENTS} in flight",
                 None,
             ),
         ):

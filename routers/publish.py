@@ -13,7 +13,7 @@ from app.auth.access import Need
 from app.auth.policy import Principal, Resource
 from app.deps import PoolDep, PrincipalDep, PublisherDep, SettingsDep, StreamsDep
 from app.errors import ErrorCode
-from app.http import JSON, link, links, problems, read_body
+from app.http import JSON, JSONBytes, link, links, problems, read_body
 from app.nats import features
 from app.publish import atomic as publish_atomic
 from app.publish import schedules
@@ -136,9 +136,9 @@ async def publish_one(
     message = publish.fitting(Outgoing(subject, await read_body(request, limit), headers), limit)
     if not principal.anonymous:
         message = publish.for_writer(message, principal, stream, limit)
-    # The PubAck dict is what response_model=PubAck would serialize; built here, both the
+    # The PubAck JSON is what response_model=PubAck would serialize; built here, both the
     # FastAPI route and the lean path (app.fastpath) send it as it is.
-    return JSON(await publisher.publish(message))
+    return JSONBytes(await publisher.publish_json(message))
 
 
 @router.post(

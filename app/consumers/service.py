@@ -425,10 +425,21 @@ def _pin_of(messages: list[Msg]) -> str | None:
     return None
 
 
+_second_text: tuple[int, str] = (-1, "")  # the last second formatted, and its text
+
+
 def _time_from_ns(ns: int) -> str:
-    """A Unix time in nanoseconds (from the ack subject) as RFC 3339 UTC, to the nanosecond."""
+    """A Unix time in nanoseconds (from the ack subject) as RFC 3339 UTC, to the nanosecond.
+
+    The messages of a fetch were mostly stored within the same second: its text is formatted
+    once and kept."""
+    global _second_text
     seconds, fraction = divmod(ns, 1_000_000_000)
-    return datetime.fromtimestamp(seconds, UTC).strftime("%Y-%m-%dT%H:%M:%S") + f".{fraction:09d}Z"
+    known, text = _second_text
+    if seconds != known:
+        text = datetime.fromtimestamp(seconds, UTC).strftime("%Y-%m-%dT%H:%M:%S")
+        _second_text = (seconds, text)
+    return f"{text}.{fraction:09d}Z"
 
 
 def _json(value: Any) -> str:

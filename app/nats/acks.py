@@ -22,9 +22,15 @@ _VERSION = b"\x01"
 _MAC_SIZE = hashlib.sha256().digest_size
 _CONTEXT = b"jsgw-ack-v1"
 _TOKEN = re.compile(r"[A-Za-z0-9_-]+")
-_NUMBER = re.compile(r"[0-9]{1,20}")
 # A subject token as the server writes names into ack subjects: printable, no separators.
-_NAME_TOKEN = re.compile(r"[!-)+-\-/-=?-~]+")
+_NAME = r"[!-)+-\-/-=?-~]+"
+_NUMBERS = r"\.([0-9]{1,20})" * 5
+# Both forms in one pattern (one match per subject, not one per token: the subject of every
+# message a fetch delivers and of every ack is read with it): 9 tokens, or 11 and more.
+_ACK_SUBJECT = re.compile(
+    rf"\$JS\.ACK\.(?:({_NAME})\.({_NAME}){_NUMBERS}"
+    rf"|{_NAME}\.{_NAME}\.({_NAME})\.({_NAME}){_NUMBERS}(?:\.{_NAME})*)"
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,28 +50,24 @@ class AckSubject:
 def parse_ack_subject(subject: str) -> AckSubject | None:
     """``$JS.ACK.<stream>.<consumer>.<delivered>.<sseq>.<dseq>.<ts>.<pending>``, or the v2 form
     ``$JS.ACK.<domain>.<account hash>.<stream>.<consumer>.<the same five>[.<more>]``."""
-    tokens = subject.split(".")
-    if len(tokens) < 9 or tokens[0] != "$JS" or tokens[1] != "ACK":
+    match = _ACK_SUBJECT.fullmatch(subject)
+    if match is None:
         return None
-    if len(tokens) == 9:
-        names, numbers = tokens[2:4], tokens[4:9]
-    elif len(tokens) >= 11:
-        names, numbers = tokens[4:6], tokens[6:11]
+    groups = match.groups()
+    if groups[0] is not None:
+        stream, consumer, *numbers = groups[:7]
     else:
-        return None
-    if not all(_NAME_TOKEN.fullmatch(token) for token in tokens[2:]):
-        return None
-    if not all(_NUMBER.fullmatch(number) for number in numbers):
-        return None
-    delivered, stream_seq, consumer_seq, timestamp, pending = (int(n) for n in numbers)
+        stream, consumer, *numbers = groups[7:]
+    delivered, stream_seq, consumer_seq, timestamp, pending = map(int, numbers)
     return AckSubject(
-        subject, names[0], names[1], delivered, stream_seq, consumer_seq, timestamp, pending
+        subject, stream, consumer, delivered, stream_seq, consumer_seq, timestamp, pending
     )
 
 
 def _mac(secret: bytes, stream: str, consumer: str, body: bytes) -> bytes:
     message = b"\0".join((_CONTEXT, stream.encode(), consumer.encode(), body))
-    return hmac.new(secret, message, hashlib.sha256).digest()
+    # (the one-shot form: the same HMAC-SHA256, without an HMAC object per token)
+    return hmac.digest(secret, message, "sha256")
 
 
 def sign(secret: bytes, stream: str, consumer: str, reply: str) -> str:

@@ -247,35 +247,51 @@ async def fetch(
 
     ``timeout`` is the client-side limit (ADR-37: longer than the request's expiry). With idle
     heartbeats, two missed heartbeats also end the wait.
+
+    The messages are taken by the subscription's callback as nats-py hands them over, and
+    only the end of the pull is awaited: ``next_msg`` per message cost a task, a timer and a
+    uuid4 each, most of a large fetch's time in the gateway.
     """
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
     quiet_limit = 2 * request.heartbeat if request.heartbeat_ns else None
     outcome = FetchOutcome()
+    over: asyncio.Future[None] = loop.create_future()
+    heard = [loop.time()]  # when the last message (or heartbeat) came
+    messages = outcome.messages
+    batch = request.batch
+
+    async def take(msg: Msg) -> None:
+        if over.done():
+            return  # after the end of the pull: not the caller's
+        if quiet_limit is not None:
+            heard[0] = loop.time()
+        status = status_of(msg)
+        if status is None:
+            messages.append(msg)
+            if len(messages) >= batch:
+                over.set_result(None)
+        elif not status.heartbeat:
+            outcome.status = status
+            over.set_result(None)
+
     inbox = client.new_inbox()
-    sub = await client.subscribe(inbox)
+    sub = await client.subscribe(inbox, cb=take)
     try:
         await client.publish(subject, request.payload(), reply=inbox)
-        while len(outcome.messages) < request.batch:
-            wait = deadline - loop.time()
+        while not over.done():
+            now = loop.time()
+            wait = deadline - now
             if quiet_limit is not None:
-                wait = min(wait, quiet_limit)
+                wait = min(wait, heard[0] + quiet_limit - now)
             if wait <= 0:
                 outcome.stalled = True
                 break
-            try:
-                msg = await sub.next_msg(timeout=wait)
-            except nats.errors.TimeoutError:
-                outcome.stalled = True
-                break
-            status = status_of(msg)
-            if status is None:
-                outcome.messages.append(msg)
-            elif not status.heartbeat:
-                outcome.status = status
-                break
+            await asyncio.wait((over,), timeout=wait)
         return outcome
     finally:
+        if not over.done():
+            over.set_result(None)  # what comes while unsubscribing is dropped, as before
         await unsubscribe(sub)
 
 
@@ -284,7 +300,7 @@ async def unsubscribe(sub: Subscription) -> None:
 
     A subscription without a callback holds nats-py's message iterator (``_message_iterator``,
     a private name: app/compat.py), which holds the subscription: a
-    reference cycle of ten objects per fetch or Direct Get page, freed only by the garbage
+    reference cycle of ten objects per Direct Get page, freed only by the garbage
     collector unless the link is cut here. (The gateway reads such subscriptions with
     ``next_msg``, never through ``messages``.)
     """

@@ -345,7 +345,14 @@ class ReplyMux:
                 if not self.client.publish_queued(subject, reply_to, payload):
                     await self.client.publish(subject, payload, reply=reply_to)
             if futures:
-                await asyncio.wait(futures, timeout=timeout)
+                # The server answers a connection's requests in order, so once the last one
+                # is answered the others normally are too: one waiter for it, then one for
+                # any still open (not one callback per future on every batch).
+                ends = self._loop.time() + timeout
+                await asyncio.wait((futures[-1],), timeout=timeout)
+                open_ = [future for future in futures if not future.done()]
+                if open_:
+                    await asyncio.wait(open_, timeout=max(0.0, ends - self._loop.time()))
         finally:
             for token in tokens:
                 self._pending.pop(token, None)

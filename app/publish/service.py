@@ -7,11 +7,13 @@ import base64
 import binascii
 import hashlib
 import logging
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from typing import Any
 
 import nats.errors
+import orjson
 from nats.aio.client import Client
 
 from app import errors, validation
@@ -43,6 +45,10 @@ HTTP_ALIASES = {"idempotency-key": "nats-msg-id"}
 USER_HEADER_PREFIX = "nats-header-"
 _SEQUENCE_HEADERS = {"Nats-Expected-Last-Sequence", "Nats-Expected-Last-Subject-Sequence"}
 _STATUS_PSEUDO_HEADERS = {"status", "description"}
+# A PubAck as the server writes it for a stream without a domain, a stream name of plain
+# characters (which JSON writes alike, escaped or not), and what publish() answers for it.
+_PLAIN_PUBACK = re.compile(rb'\{"stream":"[A-Za-z0-9_-]+","seq":[1-9][0-9]{0,19}\}')
+_NOT_DUPLICATE = b',"duplicate":false}'
 
 
 @dataclass(frozen=True, slots=True)
@@ -249,6 +255,38 @@ def acknowledged(reply: Reply) -> bool:
     return not reply.raw_headers and data[:1] == b"{" and b'"error":' not in data
 
 
+def answer(reply: Reply, message: Outgoing) -> dict[str, Any]:
+    """The answer to a publish from its reply: the PubAck's fields, or the refusal."""
+    try:
+        ack = parse_response(reply.data)
+    except errors.PreconditionFailed as exc:
+        if message.confined:
+            raise scrubbed(exc) from None
+        raise
+    if "stream" not in ack or "seq" not in ack:
+        raise errors.UpstreamError(ErrorCode.JETSTREAM_BAD_RESPONSE, "the reply was not a PubAck")
+    if not ack["seq"]:  # nats-server 2.10: a duplicate of a message still being stored
+        raise errors.OutcomeUnknown(
+            detail="a message with this Nats-Msg-Id is being stored right now: retry with "
+            "the same Nats-Msg-Id to learn its sequence"
+        )
+    out = {"stream": ack["stream"], "seq": ack["seq"], "duplicate": bool(ack.get("duplicate"))}
+    if ack.get("domain"):
+        out["domain"] = ack["domain"]
+    if "val" in ack:  # a counter's new value (ADR-49), answered to an increment
+        out["val"] = ack["val"]
+    return out
+
+
+def answer_json(reply: Reply, message: Outgoing) -> bytes:
+    """:func:`answer` as JSON. A plain PubAck (``{"stream":"<name>","seq":<n>}``, which the
+    server writes from a template of its own: stream.go ``pubAck``) is answered from the
+    server's bytes, without parsing them and encoding the same fields again."""
+    if _PLAIN_PUBACK.fullmatch(reply.data) is not None:
+        return reply.data[:-1] + _NOT_DUPLICATE
+    return orjson.dumps(answer(reply, message))
+
+
 class Publisher:
     def __init__(self, pool: NatsPool, js: JetStreamApi, metrics: Metrics) -> None:
         self.pool = pool
@@ -272,21 +310,29 @@ class Publisher:
         ``kv_write`` for the KV service's writes.
         """
         try:
-            return await self._publish(message, client, timeout)
+            return answer(await self._request(message, client, timeout), message)
         except errors.OutcomeUnknown:
             self._outcome_unknown.labels(operation).inc()
             raise
 
-    async def _publish(
+    async def publish_json(self, message: Outgoing) -> bytes:
+        """:meth:`publish`'s answer as JSON (:func:`answer_json`)."""
+        try:
+            return answer_json(await self._request(message, None, None), message)
+        except errors.OutcomeUnknown:
+            self._outcome_unknown.labels("publish").inc()
+            raise
+
+    async def _request(
         self, message: Outgoing, client: Client | None, timeout: float | None
-    ) -> dict[str, Any]:
+    ) -> Reply:
         headers = message.headers
         if "Nats-TTL" in headers:  # an older server would store the message without it
             self.pool.require(features.MESSAGE_TTL)
         if schedules.SCHEDULE in headers:  # ... or store it as an ordinary message
             self.pool.require(features.SCHEDULES)
         try:
-            reply = await self.pool.request(
+            return await self.pool.request(
                 message.subject,
                 message.data,
                 headers=headers or None,
@@ -299,27 +345,6 @@ class Publisher:
             )
         except NoResponders:
             raise await self._why_no_responders(message.subject) from None
-        try:
-            ack = parse_response(reply.data)
-        except errors.PreconditionFailed as exc:
-            if message.confined:
-                raise scrubbed(exc) from None
-            raise
-        if "stream" not in ack or "seq" not in ack:
-            raise errors.UpstreamError(
-                ErrorCode.JETSTREAM_BAD_RESPONSE, "the reply was not a PubAck"
-            )
-        if not ack["seq"]:  # nats-server 2.10: a duplicate of a message still being stored
-            raise errors.OutcomeUnknown(
-                detail="a message with this Nats-Msg-Id is being stored right now: retry with "
-                "the same Nats-Msg-Id to learn its sequence"
-            )
-        out = {"stream": ack["stream"], "seq": ack["seq"], "duplicate": bool(ack.get("duplicate"))}
-        if ack.get("domain"):
-            out["domain"] = ack["domain"]
-        if "val" in ack:  # a counter's new value (ADR-49), answered to an increment
-            out["val"] = ack["val"]
-        return out
 
     async def _why_no_responders(self, subject: str) -> errors.GatewayError:
         """Nobody took the message, so it is not stored: tell "no stream" from "no leader".

@@ -206,6 +206,44 @@ async def test_fetch_and_next_end_quietly(gateway: httpx.AsyncClient, name: str)
     assert one.status_code == 200 and one.json()["seq"] == 3
 
 
+async def test_fetch_waits_through_heartbeats_and_many_acks_are_confirmed(
+    gateway: httpx.AsyncClient, nc: nats.NATS, name: str
+) -> None:
+    """A fetch with idle heartbeats takes what comes while it waits (heartbeats are no
+    messages, nor the end); then 300 messages fetched and acked in one request each."""
+    prefix = await setup(gateway, name, ack_wait=30)
+
+    async def later() -> None:
+        await asyncio.sleep(1.2)  # after the first heartbeats
+        for i in range(2):
+            await nc.publish(f"{prefix}.late", f"late{i}".encode())
+        await nc.flush()
+
+    task = asyncio.ensure_future(later())
+    started = time.monotonic()
+    waited = await fetch(gateway, name, max_messages=2, expires=3, idle_heartbeat=0.5)
+    await task
+    assert waited.status_code == 200, waited.text
+    got = waited.json()["messages"]
+    assert [base64.b64decode(m["data"]) for m in got] == [b"late0", b"late1"]
+    assert 1.1 <= time.monotonic() - started < 2.5, "answered once the batch was complete"
+
+    js = nc.jetstream()
+    await asyncio.gather(*(js.publish(f"{prefix}.{i}", b"m") for i in range(300)))
+    batch = await fetch(gateway, name, max_messages=300, expires=2)
+    messages = batch.json()["messages"]
+    assert [m["seq"] for m in messages] == list(range(3, 303))
+    assert [m["pending"] for m in messages][-1] == 0
+    acked = await ack(gateway, name, [{"token": m["ack_token"]} for m in got + messages])
+    assert acked.status_code == 200, acked.text
+    results = acked.json()["results"]
+    assert [r["index"] for r in results] == list(range(302))
+    assert all(r["ok"] for r in results), [r for r in results if not r["ok"]][:3]
+    assert [r["seq"] for r in results] == list(range(1, 303))
+    state = await info(gateway, name)
+    assert state["num_ack_pending"] == 0 and state["num_pending"] == 0
+
+
 async def test_fetch_by_bytes(gateway: httpx.AsyncClient, name: str) -> None:
     prefix = await setup(gateway, name, max_batch=3)
     for i in range(5):
