@@ -305,7 +305,6 @@ def start_gateway(workdir: Path) -> tuple[Proc, str]:
         "JSGW_HOST": "127.0.0.1",
         "JSGW_PORT": str(port),
         "JSGW_DATA_DIR": str(workdir / "data"),
-        "JSGW_ACCESS_LOG": "false",
         "JSGW_LOG_LEVEL": "warning",
     }
     os.environ.pop("JSGW_NATS_URL", None)  # the embedded nats-server
