@@ -92,8 +92,8 @@ class _HeadRefused(Exception):
 
 
 class HeldHeads:
-    """The transports of one event loop holding a head: flushed together at the end of the
-    loop's turn."""
+    """The transports of one event loop holding a head (or a stream's chunks, see
+    :meth:`GatheringTransport.write_soon`): flushed together at the end of the loop's turn."""
 
     __slots__ = ("_loop", "transports")
 
@@ -139,21 +139,34 @@ class GatheringTransport:
     def __init__(self, transport: asyncio.Transport, loop: asyncio.AbstractEventLoop) -> None:
         self._transport = transport
         self._held = _held_heads(loop)
-        self._pending: bytes | None = None  # a head waiting for its body
+        # A head waiting for its body, and what was written soon after it (write_soon).
+        self._pending: bytearray | None = None
         self.on_lost: Callable[[], None] | None = None
 
     def write(self, data: bytes) -> None:
         pending = self._pending
         if pending is not None:
             self._pending = None
-            self._transport.write(pending + data)
+            pending += data
+            self._transport.write(pending)
         elif data.startswith(_HEAD):
             # (A body that happens to start so is only held until the next write or the end
             # of the turn: never reordered.)
-            self._pending = bytes(data)
+            self._pending = bytearray(data)
             self._held.add(self)
         else:
             self._transport.write(data)
+
+    def write_soon(self, data: bytes) -> None:
+        """Write ``data`` at the end of this turn of the loop, in one send with whatever else
+        is written to the connection until then (the events a stream's catch-up delivers in
+        one batch), in order with every other write."""
+        pending = self._pending
+        if pending is None:
+            self._pending = bytearray(data)
+            self._held.add(self)
+        else:
+            pending += data
 
     def writelines(self, chunks: Any) -> None:
         for chunk in chunks:
@@ -376,9 +389,11 @@ class DirectBody:
     """The body of one streaming response, written to its connection by whoever has a chunk
     (a fan-out writing one event to thousands of watchers), with no task woken per chunk.
 
-    :meth:`write` writes a chunk at once, framed as uvicorn frames it (chunked transfer
-    coding), when the connection takes it now: the response has started, is chunked and not
-    complete, the client is connected and the socket's buffer is below its high-water mark.
+    :meth:`write` writes a chunk, framed as uvicorn frames it (chunked transfer coding), when
+    the connection takes it now: the response has started, is chunked and not complete, the
+    client is connected and the socket's buffer is below its high-water mark. It leaves at the
+    end of the loop's turn, with the chunks written after it in that turn (one send for the
+    events of a catch-up that arrive together; one per watcher for a fan-out's event).
     Otherwise it writes nothing and returns False, and the caller sends the chunk through the
     ASGI ``send`` as usual (which waits for the drain): a stream never mixes the two for
     chunks in flight, so their order holds. :meth:`when_lost` calls back once the connection
@@ -417,7 +432,7 @@ class DirectBody:
             or cycle.chunked_encoding is not True
         ):
             return False
-        self._transport.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+        self._transport.write_soon(b"%x\r\n%s\r\n" % (len(chunk), chunk))
         return True
 
     def when_lost(self, callback: Callable[[], None]) -> None:

@@ -288,15 +288,18 @@ async def test_a_direct_body_writes_as_send_does_while_the_connection_takes_it()
     direct.when_lost(lambda: lost.append("lost"))
     before = b"".join(socket.writes)
     _require(direct.write(b"data: 2\n\n"), "RequestResponseCycle", "refuses a direct write")
+    _require(direct.write(b"data: 3\n\n"), "RequestResponseCycle", "refuses a direct write")
+    await _turns(1)  # (written at the end of the turn, together)
     written = b"".join(socket.writes)[len(before) :]
     _require(
-        before.endswith(b"9\r\ndata: 1\n\n\r\n") and written == b"9\r\ndata: 2\n\n\r\n",
+        before.endswith(b"9\r\ndata: 1\n\n\r\n")
+        and written == b"9\r\ndata: 2\n\n\r\n9\r\ndata: 3\n\n\r\n",
         "RequestResponseCycle.send",
         f"frames chunks otherwise than DirectBody: {before[-16:]!r} vs {written!r}",
     )
     protocol.pause_writing()
     _require(
-        not direct.write(b"data: 3\n\n"),
+        not direct.write(b"data: 4\n\n"),
         "RequestResponseCycle.flow",
         "lets DirectBody write past the socket's high-water mark",
     )
