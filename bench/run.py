@@ -17,9 +17,10 @@ installed. Then it measures one thing at a time and prints a table per section:
   each in a process of its own, plus wrk ``-c1`` for the gateway;
 * Direct Get batches (NDJSON vs nats-py), fetch 256 + confirmed acks (HTTP vs nats-py), and
   publish with PubAck (wrk vs nats-py);
-* SSE watch fan-out: N asyncio SSE clients (bench/sseload.py, in processes of 2,500) on one bucket, updates at
-  ``--sse-rate`` per second put by nats-py from this process, against the gateway and against
-  the raw ASGI broadcaster: delivered fraction, put→event p50/p99, server RSS.
+* SSE watch fan-out: N asyncio SSE clients (bench/sseload.py, in processes of 2,500) on one
+  bucket, updates at ``--sse-rate`` per second put by nats-py from this process, against the
+  gateway and against the raw ASGI broadcaster: delivered fraction, put→event p50/p99, server
+  RSS (per watcher too) and CPU per delivered event.
 
 Every child process is stopped at the end, also on Ctrl-C, SIGTERM or an error.
 """
