@@ -5,7 +5,10 @@
 relies on uvicorn writing a response's head in one write, overrides ``connection_made``,
 ``resume_writing``, ``shutdown`` and ``connection_lost``, and reads the protocol's ``loop``,
 ``flow`` (``write_paused``) and ``transport``; ``ClientCertProtocol`` overrides
-``on_message_begin`` and writes into ``scope``. ``app.sse.server_exiting`` finds uvicorn's
+``on_message_begin`` and writes into ``scope``. ``app.serving.DirectBody`` writes a stream's
+chunks to the connection of uvicorn's ``RequestResponseCycle`` (``transport``, ``flow``,
+``disconnected``, ``chunked_encoding``, ``response_complete``), framed as its ``send`` frames
+them. ``app.sse.server_exiting`` finds uvicorn's
 ``Server`` through the SIGTERM handler it installs and reads its ``should_exit``.
 app/compat.py lists each of these and checks, at start-up and here, that they still exist in
 the form relied on; these tests drive a connection through uvicorn's protocol to see what only
