@@ -24,6 +24,7 @@ from app.clients import ClientAddresses
 from app.compat import SseAppStatus
 from app.errors import ErrorCode
 from app.metrics import SSE_KINDS, Metrics
+from app.serving import DirectBody
 
 SHUTDOWN_GRACE = 2.0
 
@@ -204,6 +205,9 @@ class ChunkSource(Protocol):
     sending_since: float
     writer: asyncio.Task[Any] | None
     cut_off: bool
+    # Writes a chunk to the connection at once, if it takes it now (else False): set while
+    # the stream runs on a connection that allows it (app.serving.DirectBody).
+    direct: Callable[[bytes], bool] | None
 
     async def next_chunk(self) -> bytes | None: ...
 
@@ -230,6 +234,10 @@ class QueueStream(Response):
     The response start goes through the middleware (request id, metrics, CORS headers); the
     body chunks go straight to the server's ``send`` (:data:`RAW_SEND` in the scope), past
     wrappers that only look at the start: under fan-out that is most of the per-event cost.
+    Served by the gateway's own protocol, the source may write chunks itself, at once, while
+    the connection takes them (``source.direct``, :class:`app.serving.DirectBody`), and the
+    disconnect is a callback from the connection: then this task only wakes for what the
+    connection could not take at once (its client reads slowly) and for the end.
     """
 
     media_type = "text/event-stream"
@@ -249,13 +257,21 @@ class QueueStream(Response):
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         source = self.source
         loop = asyncio.get_running_loop()
-        listener = loop.create_task(_until_disconnect(receive, source))
+        raw_send = scope.get(RAW_SEND, send)
+        direct = DirectBody.of(raw_send)
+        listener = None
+        if direct is None:
+            listener = loop.create_task(_until_disconnect(receive, source))
+        else:
+            direct.when_lost(source.end)
         source.writer = asyncio.current_task()
         try:
             await send(
                 {"type": "http.response.start", "status": 200, "headers": _SSE_HEADERS + self.extra}
             )
-            send = scope.get(RAW_SEND, send)
+            send = raw_send
+            if direct is not None:
+                source.direct = direct.write
             while (chunk := await source.next_chunk()) is not None:
                 source.sending_since = loop.time()
                 await send({"type": "http.response.body", "body": chunk, "more_body": True})
@@ -271,7 +287,11 @@ class QueueStream(Response):
             pass  # the connection broke under the send
         finally:
             source.writer = None
-            listener.cancel()
+            source.direct = None
+            if listener is not None:
+                listener.cancel()
+            if direct is not None:
+                direct.release()
             with anyio.CancelScope(shield=True):
                 await self.on_close()
 

@@ -6,6 +6,8 @@ import asyncio
 import base64
 import contextlib
 import json
+import re
+import socket
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
@@ -304,6 +306,46 @@ async def test_watchers_of_the_same_keys_share_one_consumer(
             assert live[0].json["value"] == base64.b64encode(b"new").decode()
         assert [(await meta.next()).id for _ in range(3)] == ["7", "8", "9"]
     assert await settled_consumer_count(nc, name, 0) == 0
+
+
+async def test_a_burst_reaches_readers_and_a_stalled_reader_in_order(
+    url: str, client: httpx.AsyncClient, nc: nats.NATS, name: str
+) -> None:
+    """Events go to a connection at once while it takes them and are queued for its writer
+    when it does not (a client that stopped reading): either way every watcher gets every
+    revision once, in order, and a stalled one catches up when it reads again."""
+    await bucket(client, name)
+    count, value = 300, b"v" * 16384  # ~6.6 MB of events: past what the sockets buffer
+    # The stalled client: a receive buffer of a few KiB, and nothing read during the burst.
+    raw = socket.socket()
+    raw.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    raw.setblocking(False)
+    host, port = httpx.URL(url).host, httpx.URL(url).port
+    await asyncio.get_running_loop().sock_connect(raw, (host, port))
+    reader, writer = await asyncio.open_connection(sock=raw, limit=1 << 22)
+    writer.write(f"GET /v1/kv/{name}/watch HTTP/1.1\r\nhost: t\r\n\r\n".encode())
+    stalled = b""
+    while b"event: ready" not in stalled:
+        stalled += await asyncio.wait_for(reader.read(65536), 5)
+    try:
+        async with contextlib.AsyncExitStack() as stack:
+            watchers = [await stack.enter_async_context(watching(client, name)) for _ in range(3)]
+            for sse in watchers:
+                await sse.until("ready")
+            kv = await nc.jetstream().key_value(name)
+            revisions = [await kv.put(f"k{i % 7}", value) for i in range(count)]
+
+            async def read_all(sse: SSE) -> list[int]:
+                return [int((await sse.next(10)).id or 0) for _ in range(count)]
+
+            for got in await asyncio.gather(*(read_all(sse) for sse in watchers)):
+                assert got == revisions
+            last = f"id: {revisions[-1]}\r\n".encode()
+            while last not in stalled:
+                stalled += await asyncio.wait_for(reader.read(65536), 10)
+            assert [int(i) for i in re.findall(rb"\nid: (\d+)\r\n", stalled)][1:] == revisions
+    finally:
+        writer.close()
 
 
 async def test_many_watchers_connecting_at_once_stay_under_the_consumer_limit(
