@@ -218,20 +218,61 @@ def _merge_sse_outputs(parts: list[dict]) -> dict:
     }
 
 
-def run_json(args: list[str], timeout: float) -> dict:
-    """Run a load process; its last stdout line is its JSON result."""
-    out = subprocess.run(
-        args,
-        check=False,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        cwd=str(ROOT),
-        preexec_fn=die_with_parent,
-    )
-    lines = [line for line in out.stdout.splitlines() if line.startswith("{")]
-    if out.returncode != 0 or not lines:
-        raise RuntimeError(f"{' '.join(args[2:4])} failed ({out.returncode}): {out.stderr[-800:]}")
+class Window:
+    """CPU counters taken when a load process marks its measured window (``WINDOW start`` and
+    ``WINDOW end`` lines, bench/stats.py): its warm-up, start-up and connecting are left out of
+    the CPU figures as they are of its operation counts."""
+
+    def __init__(self, pids: dict[str, int | None]) -> None:
+        self.pids = pids  # server, nats: the processes whose CPU is counted
+        self.marks: list[dict[str, float | None]] = []
+
+    def mark(self, load_pid: int) -> None:
+        me = resource.getrusage(resource.RUSAGE_SELF)
+        counters: dict[str, float | None] = {
+            name: (cpu_seconds(pid) if pid else None) for name, pid in self.pids.items()
+        }
+        counters.update(
+            load=cpu_seconds(load_pid),
+            machine=machine_busy_seconds(),
+            me=me.ru_utime + me.ru_stime,
+            t=time.monotonic(),
+        )
+        self.marks.append(counters)
+
+
+def run_json(args: list[str], timeout: float, window: Window | None = None) -> dict:
+    """Run a load process; its last stdout line is its JSON result. The window marks it
+    prints are taken as they come (``window``)."""
+    with tempfile.TemporaryFile("w+") as errors:
+        proc = subprocess.Popen(
+            args,
+            stdout=subprocess.PIPE,
+            stderr=errors,
+            text=True,
+            cwd=str(ROOT),
+            preexec_fn=die_with_parent,
+        )
+        timer = threading.Timer(timeout, proc.kill)
+        timer.start()
+        lines = []
+        try:
+            assert proc.stdout is not None
+            for line in proc.stdout:
+                if line.startswith("WINDOW ") and window is not None:
+                    window.mark(proc.pid)
+                elif line.startswith("{"):
+                    lines.append(line)
+            returncode = proc.wait()
+        finally:
+            timer.cancel()
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        errors.seek(0)
+        stderr = errors.read()
+    if returncode != 0 or not lines:
+        raise RuntimeError(f"{' '.join(args[2:4])} failed ({returncode}): {stderr[-800:]}")
     return orjson.loads(lines[-1])
 
 
@@ -513,15 +554,17 @@ class Bench:
 
     # -- measuring helpers ----------------------------------------------------------------------
 
-    def measure(self, server_pid: int | None, fn: Callable[[], dict]) -> dict:
-        """Run fn and add the CPU use (% of one core) of the server, nats-server and the load."""
+    def measure(self, server_pid: int | None, fn: Callable[[Window], dict]) -> dict:
+        """Run fn and add the CPU use (% of one core) of the server, nats-server and the load:
+        over the window the load process marked, if it marked one, else over all of fn."""
+        window = Window({"server": server_pid, "nats": self.nats.pid})
         s0 = cpu_seconds(server_pid) if server_pid else None
         n0 = cpu_seconds(self.nats.pid)
         r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
         me0 = resource.getrusage(resource.RUSAGE_SELF)
         m0 = machine_busy_seconds()
         t0 = time.monotonic()
-        result = fn()
+        result = fn(window)
         elapsed = time.monotonic() - t0
         m1 = machine_busy_seconds()
         r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -530,7 +573,22 @@ class Bench:
         nats = cpu_seconds(self.nats.pid) - n0
         load = (r1.ru_utime - r0.ru_utime) + (r1.ru_stime - r0.ru_stime)
         me = (me1.ru_utime - me0.ru_utime) + (me1.ru_stime - me0.ru_stime)
-        other = max(0.0, (m1 - m0) - server - nats - load - me)
+        machine = m1 - m0
+        if len(window.marks) >= 2:
+            first, last = window.marks[0], window.marks[-1]
+
+            def spent(name: str) -> float:
+                return (last[name] or 0.0) - (first[name] or 0.0)
+
+            elapsed = spent("t")
+            server, nats, load, me, machine = (
+                spent("server"),
+                spent("nats"),
+                spent("load"),
+                spent("me"),
+                spent("machine"),
+            )
+        other = max(0.0, machine - server - nats - load - me)
         result["cpu"] = {
             "server": server / elapsed * 100 if server_pid else None,
             "nats": nats / elapsed * 100,
@@ -538,6 +596,7 @@ class Bench:
             "other": other / elapsed * 100,
         }
         result["cpu_s"] = {"server": server if server_pid else None, "nats": nats, "load": load}
+        result["cpu_window"] = "marked" if len(window.marks) >= 2 else "whole run"
         self.other_cpu.append(other / elapsed * 100)
         return result
 
@@ -562,7 +621,7 @@ class Bench:
             )  # warm-up, not counted
             result = self.measure(
                 server_pid,
-                lambda: wrk_mod.run(
+                lambda _: wrk_mod.run(
                     self.wrk, base, lua, threads=threads, connections=connections, duration=duration
                 ),
             )
@@ -572,7 +631,7 @@ class Bench:
             template = path.replace(key_name(0, a.keys), "{key}")
             result = self.measure(
                 server_pid,
-                lambda: run_json(
+                lambda w: run_json(
                     [
                         PYTHON,
                         "-m",
@@ -596,6 +655,7 @@ class Bench:
                         str(a.value_size),
                     ],
                     duration + 120,
+                    w,
                 ),
             )
             result["load"] = f"asyncio ×{connections} (no wrk)"
@@ -610,7 +670,7 @@ class Bench:
         duration = duration or a.duration
         result = self.measure(
             None,
-            lambda: run_json(
+            lambda w: run_json(
                 [
                     PYTHON,
                     "-m",
@@ -629,6 +689,7 @@ class Bench:
                     *extra,
                 ],
                 duration + 120,
+                w,
             ),
         )
         log(
@@ -649,7 +710,7 @@ class Bench:
         duration = duration or a.duration
         result = self.measure(
             server_pid,
-            lambda: run_json(
+            lambda w: run_json(
                 [
                     PYTHON,
                     "-m",
@@ -668,6 +729,7 @@ class Bench:
                     *extra,
                 ],
                 duration + 120,
+                w,
             ),
         )
         log(
@@ -963,7 +1025,7 @@ class Bench:
         sampler.start()
         holder: dict[str, Any] = {}
         cpu = self.measure(
-            server.pid, lambda: self._sse_drive(clients, base, path, out, sampler, holder, server)
+            server.pid, lambda _: self._sse_drive(clients, base, path, out, sampler, holder, server)
         )
         return self._sse_result(clients, server, baseline, out, holder, cpu["cpu"])
 

@@ -39,6 +39,13 @@ def emit(result: dict[str, Any]) -> None:
     sys.stdout.flush()
 
 
+def window(edge: str) -> None:
+    """Tell the driver that the measured window starts or ends (``edge``): it reads the CPU
+    counters then (bench/run.py ``Window``), so a warm-up is left out of CPU per operation."""
+    sys.stdout.write(f"WINDOW {edge}\n")
+    sys.stdout.flush()
+
+
 def install_uvloop() -> None:
     try:
         import uvloop
@@ -71,11 +78,13 @@ async def closed_loop(
 
     tasks = [asyncio.ensure_future(worker(i)) for i in range(concurrency)]
     await asyncio.sleep(warmup)
+    window("start")
     state["measuring"] = True
     t0 = time.perf_counter()
     await asyncio.sleep(duration)
     ok, errors = state["ok"], state["errors"]
     elapsed = time.perf_counter() - t0
+    window("end")
     state["measuring"] = False
     state["stop"] = True
     await asyncio.gather(*tasks, return_exceptions=True)
@@ -100,12 +109,14 @@ async def sequential_latency(
         await op(i)
         i += 1
     samples: list[int] = []
+    window("start")
     end = time.monotonic() + duration
     while time.monotonic() < end:
         t0 = clock()
         await op(i)
         samples.append(clock() - t0)
         i += 1
+    window("end")
     return latency_summary(samples)
 
 
