@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import re
@@ -9,11 +10,13 @@ import subprocess
 import sys
 from pathlib import Path
 
+import httpx
 import nats
 import pytest
 
 from app.nats.embedded import EmbeddedServer
 from tests.spark.support import make_stream, publish, read_all, run
+from tests.spark.test_kv import make_bucket
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -55,9 +58,11 @@ COMMITTED = re.compile(
 
 
 def _stored(gateway_url: str, stream: str) -> int:
-    import httpx
-
     return int(httpx.get(f"{gateway_url}/v1/streams/{stream}").json()["state"]["messages"])
+
+
+def _last_seq(gateway_url: str, stream: str) -> int:
+    return int(httpx.get(f"{gateway_url}/v1/streams/{stream}").json()["state"]["last_seq"])
 
 
 async def _lift_size_limit(url: str, stream: str) -> None:
@@ -78,11 +83,11 @@ def test_a_micro_batch_replayed_by_a_restarted_query_is_stored_once(
 
     source, sink = f"{name}_A", f"{name}_B"
     run(make_stream(nats_server.url, source))
-    # The sink refuses messages over 1 KiB: message 480 (of micro-batch 2) fails its task
-    # after the messages before it were published, so the query dies in the middle of batch 2.
+    # The sink refuses messages over 1 KiB: message 280 (of micro-batch 1) fails its task
+    # after the messages before it were published, so the query dies in the middle of batch 1.
     # Its duplicate window covers the time to the restart (a Spark start-up on a busy machine).
     run(make_stream(nats_server.url, sink, max_msg_size=1024, duplicate_window=600))
-    payloads = [b"m%04d" % i + (b"x" * 2000 if i == 479 else b"") for i in range(1000)]
+    payloads = [b"m%04d" % i + (b"x" * 2000 if i == 279 else b"") for i in range(400)]
     run(publish(nats_server.url, [(f"{source}.in", p, None) for p in payloads]))
     checkpoint = tmp_path / "checkpoint"
 
@@ -106,11 +111,11 @@ def test_a_micro_batch_replayed_by_a_restarted_query_is_stored_once(
         query.awaitTermination(120)
     first_id = query.id
     before = _stored(gateway_url, sink)
-    # Batches 0 and 1 are committed; batch 2 is logged as started, not committed, and part of
-    # it is in the sink already.
-    assert (checkpoint / "commits" / "1").exists() and not (checkpoint / "commits" / "2").exists()
-    assert (checkpoint / "offsets" / "2").exists()
-    assert 400 < before < 600, before
+    # Batch 0 is committed; batch 1 is logged as started, not committed, and part of it is in
+    # the sink already.
+    assert (checkpoint / "commits" / "0").exists() and not (checkpoint / "commits" / "1").exists()
+    assert (checkpoint / "offsets" / "1").exists()
+    assert 200 < before < 400, before
 
     run(_lift_size_limit(nats_server.url, sink))
     env = {**os.environ, "PYTHONPATH": str(ROOT), "PYSPARK_PYTHON": sys.executable}
@@ -127,24 +132,57 @@ def test_a_micro_batch_replayed_by_a_restarted_query_is_stored_once(
     outcome = json.loads(restarted.stdout.strip().splitlines()[-1])
     assert outcome == {"id": first_id, "failed": False}, restarted.stderr[-4000:]
 
-    # The restart replayed batch 2 whole: what the failed run had stored came back as duplicates.
+    # The restart replayed batch 1 whole: what the failed run had stored came back as duplicates.
     commits = {
         int(m[1]): tuple(int(x) for x in m.groups()[1:])
         for m in COMMITTED.finditer(restarted.stderr)
     }
-    assert sorted(commits) == [2, 3, 4], restarted.stderr[-4000:]
-    tasks, rows, stored, duplicates = commits[2]
+    assert list(commits) == [1], restarted.stderr[-4000:]
+    tasks, rows, stored, duplicates = commits[1]
     assert (tasks, rows) == (2, 200)
-    assert duplicates == before - 400 and stored == 600 - before
-    assert [commits[b][3] for b in (3, 4)] == [0, 0]
+    assert duplicates == before - 200 and stored == 400 - before
 
     messages = run(read_all(nats_server.url, sink))
-    assert len(messages) == 1000
+    assert len(messages) == 400
     assert sorted(m.data for m in messages) == payloads
     ids = [m.headers["Nats-Msg-Id"] for m in messages]
-    assert len(set(ids)) == 1000
+    assert len(set(ids)) == 400
     # <query>-<batch>-<partition>-<row>: batch b, partition p holds rows 200b + 100p + row.
     for message, msg_id in zip(messages, ids, strict=True):
         query_id, batch, partition, row = msg_id.rsplit("-", 3)
         assert query_id == first_id
         assert message.data[:5] == b"m%04d" % (200 * int(batch) + 100 * int(partition) + int(row))
+
+    # Into a bucket: the same publish path, puts with the same kind of ids. A second query
+    # with a new checkpoint but the same writeId covers the same offsets in the same batch:
+    # every put is a duplicate, and the bucket's revisions stay where they were.
+    bucket = f"{name}_kv"
+    run(make_bucket(nats_server.url, bucket, history=1))
+
+    def load_bucket(checkpoint: Path) -> None:
+        query = (
+            spark.readStream.format("jetstream")
+            .option("url", gateway_url)
+            .option("stream", source)
+            .option("partitions", "2")
+            .load()
+            .selectExpr("concat('k.', cast(sequence as string)) as key", "data as value")
+            .writeStream.format("jetstream")
+            .option("url", gateway_url)
+            .option("bucket", bucket)
+            .option("writeId", "kv-load")
+            .option("checkpointLocation", str(checkpoint))
+            .trigger(availableNow=True)
+            .start()
+        )
+        assert query.awaitTermination(120) and query.exception() is None, query.exception()
+
+    load_bucket(tmp_path / "kv-1")
+    assert _last_seq(gateway_url, f"KV_{bucket}") == 400
+    load_bucket(tmp_path / "kv-2")
+    assert _last_seq(gateway_url, f"KV_{bucket}") == 400
+    for seq in (1, 280, 400):
+        entry = httpx.get(
+            f"{gateway_url}/v1/kv/{bucket}/keys/k.{seq}", headers={"Accept": "application/json"}
+        ).json()
+        assert base64.b64decode(entry["value"]) == payloads[seq - 1]
