@@ -152,33 +152,24 @@ def test_a_micro_batch_replayed_by_a_restarted_query_is_stored_once(
         assert query_id == first_id
         assert message.data[:5] == b"m%04d" % (200 * int(batch) + 100 * int(partition) + int(row))
 
-    # Into a bucket: the same publish path, puts with the same kind of ids. A second query
-    # with a new checkpoint but the same writeId covers the same offsets in the same batch:
-    # every put is a duplicate, and the bucket's revisions stay where they were.
+    # Into a bucket: the same publish path, a put per row with the same kind of ids.
     bucket = f"{name}_kv"
     run(make_bucket(nats_server.url, bucket, history=1))
-
-    def load_bucket(checkpoint: Path) -> None:
-        query = (
-            spark.readStream.format("jetstream")
-            .option("url", gateway_url)
-            .option("stream", source)
-            .option("partitions", "2")
-            .load()
-            .selectExpr("concat('k.', cast(sequence as string)) as key", "data as value")
-            .writeStream.format("jetstream")
-            .option("url", gateway_url)
-            .option("bucket", bucket)
-            .option("writeId", "kv-load")
-            .option("checkpointLocation", str(checkpoint))
-            .trigger(availableNow=True)
-            .start()
-        )
-        assert query.awaitTermination(300) and query.exception() is None, query.exception()
-
-    load_bucket(tmp_path / "kv-1")
-    assert _last_seq(gateway_url, f"KV_{bucket}") == 400
-    load_bucket(tmp_path / "kv-2")
+    query = (
+        spark.readStream.format("jetstream")
+        .option("url", gateway_url)
+        .option("stream", source)
+        .option("partitions", "2")
+        .load()
+        .selectExpr("concat('k.', cast(sequence as string)) as key", "data as value")
+        .writeStream.format("jetstream")
+        .option("url", gateway_url)
+        .option("bucket", bucket)
+        .option("checkpointLocation", str(tmp_path / "kv"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    assert query.awaitTermination(300) and query.exception() is None, query.exception()
     assert _last_seq(gateway_url, f"KV_{bucket}") == 400
     for seq in (1, 280, 400):
         entry = httpx.get(
