@@ -6,6 +6,7 @@ from pyspark.sql.datasource import (
     DataSource,
     DataSourceReader,
     DataSourceStreamReader,
+    DataSourceStreamWriter,
     DataSourceWriter,
 )
 from pyspark.sql.types import StructType
@@ -20,7 +21,8 @@ class JetStreamDataSource(DataSource):
     Options: ``url`` (the gateway), ``token``; for streams ``subject``, ``startSequence`` /
     ``endSequence`` or ``startTime`` / ``endTime``, ``partitions``; for buckets ``keys``,
     ``asOfRevision`` / ``asOfTime``, ``includeHistory``; for streaming reads
-    ``startingOffsets`` and ``maxRecordsPerTrigger``; for writes ``subject``, ``writeId``.
+    ``startingOffsets`` and ``maxRecordsPerTrigger``; for writes and streaming writes
+    ``subject``, ``writeId``, ``publishBatch``.
     """
 
     @classmethod
@@ -52,3 +54,8 @@ class JetStreamDataSource(DataSource):
         from pipeline.writer import JetStreamWriter
 
         return JetStreamWriter(opts.parse(self.options, writing=True), schema, overwrite)
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
+        from pipeline.writer import JetStreamStreamWriter
+
+        return JetStreamStreamWriter(opts.parse(self.options, writing=True), schema, overwrite)

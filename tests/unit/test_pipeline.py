@@ -129,3 +129,33 @@ def test_written_rows_take_one_header_value_and_valid_keys() -> None:
     for bad in ("_kv.x", "a..b", ".a", "a b", "a.*"):
         with pytest.raises(options.OptionError):
             _key(bad)
+
+
+def test_stream_writer_ids_name_query_batch_partition_and_row() -> None:
+    from pyspark.sql import types as T
+
+    from pipeline.source import JetStreamDataSource
+
+    headers = T.MapType(T.StringType(), T.ArrayType(T.StringType()))
+    schema = T.StructType(
+        [T.StructField("data", T.BinaryType()), T.StructField("headers", headers)]
+    )
+    source = JetStreamDataSource(
+        {"url": "http://127.0.0.1:1", "stream": "B", "subject": "b.out", "writeId": "q"}
+    )
+    with pytest.raises(options.OptionError, match="append-only"):
+        source.streamWriter(schema, True)
+    writer = source.streamWriter(schema, False)
+    batch = pa.record_batch(
+        {"data": [b"1", b"2"], "headers": [None, [("Nats-Msg-Id", ["own"])]]},
+        pa.schema(
+            [("data", pa.binary()), ("headers", pa.map_(pa.string(), pa.list_(pa.string())))]
+        ),
+    )
+    messages = list(writer._messages(batch, "q-7-1", 40))
+    assert [m["msg_id"] for m in messages] == ["q-7-1-40", "own"]
+    assert {m["subject"] for m in messages} == {"b.out"}
+    assert messages[0]["headers"] == {"Nats-Expected-Stream": "B"}
+    # Outside a streaming task there is no batch id to build stable ids from: refused.
+    with pytest.raises(RuntimeError, match="batch id"):
+        writer.write(iter([batch]))
