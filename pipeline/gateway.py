@@ -131,14 +131,18 @@ class Gateway:
         """(first_seq, last_seq) of a stream now; an empty stream has first = last + 1."""
         return bounds(self.stream_info(stream))
 
-    def first_seq_at(self, stream: str, when: str) -> int | None:
-        """The sequence of the first message stored at or after ``when``; None if there is none."""
+    def first_seq_at(self, stream: str, when: str, *, leader: bool = False) -> int | None:
+        """The sequence of the first message stored at or after ``when``; None if there is none.
+        ``leader``: asked of the stream leader (streams without ``allow_direct``)."""
+        params = {"start_time": when}
+        if leader:
+            params["consistency"] = "leader"
         try:
             response = self._send(
                 f"stream {stream} at {when}",
                 "GET",
                 f"/v1/streams/{_seg(stream)}/direct",
-                params={"start_time": when},
+                params=params,
                 headers={"Accept": "application/json"},
             )
         except GatewayError as exc:

@@ -78,18 +78,19 @@ def plan(gateway: Gateway, options: Options) -> tuple[int, int, str]:
     stream = options.target_stream
     info = gateway.stream_info(stream)
     first, last = bounds(info)
+    leader = read_path(info) == CONSUMER  # no Direct Get on this stream
     start = first
     if options.start_sequence is not None:
         start = max(first, options.start_sequence)
     elif options.start_time is not None:
-        found = gateway.first_seq_at(stream, options.start_time)
+        found = gateway.first_seq_at(stream, options.start_time, leader=leader)
         start = found if found is not None else last + 1
     end = last
     if options.end_sequence is not None:
         end = min(last, options.end_sequence)
     elif options.end_time is not None:
         # endTime is exclusive: up to the message before the first one stored at endTime.
-        found = gateway.first_seq_at(stream, options.end_time)
+        found = gateway.first_seq_at(stream, options.end_time, leader=leader)
         end = min(last, found - 1) if found is not None else last
     return start, end, choose_path(options, info)
 
@@ -194,7 +195,11 @@ class StreamMicroBatchReader(DataSourceStreamReader, SupportsTriggerAvailableNow
         first, last = self._bounds()
         if self.options.start_time is not None:
             with self.options.connection.client() as gateway:
-                found = gateway.first_seq_at(self.options.target_stream, self.options.start_time)
+                found = gateway.first_seq_at(
+                    self.options.target_stream,
+                    self.options.start_time,
+                    leader=read_path(gateway.stream_info(self.options.target_stream)) == CONSUMER,
+                )
             return {"next_seq": found if found is not None else last + 1}
         if start == "earliest":
             return {"next_seq": first}
