@@ -116,6 +116,7 @@ class RangeRead:
         self._client: Client | None = None
         self._sub: Subscription | None = None
         self._consumer: str | None = None
+        self._ack_prefix = ""
         self._queue: deque[Msg] = deque()
         self._arrived = asyncio.Event()
         self._created: str | None = None
@@ -156,32 +157,45 @@ class RangeRead:
                     if recreates < 0:
                         return
                 continue
-            meta = parse_ack_subject(msg.reply)
-            if meta is None:
-                raise errors.UpstreamError(
-                    errors.ErrorCode.JETSTREAM_BAD_RESPONSE,
-                    f"not a JetStream delivery: {msg.reply!r}",
-                )
-            if meta.consumer_seq != self._expected:
+            stream_seq, consumer_seq, timestamp_ns, pending = self._metadata(msg.reply)
+            if consumer_seq != self._expected:
                 recreates = await self._recreate(recreates, "a gap")
                 if recreates < 0:
                     return
                 continue
             recreates = 0
             self._expected += 1
-            if meta.stream_seq > self.last:
+            if stream_seq > self.last:
                 return
-            self._position = meta.stream_seq
+            self._position = stream_seq
             yield StoredMessage(
                 stream=self.stream,
                 subject=msg.subject,
-                seq=meta.stream_seq,
-                time=self._time(meta.timestamp_ns),
-                headers=from_nats_py(msg.headers),
+                seq=stream_seq,
+                time=self._time(timestamp_ns),
+                headers=from_nats_py(msg.headers) if msg.headers else {},
                 data=msg.data,
             )
-            if meta.stream_seq >= self.last or meta.pending == 0:
+            if stream_seq >= self.last or pending == 0:
                 return
+
+    def _metadata(self, reply: str) -> tuple[int, int, int, int]:
+        """(stream seq, consumer seq, time, pending) of a delivery's ack subject.
+
+        The subject of this consumer's deliveries in the common form is split directly
+        (this runs for every message of a bulk read); any other goes through the full check.
+        """
+        prefix = self._ack_prefix
+        if prefix and reply.startswith(prefix):
+            numbers = reply[len(prefix) :].split(".")
+            if len(numbers) == 5 and all(n.isascii() and n.isdigit() for n in numbers):
+                return int(numbers[1]), int(numbers[2]), int(numbers[3]), int(numbers[4])
+        meta = parse_ack_subject(reply)
+        if meta is None or (meta.stream, meta.consumer) != (self.stream, self._consumer):
+            raise errors.UpstreamError(
+                errors.ErrorCode.JETSTREAM_BAD_RESPONSE, f"not a delivery of this read: {reply!r}"
+            )
+        return meta.stream_seq, meta.consumer_seq, meta.timestamp_ns, meta.pending
 
     async def _next(self) -> Msg | None:
         """The next message of the current consumer, or None after two heartbeats of silence."""
@@ -267,6 +281,8 @@ class RangeRead:
             # A filter outside the stream's subjects matches no message: nothing to read.
             return False
         self._consumer = str(info["name"])
+        # $JS.ACK.<stream>.<consumer>.<delivered>.<stream seq>.<consumer seq>.<time>.<pending>
+        self._ack_prefix = f"$JS.ACK.{self.stream}.{self._consumer}."
         self._expected = 1
         return int(info.get("num_pending", 0)) > 0
 
