@@ -8,13 +8,19 @@ is filled with ``--messages`` messages of ``--size`` random bytes, then dumped t
 (the same columns) three ways, each timed from the start of the read to the closed files:
 
 * nats-py: one ordered push consumer, record batches of 10,000 rows written with pyarrow;
-* Spark, Arrow: ``jsgw-pipeline export-stream``'s job, partitions reading batch Direct Get
-  answered as Arrow IPC;
-* Spark, NDJSON: the same job with ``wire=ndjson`` (per-message JSON + base64).
+* Spark, Direct Get, Arrow: ``jsgw-pipeline export-stream``'s job, partitions reading batch
+  Direct Get answered as Arrow IPC;
+* Spark, Direct Get, NDJSON: the same job with ``wire=ndjson`` (per-message JSON + base64);
+* Spark, consumer, Arrow / NDJSON: the same stream with ``allow_direct`` turned off, so the
+  partitions read through the gateway's consumer-backed range read
+  (``GET /v1/streams/{s}/messages``).
 
-The Spark session is started and warmed up (one small export) before it is timed: JVM start
-and the first Python worker are not part of an export's throughput. On this 2-core machine
-Spark, the gateway and nats-server share the two cores; on a cluster the partitions scale out.
+The Spark session is started and warmed up (one small export by each path) before it is
+timed: JVM start and the first Python worker are not part of an export's throughput. On this
+2-core machine Spark, the gateway and nats-server share the two cores; on a cluster the
+partitions scale out. Each row also gives the CPU seconds the gateway process spent and the
+machine's busy CPU seconds (all processes, both cores) during that export, and the run ends
+with the load average, since other work on the machine skews the figures.
 """
 
 from __future__ import annotations
@@ -35,7 +41,7 @@ import pyarrow.parquet as pq
 from nats.js.api import StreamConfig
 
 from app.nats.embedded import EmbeddedServer
-from bench.procs import PYTHON, Procs, free_port, wait_http
+from bench.procs import PYTHON, Procs, cpu_seconds, free_port, machine_busy_seconds, wait_http
 
 SCHEMA = pa.schema(
     [
@@ -47,6 +53,15 @@ SCHEMA = pa.schema(
         ("data", pa.binary()),
     ]
 )
+
+
+async def allow_direct(url: str, stream: str, allow: bool) -> None:
+    nc = await nats.connect(url)
+    js = nc.jetstream()
+    config = (await js.stream_info(stream)).config
+    config.allow_direct = allow
+    await js.update_stream(config)
+    await nc.close()
 
 
 async def fill(url: str, stream: str, count: int, size: int) -> None:
@@ -179,35 +194,51 @@ def main() -> int:
         asyncio.run(fill(server.url, "WARMUP", 2000, args.size))
         megabytes = args.messages * args.size / 1e6
 
-        results: list[tuple[str, float]] = []
+        # (label, seconds, gateway CPU seconds, machine busy CPU seconds)
+        results: list[tuple[str, float, float, float]] = []
         out = work / "nats-py"
         out.mkdir()
+        busy = machine_busy_seconds()
+        seconds = asyncio.run(nats_py_dump(server.url, stream, args.messages, out))
         results.append(
             (
                 "nats-py ordered consumer → Parquet (1 process)",
-                asyncio.run(nats_py_dump(server.url, stream, args.messages, out)),
+                seconds,
+                0.0,
+                machine_busy_seconds() - busy,
             )
         )
         assert rows_in(out) == args.messages
 
+        load_start = os.getloadavg()[0]
         spark = spark_session()
-        jobs.export_stream(
-            spark, url=url, stream="WARMUP", output=str(work / "warmup"), partitions=2
-        )
-        for wire in ("arrow", "ndjson"):
-            target = work / f"spark-{wire}"
-            summary = jobs.export_stream(
-                spark,
-                url=url,
-                stream=stream,
-                output=str(target),
-                partitions=args.partitions,
-                wire_format=wire,
+        for via in ("direct", "consumer"):
+            asyncio.run(allow_direct(server.url, "WARMUP", via == "direct"))
+            jobs.export_stream(
+                spark, url=url, stream="WARMUP", output=str(work / f"warmup-{via}"), partitions=2
             )
-            assert summary.rows == rows_in(target) == args.messages, (summary, rows_in(target))
-            wire_name = "Arrow IPC" if wire == "arrow" else "NDJSON"
-            label = f"Spark export-stream, {args.partitions} partitions, {wire_name}"
-            results.append((label, summary.seconds))
+        for via in ("direct", "consumer"):
+            # The data source picks the path from the stream's config: Direct Get where it
+            # is allowed, the consumer-backed range read where not.
+            asyncio.run(allow_direct(server.url, stream, via == "direct"))
+            for wire in ("arrow", "ndjson"):
+                target = work / f"spark-{via}-{wire}"
+                gateway_cpu, busy = cpu_seconds(gateway.pid), machine_busy_seconds()
+                summary = jobs.export_stream(
+                    spark,
+                    url=url,
+                    stream=stream,
+                    output=str(target),
+                    partitions=args.partitions,
+                    wire_format=wire,
+                )
+                gateway_cpu = cpu_seconds(gateway.pid) - gateway_cpu
+                busy = machine_busy_seconds() - busy
+                assert summary.rows == rows_in(target) == args.messages, (summary, rows_in(target))
+                wire_name = "Arrow IPC" if wire == "arrow" else "NDJSON"
+                path = "Direct Get" if via == "direct" else "consumer (no allow_direct)"
+                label = f"Spark export-stream, {args.partitions} partitions, {path}, {wire_name}"
+                results.append((label, summary.seconds, gateway_cpu, busy))
         spark.stop()
 
         base = results[0][1]
@@ -215,13 +246,17 @@ def main() -> int:
             f"\n### Stream export: {args.messages:,} messages × {args.size} B "
             f"({megabytes:.0f} MB of payload), 2 cores shared by all\n"
         )
-        print("| reader | seconds | messages/s | MB/s | vs nats-py |")
-        print("|---|---:|---:|---:|---:|")
-        for label, seconds in results:
+        print(
+            "| reader | seconds | messages/s | MB/s | vs nats-py | gateway CPU s | machine CPU s |"
+        )
+        print("|---|---:|---:|---:|---:|---:|---:|")
+        for label, seconds, gateway_cpu, busy in results:
             print(
                 f"| {label} | {seconds:.2f} | {args.messages / seconds:,.0f} | "
-                f"{megabytes / seconds:.1f} | {base / seconds:.0%} |"
+                f"{megabytes / seconds:.1f} | {base / seconds:.2f}× | "
+                f"{gateway_cpu:.1f} | {busy:.1f} |"
             )
+        print(f"\nload average before Spark started: {load_start:.2f} (1 min)")
         print(f"\nload average at the end: {os.getloadavg()[0]:.2f} (1 min)")
         return 0
     finally:

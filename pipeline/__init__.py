@@ -9,6 +9,7 @@ gateway over HTTP.
 from __future__ import annotations
 
 import logging
+import os
 import sys
 from typing import Any
 
@@ -32,7 +33,39 @@ def worker_logging() -> logging.Logger:
 
 
 def register(spark: Any) -> None:
-    """Register the ``jetstream`` format on a SparkSession."""
+    """Register the ``jetstream`` format on a SparkSession.
+
+    Spark starts the data source's Python workers with ``PYSPARK_PYTHON`` (or
+    ``spark.pyspark.python``), else with ``python3`` from PATH, which for a program run as
+    ``.venv/bin/python job.py`` without an activated virtualenv is another Python, without
+    this package. Where neither is set, the data source is registered to run with the
+    driver's own interpreter (``sys.executable``); the session's other Python functions are
+    left as they are.
+    """
     from pipeline.source import JetStreamDataSource
 
-    spark.dataSource.register(JetStreamDataSource)
+    context = _local_context(spark)
+    if context is None or _python_chosen(context):
+        spark.dataSource.register(JetStreamDataSource)
+        return
+    # pyspark hands the context's pythonExec to the JVM with the registered function.
+    previous = context.pythonExec
+    context.pythonExec = sys.executable
+    try:
+        spark.dataSource.register(JetStreamDataSource)
+    finally:
+        context.pythonExec = previous
+
+
+def _local_context(spark: Any) -> Any:
+    """The session's SparkContext; None for a Spark Connect session (it has none)."""
+    from pyspark.errors import PySparkException
+
+    try:
+        return spark.sparkContext
+    except PySparkException:  # not implemented on Connect sessions
+        return None
+
+
+def _python_chosen(context: Any) -> bool:
+    return bool(os.environ.get("PYSPARK_PYTHON") or context.getConf().get("spark.pyspark.python"))

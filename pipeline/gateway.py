@@ -1,7 +1,8 @@
 """A small synchronous client of the gateway's HTTP API, for Spark tasks and the driver.
 
-Only what the data source needs: stream info, time-to-sequence lookups, batch Direct Get of a
-sequence range (as Arrow record batches), consistent multi-subject reads and batch publish.
+Only what the data source needs: stream info, time-to-sequence lookups, a sequence range read
+(as Arrow record batches) by batch Direct Get or, on streams without ``allow_direct``, through
+the gateway's consumer-backed range read, consistent multi-subject reads and batch publish.
 Errors from the gateway become :class:`GatewayError` carrying its problem document, so a Spark
 task fails with the gateway's own explanation.
 """
@@ -31,6 +32,10 @@ NDJSON = "application/x-ndjson"
 # Arrow first; NDJSON when the gateway has no pyarrow (it answers NDJSON instead of a 406).
 BATCH_ACCEPT = f"{ARROW_STREAM}, {NDJSON};q=0.5"
 DEFAULT_MAX_BATCH = 100_000
+# How a range is read: batch Direct Get (streams with allow_direct), or the gateway's
+# consumer-backed range read (any stream).
+DIRECT = "direct"
+CONSUMER = "consumer"
 # The problem codes this client acts on (the gateway's ErrorCode values; a test checks them).
 MESSAGE_NOT_FOUND = "message.not_found"
 
@@ -126,14 +131,18 @@ class Gateway:
         """(first_seq, last_seq) of a stream now; an empty stream has first = last + 1."""
         return bounds(self.stream_info(stream))
 
-    def first_seq_at(self, stream: str, when: str) -> int | None:
-        """The sequence of the first message stored at or after ``when``; None if there is none."""
+    def first_seq_at(self, stream: str, when: str, *, leader: bool = False) -> int | None:
+        """The sequence of the first message stored at or after ``when``; None if there is none.
+        ``leader``: asked of the stream leader (streams without ``allow_direct``)."""
+        params = {"start_time": when}
+        if leader:
+            params["consistency"] = "leader"
         try:
             response = self._send(
                 f"stream {stream} at {when}",
                 "GET",
                 f"/v1/streams/{_seg(stream)}/direct",
-                params={"start_time": when},
+                params=params,
                 headers={"Accept": "application/json"},
             )
         except GatewayError as exc:
@@ -151,24 +160,37 @@ class Gateway:
         subject: str | None = None,
         max_batch: int = DEFAULT_MAX_BATCH,
         wire: str = "arrow",
+        via: str = DIRECT,
     ) -> Iterator[pa.RecordBatch]:
-        """Every message with ``first <= seq <= last`` (on a literal ``subject``, if given).
+        """Every message with ``first <= seq <= last`` (on ``subject``, if given: a literal
+        subject by Direct Get, any filter through a consumer).
 
         Record batches in the gateway's wire schema (:func:`wire.schema`), in sequence order.
-        A range is read with as few batch requests as the gateway allows; the answer is
-        abandoned as soon as it passes ``last``.
+        ``via`` :data:`DIRECT`: as few batch Direct Get requests as the gateway allows, each
+        abandoned as soon as it passes ``last``; :data:`CONSUMER`: one range read
+        (``GET /v1/streams/{s}/messages``), for streams without ``allow_direct``.
         """
+        accept = BATCH_ACCEPT if wire == "arrow" else NDJSON
+        if via == CONSUMER:
+            params: dict[str, Any] = {"start_seq": first, "end_seq": last}
+            if subject is not None:
+                params["subject"] = subject
+            with contextlib.closing(self._batch(stream, "messages", params, accept)) as items:
+                for item in items:
+                    if isinstance(item, EndOfBatch):
+                        return
+                    if item.num_rows:
+                        yield item
+            return
         seq = first
         while seq <= last:
-            params: dict[str, Any] = {"seq": seq, "batch": min(last - seq + 1, max_batch)}
+            params = {"seq": seq, "batch": min(last - seq + 1, max_batch)}
             if subject is not None:
                 params["next_by_subj"] = subject
             eob: EndOfBatch | None = None
             passed = False
             # Closed as soon as the range is read: the rest of the answer is not wanted.
-            with contextlib.closing(
-                self._batch(stream, params, BATCH_ACCEPT if wire == "arrow" else NDJSON)
-            ) as items:
+            with contextlib.closing(self._batch(stream, "direct", params, accept)) as items:
                 for item in items:
                     if isinstance(item, EndOfBatch):
                         eob = item
@@ -187,13 +209,13 @@ class Gateway:
             seq = eob.last_seq + 1
 
     def _batch(
-        self, stream: str, params: dict[str, Any], accept: str
+        self, stream: str, route: str, params: dict[str, Any], accept: str
     ) -> Generator[pa.RecordBatch | EndOfBatch, None, None]:
-        what = f"stream {stream} read from {params['seq']}"
+        what = f"stream {stream} read from {params.get('seq') or params.get('start_seq')}"
         try:
             with self.http.stream(
                 "GET",
-                f"/v1/streams/{_seg(stream)}/direct",
+                f"/v1/streams/{_seg(stream)}/{route}",
                 params=params,
                 headers={"Accept": accept},
             ) as response:
@@ -233,6 +255,11 @@ class Gateway:
         )
         results: list[dict[str, Any]] = orjson.loads(response.content)["results"]
         return results
+
+
+def read_path(info: dict[str, Any]) -> str:
+    """How to read a stream's ranges, from its info: Direct Get where it is allowed."""
+    return DIRECT if (info.get("config") or {}).get("allow_direct") else CONSUMER
 
 
 def bounds(info: dict[str, Any]) -> tuple[int, int]:

@@ -69,6 +69,7 @@ class Options:
     write_id: str | None
     publish_batch: int
     wire: str
+    read_via: str = "auto"
 
     @property
     def target_stream(self) -> str:
@@ -128,7 +129,17 @@ def parse(options: Mapping[str, str], *, writing: bool = False) -> Options:
         write_id=_get(options, "writeId") or None,
         publish_batch=_int(options, "publishBatch", minimum=1) or 500,
         wire=_wire(options),
+        read_via=_read_via(options),
     )
+
+
+def _read_via(options: Mapping[str, str]) -> str:
+    """How a stream's ranges are read: ``auto`` (Direct Get where the stream allows it, else
+    the gateway's consumer-backed range read), ``direct`` or ``consumer``."""
+    via = (_get(options, "readVia") or "auto").strip().lower()
+    if via not in {"auto", "direct", "consumer"}:
+        raise OptionError(f"option 'readVia' must be auto, direct or consumer, got {via!r}")
+    return via
 
 
 def _wire(options: Mapping[str, str]) -> str:

@@ -1,4 +1,5 @@
-"""Direct Get (ADR-31): single messages, NDJSON batches, consistent multi-subject reads."""
+"""Direct Get (ADR-31): single messages, NDJSON batches, consistent multi-subject reads; and
+sequence ranges of any stream (through a consumer), answered as the batches are."""
 
 from __future__ import annotations
 
@@ -11,7 +12,8 @@ from starlette.background import BackgroundTask
 from starlette.responses import Response, StreamingResponse
 
 from app import errors, validation
-from app.auth.access import DIRECT, STREAM, STREAM_SUBJECT, Need
+from app.auth import access
+from app.auth.access import DIRECT, STREAM, STREAM_FILTER, STREAM_SUBJECT, Need
 from app.auth.policy import Resource
 from app.config import Settings
 from app.deps import DirectServiceDep, PrincipalDep, SettingsDep, StreamName
@@ -42,6 +44,22 @@ _RAW_DOC = {
             "description": "a batch as an Arrow IPC stream (when asked for with Accept): "
             "columns stream, subject, seq, time, headers, data; the last batch has no rows "
             "and carries the end of batch in its custom metadata",
+        },
+    },
+}
+_BATCH_DOC = {
+    "description": "The messages as NDJSON (one Message JSON a line, then an EndOfBatchLine) "
+    "or, when asked for with Accept, an Arrow IPC stream",
+    "content": {
+        NDJSON: {
+            "schema": {"$ref": "#/components/schemas/EndOfBatchLine"},
+            "description": "one Message JSON per line, then an EndOfBatchLine",
+        },
+        arrow.ARROW_STREAM: {
+            "schema": {"type": "string", "format": "binary"},
+            "description": "an Arrow IPC stream: columns stream, subject, seq, time, headers, "
+            "data; the last batch has no rows and carries the end of batch in its custom "
+            "metadata",
         },
     },
 }
@@ -138,18 +156,76 @@ async def direct_get(
             ErrorCode.REQUEST_INVALID, f"batch is limited to {settings.max_direct_batch} messages"
         )
     use_arrow = arrow.check_available(request.headers.get("accept", ""))
-    items = service.batch(name, query, limit=limit, max_bytes=max_bytes)
-    # The first server page is read before answering, so that its errors are proper
-    # problem responses; what follows streams as it arrives.
+    return await _batch_response(
+        service.batch(name, query, limit=limit, max_bytes=max_bytes), use_arrow
+    )
+
+
+async def _batch_response(
+    items: AsyncIterator[StoredMessage | EndOfBatch], use_arrow: bool
+) -> Response:
+    """A batch read streamed as Arrow IPC or NDJSON. The first item is read before answering,
+    so that the errors of starting the read are proper problem responses; what follows
+    streams as it arrives."""
     first = await anext(aiter(items))
-    # The first page holds an inbox subscription: if the client leaves before the body starts,
-    # the encoder never runs its own cleanup, so the response closes the reader afterwards.
+    # The reader holds a subscription (and maybe a consumer): if the client leaves before the
+    # body starts, the encoder never runs its own cleanup, so the response closes the reader
+    # afterwards.
     close = BackgroundTask(items.aclose)  # type: ignore[attr-defined]
     if use_arrow:
         return StreamingResponse(
             arrow.encode(first, items), media_type=arrow.ARROW_STREAM, background=close
         )
     return StreamingResponse(_ndjson(first, items), media_type=NDJSON, background=close)
+
+
+@router.get(
+    "/{stream}/messages",
+    access=Need("read", STREAM_FILTER),
+    responses={200: _BATCH_DOC, **_READ_ERRORS, **arrow.RESPONSES},
+    response_class=Response,
+    tags=["streams"],
+)
+async def read_messages(
+    name: StreamName,
+    request: Request,
+    service: DirectServiceDep,
+    principal: PrincipalDep,
+    start_seq: Annotated[
+        int, Query(ge=1, le=2**64 - 1, description="first sequence to read"), PlainDigits
+    ] = 1,
+    end_seq: Annotated[
+        int | None,
+        Query(
+            ge=1,
+            le=2**64 - 1,
+            description="last sequence to read (inclusive); by default the stream's last "
+            "sequence when the read starts",
+        ),
+        PlainDigits,
+    ] = None,
+    subject: Annotated[
+        str | None,
+        Query(
+            description="only messages on subjects matching this filter",
+            json_schema_extra=validation.SCHEMAS["subject_filter"],
+        ),
+    ] = None,
+) -> Response:
+    """Read a range of sequences of any stream, as NDJSON or Arrow IPC like a batch Direct Get.
+
+    Served by an ephemeral ordered consumer, so the stream needs no `allow_direct`; the
+    consumer is deleted when the answer ends or the client goes away. The answer streams at
+    the client's pace. It ends with the end-of-batch line (or Arrow marker) whose `last_seq`
+    is the last sequence of the range read: `end_seq`, or the stream's last sequence when the
+    read started if that is lower. A range past the end, or `end_seq` below `start_seq`,
+    reads nothing.
+    """
+    access.check_read_filter(principal, name, subject)
+    use_arrow = arrow.check_available(request.headers.get("accept", ""))
+    if end_seq is not None and end_seq < start_seq:
+        end_seq = start_seq - 1
+    return await _batch_response(service.read_range(name, start_seq, end_seq, subject), use_arrow)
 
 
 async def _ndjson(

@@ -22,7 +22,7 @@ from fastapi import Request
 from app import errors
 from app.auth.guard import SSE_COOKIE, SSE_QUERY, Authenticator
 from app.auth.policy import ANONYMOUS, Principal, Resource, Rule, decisive, kv_twins
-from app.auth.subjects import confined, reaches
+from app.auth.subjects import confined, head, reaches
 from app.errors import ErrorCode
 from app.tls import client_cert_name
 
@@ -70,6 +70,13 @@ def _direct(p: Params, request: Request) -> Resource:
     return Resource("stream", p["stream"], subject)
 
 
+def _stream_filter(p: Params, request: Request) -> Resource:
+    # What every subject of the filter starts with; a wildcard-only filter reads the whole
+    # stream. Deny rules deeper than that text are checked by the handler (read_denial).
+    subject = request.query_params.get("subject")
+    return Resource("stream", p["stream"], head(subject) or None if subject else None)
+
+
 def _bucket(p: Params, _: Request) -> Resource:
     return Resource("kv", p["bucket"])
 
@@ -85,6 +92,7 @@ def _consumer(p: Params, _: Request) -> Resource:
 STREAM = Target("stream:{stream}", _stream)
 STREAM_SUBJECT = Target("stream:{stream}/{subject}", _stream_subject)
 DIRECT = Target("stream:{stream}/{last_by_subj|next_by_subj}", _direct)
+STREAM_FILTER = Target("stream:{stream}/{subject}", _stream_filter)
 BUCKET = Target("kv:{bucket}", _bucket)
 KEY = Target("kv:{bucket}/{key}", _key)
 CONSUMER = Target("consumer:{stream}/{consumer}", _consumer)
@@ -217,6 +225,18 @@ def check_consumer(
             ErrorCode.AUTH_FORBIDDEN,
             f"consumer {stream}/{consumer} delivers {filter_subject!r}, which reaches subjects "
             f"that the rule {_named(rule)!r} does not let this token read",
+        )
+
+
+def check_read_filter(principal: Principal, stream: str, filter_subject: str | None) -> None:
+    """403 when a read of ``stream`` through ``filter_subject`` (None: all of it) reaches
+    subjects that a rule denies the token to read."""
+    denied = consume_denial(principal, stream, [filter_subject] if filter_subject else [])
+    if denied is not None:
+        raise errors.Forbidden(
+            ErrorCode.AUTH_FORBIDDEN,
+            f"{denied[0]!r} reaches subjects that the rule {_named(denied[1])!r} does not let "
+            "this token read",
         )
 
 

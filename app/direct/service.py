@@ -15,6 +15,9 @@ from app.durations import parse_time, time_for_nats
 from app.errors import ErrorCode
 from app.nats.direct import DirectGet, EndOfBatch, StoredMessage
 from app.nats.jsapi import JetStreamApi
+from app.nats.ranges import RangeRead
+
+MAX_SEQ = 2**64 - 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,6 +111,16 @@ class DirectService:
             limit=limit,
             max_bytes=max_bytes,
         )
+
+    def read_range(
+        self, stream: str, start_seq: int, end_seq: int | None, subject: str | None
+    ) -> AsyncIterator[StoredMessage | EndOfBatch]:
+        """``start_seq..end_seq`` (to the stream's last sequence when the read starts) through
+        an ordered consumer: any stream, ``allow_direct`` or not; then one EOB."""
+        if subject is not None:
+            subject = validation.subject_filter(subject)
+        last = end_seq if end_seq is not None else MAX_SEQ
+        return RangeRead(self.js, stream, start_seq, last, filter_subject=subject).items()
 
     async def multi(
         self,

@@ -281,3 +281,28 @@ async def test_a_counter_read_is_narrowed_before_values_are_made(
             409,
             "counter.not_allowed",
         )
+
+
+async def test_range_reads_need_read_on_every_subject_their_filter_reaches(
+    nats_server: EmbeddedServer, auth_file: Path, name: str
+) -> None:
+    settings = gateway_settings(nats_server.url, auth_file=auth_file)
+    low = name.lower()
+    base = f"/v1/streams/{name}/messages"
+    async with running_gateway(settings) as gw:
+        created = await gw.put(
+            f"/v1/streams/{name}", json={"subjects": [f"{low}.>"]}, headers=bearer(ADMIN)
+        )
+        assert created.status_code == 201, created.text
+        for subject in (f"{low}.eu.1", f"{low}.eu.secret", f"{low}.us.1", f"{low}.eu.1"):
+            stored = await gw.post(f"/v1/publish/{subject}", content=b"x", headers=bearer(ADMIN))
+            assert stored.is_success, stored.text
+        # The whole stream, or filters reaching the denied subject or past the grant: refused.
+        for subject in (None, f"{low}.eu.>", f"{low}.eu.*", f"{low}.us.1", ">"):
+            params = {"subject": subject} if subject else {}
+            problem(await gw.get(base, params=params, headers=bearer(APP)), 403, "auth.forbidden")
+        mine = await gw.get(base, params={"subject": f"{low}.eu.1"}, headers=bearer(APP))
+        assert mine.status_code == 200, mine.text
+        assert [line.count(b'"seq"') for line in mine.content.splitlines()] == [1, 1, 0]
+        every = await gw.get(base, headers=bearer(ADMIN))
+        assert len(every.content.splitlines()) == 5

@@ -44,14 +44,22 @@ def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
     if problem:
         pytest.skip(problem)
     os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
     from pyspark.sql import SparkSession
 
     import pipeline
 
     warehouse = tmp_path_factory.mktemp("spark-warehouse")
-    session = (
+    # As a program run with a virtualenv's python that is not activated: no PYSPARK_PYTHON,
+    # and a python3 on PATH that is not this one (here one that fails at once). The data
+    # source's workers run all the same: pipeline.register gives them the driver's Python.
+    os.environ.pop("PYSPARK_PYTHON", None)
+    os.environ.pop("PYSPARK_DRIVER_PYTHON", None)
+    other = tmp_path_factory.mktemp("other-python")
+    (other / "python3").write_text("#!/bin/sh\necho 'not the python of the tests' >&2\nexit 97\n")
+    (other / "python3").chmod(0o755)
+    path = os.environ.get("PATH", "")
+    os.environ["PATH"] = f"{other}{os.pathsep}{path}"
+    builder = (
         SparkSession.builder.master("local[2,2]")
         .appName("jsgw-tests")
         .config("spark.ui.enabled", "false")
@@ -64,10 +72,15 @@ def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.driver.memory", "1g")
         .config("spark.python.worker.reuse", "true")
-        .getOrCreate()
     )
+    try:
+        session = builder.getOrCreate()
+    finally:
+        os.environ["PATH"] = path  # the JVM keeps the one it started with
     session.sparkContext.setLogLevel("ERROR")
     pipeline.register(session)
+    # The tests' own Python functions (UDFs) are not the data source's: they run here too.
+    session.sparkContext.pythonExec = sys.executable
     yield session
     session.stop()
 

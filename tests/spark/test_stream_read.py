@@ -46,11 +46,27 @@ def test_export_of_a_stream_equals_what_nats_py_reads(
         assert dict(row["headers"] or []) == {k: [v] for k, v in msg.headers.items()}
         assert row["timestamp"] == msg.time_ns // 1000
 
+    # Without allow_direct (NATS's default) the same export reads through a consumer: the
+    # same partitions, the same rows.
+    allow_direct(gateway_url, name, False)
+    again = jobs.export_stream(
+        spark, url=gateway_url, stream=name, output=str(out / "again"), partitions=3, chunk=1000
+    )
+    assert (again.rows, again.batches, again.first_seq, again.last_seq) == (2499, 3, 1, 2500)
+    assert parquet_rows(out / "again") == rows
+
+
+def allow_direct(gateway_url: str, stream: str, allow: bool) -> None:
+    info = httpx.get(f"{gateway_url}/v1/streams/{stream}").raise_for_status().json()
+    config = {**info["config"], "allow_direct": allow}
+    httpx.put(f"{gateway_url}/v1/streams/{stream}", json=config).raise_for_status()
+
 
 def test_ranges_subject_filters_and_partitions(
     spark, gateway_url: str, nats_server: EmbeddedServer, name: str
 ) -> None:
-    run(make_stream(nats_server.url, name))
+    # A stream without allow_direct: every read goes through the gateway's consumer path.
+    run(make_stream(nats_server.url, name, allow_direct=False))
     run(publish(nats_server.url, [(f"{name}.a.{i % 2}", b"%d" % i, None) for i in range(300)]))
     middle = datetime.now(UTC).isoformat()
     run(publish(nats_server.url, [(f"{name}.b.{i % 2}", b"%d" % i, None) for i in range(300)]))
@@ -105,9 +121,11 @@ def test_gateway_problems_fail_the_read_with_their_detail(
 
     run(make_stream(nats_server.url, name, allow_direct=False))
     run(publish(nats_server.url, [(f"{name}.x", b"1", None)]))
-    df = spark.read.format("jetstream").option("url", gateway_url).option("stream", name).load()
+    reader = spark.read.format("jetstream").option("url", gateway_url).option("stream", name)
+    assert [r.data for r in reader.load().collect()] == [b"1"]
+    # Direct Get asked for on a stream without it: the gateway's refusal, word for word.
     with pytest.raises((PySparkException, Py4JJavaError)) as caught:
-        df.collect()
+        reader.option("readVia", "direct").load().collect()
     assert "409 direct.not_allowed" in str(caught.value)
     with pytest.raises((PySparkException, Py4JJavaError)) as caught:
         spark.read.format("jetstream").option("url", gateway_url).option(

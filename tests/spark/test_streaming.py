@@ -6,6 +6,8 @@ import json
 import time
 from pathlib import Path
 
+import httpx
+
 from app.nats.embedded import EmbeddedServer
 from tests.spark.support import make_stream, publish, run
 
@@ -46,6 +48,11 @@ def test_query_restarted_from_its_checkpoint_delivers_every_message_once(
     assert json.loads(first_run[0]["sources"][0]["endOffset"]) == {"next_seq": 201}
 
     run(publish(nats_server.url, [(f"{name}.b", b"second %d" % i, None) for i in range(200)]))
+    # Restarted on a stream that no longer allows Direct Get: the rest is read through the
+    # gateway's consumer path, from the same offsets.
+    info = httpx.get(f"{gateway_url}/v1/streams/{name}").raise_for_status().json()
+    config = {**info["config"], "allow_direct": False}
+    httpx.put(f"{gateway_url}/v1/streams/{name}", json=config).raise_for_status()
     again = start({"availableNow": True})
     assert again.awaitTermination(180)
     assert again.exception() is None
