@@ -41,7 +41,7 @@ import pyarrow.parquet as pq
 from nats.js.api import StreamConfig
 
 from app.nats.embedded import EmbeddedServer
-from bench.procs import PYTHON, Procs, cpu_seconds, free_port, machine_busy_seconds, wait_http
+from bench.procs import Procs, cpu_seconds, machine_busy_seconds, start_gateway
 
 SCHEMA = pa.schema(
     [
@@ -172,21 +172,8 @@ def main() -> int:
     procs = Procs()
     try:
         server.start()
-        port = free_port()
-        url = f"http://127.0.0.1:{port}"
-        gateway = procs.start(
-            "gateway",
-            [PYTHON, "-m", "app", "serve"],
-            env={
-                "JSGW_NATS_URL": server.url,
-                "JSGW_HOST": "127.0.0.1",
-                "JSGW_PORT": str(port),
-                "JSGW_ACCESS_LOG": "false",
-                "JSGW_LOG_LEVEL": "warning",
-            },
-            log=work / "gateway.log",
-        )
-        wait_http(f"{url}/readyz", gateway)
+        # The gateway as users run it: its defaults (the access log on, to a file here).
+        gateway, url = start_gateway(procs, server.url, work, env={"JSGW_LOG_LEVEL": "warning"})
 
         stream = "BENCH"
         print(f"filling {args.messages} messages of {args.size} bytes ...", file=sys.stderr)
