@@ -208,6 +208,7 @@ def _stream_endpoints(s: str) -> list[tuple[str, str, dict[str, Any]]]:
         ("GET", f"/v1/streams/{s}/messages/1", {}),
         ("DELETE", f"/v1/streams/{s}/messages/1", {}),
         ("GET", f"/v1/streams/{s}/direct?seq=1", {}),
+        ("GET", f"/v1/streams/{s}/messages?start_seq=1", {}),
         ("GET", f"/v1/streams/{s}/last/{STREAM_SUBJECT}", {}),
         ("POST", f"/v1/streams/{s}/direct/multi", {"body": {"subjects": ["host.>"]}}),
         ("GET", f"/v1/streams/{s}/consumers", {}),
@@ -321,6 +322,11 @@ def subject_cases() -> Iterator[Case]:
             yield _case(f"/v1/publish batch subject={label}", "POST", "/v1/publish", body=batch)
     for label, subject in FILTER_VARIANTS:
         yield _case(f"/v1/streams subject={label}", "GET", f"/v1/streams?subject={subject}")
+        yield _case(
+            f"/messages range subject={label}",
+            "GET",
+            f"/v1/streams/{STREAM}/messages?start_seq=1&subject={subject}",
+        )
         text = _decoded(subject)
         if text is not None:
             yield _case(
@@ -352,6 +358,12 @@ def sequence_cases() -> Iterator[Case]:
                 f"/messages/{{seq}} seq={label}", method, f"/v1/streams/{STREAM}/messages/{seq}"
             )
         yield _case(f"/direct seq={label}", "GET", f"/v1/streams/{STREAM}/direct?seq={seq}")
+        for bound in ("start_seq", "end_seq"):
+            yield _case(
+                f"/messages range {bound}={label}",
+                "GET",
+                f"/v1/streams/{STREAM}/messages?{bound}={seq}",
+            )
         yield _case(
             f"/keys/{{key}} revision={label}", "GET", f"/v1/kv/{BUCKET}/keys/{KEY}?revision={seq}"
         )
