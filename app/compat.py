@@ -51,7 +51,7 @@ uvicorn (``uvicorn.protocols.http.httptools_impl.HttpToolsProtocol``, ``uvicorn.
 - app/serving.py: ``DirectBody`` writes a stream's body chunks to the connection of uvicorn's
   ``RequestResponseCycle`` (the ``__self__`` of the ASGI ``send``), framed as its ``send``
   frames them, when ``send`` would not wait: it reads the cycle's ``transport``, ``flow``,
-  ``disconnected``, ``chunked_encoding`` and ``response_complete``.
+  ``disconnected``, ``chunked_encoding``, ``response_complete``, ``body`` and ``more_body``.
 - app/tls.py: ``ClientCertProtocol`` overrides ``on_message_begin`` and adds to ``scope``.
 - app/sse.py: ``server_exiting`` finds uvicorn's ``Server`` as the SIGTERM handler's
   ``__self__`` (``Server.capture_signals`` installs ``Server.handle_exit``) and reads its
@@ -521,6 +521,8 @@ def _check_uvicorn(c: _Checks) -> None:
             "self.disconnected = False",
             "self.response_complete = False",
             "self.chunked_encoding",
+            "self.body = bytearray()",
+            "self.more_body = True",
         ],
         "RequestResponseCycle.__init__",
         "DirectBody writes a stream's chunks to the cycle's transport",

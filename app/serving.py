@@ -401,8 +401,8 @@ class DirectBody:
 
     Uses, of uvicorn's ``RequestResponseCycle`` (the ``__self__`` of the ``send`` it hands the
     app): ``transport`` (this module's :class:`GatheringTransport`), ``flow``
-    (``write_paused``), ``disconnected``, ``chunked_encoding`` and ``response_complete``
-    (app/compat.py checks them).
+    (``write_paused``), ``disconnected``, ``chunked_encoding``, ``response_complete``,
+    ``body`` and ``more_body`` (app/compat.py checks them).
     """
 
     __slots__ = ("_cycle", "_flow", "_transport")
@@ -434,6 +434,12 @@ class DirectBody:
             return False
         self._transport.write_soon(b"%x\r\n%s\r\n" % (len(chunk), chunk))
         return True
+
+    def body_unread(self) -> bool:
+        """Has the request a body not read (yet)? While it has, uvicorn may have paused
+        reading the connection (64 KiB unread), and a paused connection does not tell its
+        loss: only ``receive``, which reads the body away, finds the disconnect then."""
+        return bool(self._cycle.more_body or self._cycle.body)
 
     def when_lost(self, callback: Callable[[], None]) -> None:
         """Call ``callback`` once the connection is lost (at once if it is)."""

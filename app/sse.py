@@ -260,9 +260,9 @@ class QueueStream(Response):
         raw_send = scope.get(RAW_SEND, send)
         direct = DirectBody.of(raw_send)
         listener = None
-        if direct is None:
+        if direct is None or direct.body_unread():
             listener = loop.create_task(_until_disconnect(receive, source))
-        else:
+        if direct is not None:
             direct.when_lost(source.end)
         source.writer = asyncio.current_task()
         try:

@@ -518,3 +518,33 @@ async def test_gateway_shutdown_ends_watches_with_an_error(
         assert farewell.event == "error" and farewell.json["code"] == "gateway.shutdown"
         with pytest.raises(EOFError):
             await sse.next(comments=True)
+
+
+async def test_a_watch_with_an_unread_body_ends_when_its_client_leaves(
+    nats_server: EmbeddedServer, nc: nats.NATS, name: str
+) -> None:
+    """uvicorn stops reading a connection with over 64 KiB of body unread, and a connection
+    not read does not tell its loss: the watch must still end at once when the client leaves
+    (not at the next failed heartbeat, seconds later)."""
+    settings = gateway_settings(nats_server.url, sse_heartbeat=5.0, kv_watch_heartbeat=5.0)
+    with served_gateway(settings) as url:
+        async with httpx.AsyncClient(base_url=url, timeout=10) as http:
+            assert (await http.put(f"/v1/kv/{name}", json={})).status_code == 201
+        host, port = url.removeprefix("http://").rsplit(":", 1)
+        for body in (0, 200_000):
+            reader, writer = await asyncio.open_connection(host, int(port))
+            writer.write(
+                f"GET /v1/kv/{name}/watch?updates_only=true HTTP/1.1\r\nHost: x\r\n"
+                f"Content-Length: {body}\r\n\r\n".encode()
+                + b"a" * body
+            )
+            got = b""
+            while b"event: ready" not in got:
+                got += await asyncio.wait_for(reader.read(65536), 5)
+            assert await consumer_count(nc, name) == 1  # the bucket's feed
+            writer.close()
+            started = time.monotonic()
+            while await consumer_count(nc, name) and time.monotonic() - started < 12:
+                await asyncio.sleep(0.05)
+            took = time.monotonic() - started
+            assert took < 1.0, f"body of {body} bytes: the watch ended {took:.1f} s after"
