@@ -14,8 +14,8 @@ installed. Then it measures one thing at a time and prints a table per section:
   in flight on one connection) in a process of its own for the native client;
 * KV GET latency at concurrency 1: an asyncio HTTP client (httptools) vs nats-py ``kv.get``,
   each in a process of its own, plus wrk ``-c1`` for the gateway;
-* Direct Get batches (NDJSON vs nats-py), fetch 256 + confirmed acks (HTTP vs nats-py), and
-  publish with PubAck (wrk vs nats-py);
+* Direct Get batches (NDJSON and Arrow IPC vs nats-py), fetch 256 + confirmed acks (HTTP vs
+  nats-py), and publish with PubAck (wrk vs nats-py);
 * SSE watch fan-out: N asyncio SSE clients (bench/sseload.py) on one bucket, updates at
   ``--sse-rate`` per second put by nats-py from this process, against the gateway and against
   the raw ASGI broadcaster: delivered fraction, put→event p50/p99, server RSS.
@@ -800,18 +800,21 @@ class Bench:
         gw = self.gateway
         assert gw
         r: dict[str, Any] = {}
-        r["batch.gateway"] = self.attempt(
-            "batch gateway",
-            lambda: self.http_load(
-                "batch",
-                self.gateway_url,
-                gw.pid,
-                "--stream",
-                BATCH_STREAM,
-                "--batch",
-                str(a.batch_messages),
-            ),
-        )
+        for key, fmt in (("batch.gateway", "ndjson"), ("batch.arrow", "arrow")):
+            r[key] = self.attempt(
+                f"batch gateway {fmt}",
+                lambda fmt=fmt: self.http_load(
+                    "batch",
+                    self.gateway_url,
+                    gw.pid,
+                    "--stream",
+                    BATCH_STREAM,
+                    "--batch",
+                    str(a.batch_messages),
+                    "--format",
+                    fmt,
+                ),
+            )
         r["batch.nats"] = self.attempt(
             "batch nats", lambda: self.nats_load("batch", "--stream", BATCH_STREAM)
         )
@@ -1338,42 +1341,44 @@ class Bench:
         ]
         rows = []
         a = self.args
-        for kind, title, gw_label, nats_label, gw_load, nats_load, target in (
+        # Per measure: the gateway's rows (result key, label, target ÷ nats-py), then nats-py's.
+        batch_path = f"jsgw GET /direct?seq=1&batch={a.batch_messages}"
+        for kind, title, gateways, nats_label, gw_load, nats_load in (
             (
                 "batch",
                 "Direct Get batch streaming",
-                f"jsgw GET /direct?seq=1&batch={a.batch_messages} (NDJSON)",
+                [
+                    ("batch.gateway", f"{batch_path} (NDJSON)", 0.4),
+                    ("batch.arrow", f"{batch_path} (Arrow IPC, rows decoded)", 0.6),
+                ],
                 "nats-py raw $JS.API.DIRECT.GET pages of 1,000",
                 "asyncio HTTP client, 1 stream",
                 "asyncio, 1 reader",
-                None,
             ),
             (
                 "fetch",
                 "fetch 256 + confirmed acks",
-                "jsgw POST …/fetch + POST …/ack",
+                [("fetch.gateway", "jsgw POST …/fetch + POST …/ack", 0.5)],
                 "nats-py fetch(256) + 256 concurrent ack_sync",
                 "asyncio HTTP client, 1 loop",
                 "asyncio, 1 loop",
-                0.5,
             ),
             (
                 "pub",
                 "publish with PubAck",
-                "jsgw POST /v1/publish/{subject}",
+                [("pub.gateway", "jsgw POST /v1/publish/{subject}", None)],
                 "nats-py js.publish",
                 None,
                 f"asyncio, {a.connections} in flight",
-                None,
             ),
         ):
-            gres, nres = r.get(f"{kind}.gateway"), r.get(f"{kind}.nats")
-            g, n = self.rate_of(gres), self.rate_of(nres)
-            ratio = g / n if g and n else None
-            for res, label, load, is_gw in (
-                (gres, gw_label, gw_load, True),
-                (nres, nats_label, nats_load, False),
-            ):
+            nres = r.get(f"{kind}.nats")
+            n = self.rate_of(nres)
+            lines: list[tuple[dict | None, str, str | None, bool, float | None]] = [
+                (r.get(key), label, gw_load, True, target) for key, label, target in gateways
+            ]
+            lines.append((nres, nats_label, nats_load, False, None))
+            for res, label, load, is_gw, target in lines:
                 load = load or (res or {}).get("load", "—")
                 if self.rate_of(res) is None:
                     rows.append(
@@ -1391,6 +1396,9 @@ class Bench:
                         ]
                     )
                     continue
+                assert res is not None
+                g = self.rate_of(res)
+                ratio = g / n if is_gw and g and n else None
                 note = self.row_note(res, "")
                 extra = ""
                 if kind == "batch" and is_gw and res.get("wire_mb_s"):
