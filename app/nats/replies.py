@@ -17,6 +17,10 @@ an atomic batch are queued together (:meth:`LeanClient.publish_all_queued`, the 
 names: ``_pending``, ``_pending_data_size``, ``_flush_queue``, ``_flusher_task``,
 ``_status``), so that nothing can stop the batch half-way.
 
+Requests answered by many replies (Direct Get batches) get an inbox of their own,
+:class:`RawInbox` (:meth:`LeanClient.raw_inbox`), whose replies go to the caller's callback
+raw, the same way.
+
 Messages are read off the socket by :class:`app.nats.wire.LeanParser`, which hands those of raw
 subscriptions to their callbacks directly. Everything else (connecting, reconnecting and
 re-subscribing, auth, TLS, flushing, subscriptions of consumers) is still nats-py's.
