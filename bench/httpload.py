@@ -4,8 +4,10 @@ Modes (each prints one JSON line):
 
 * ``latency``: GET ``--path`` (``{key}`` replaced by one of ``--keys`` keys) one at a time on
   one keep-alive connection; per-request latency;
-* ``batch``: ``GET /v1/streams/<stream>/direct?seq=1&batch=<n>`` (NDJSON) read start to end
-  again and again; messages/s counted from the lines, MB/s of message payload and of the wire;
+* ``batch``: ``GET /v1/streams/<stream>/direct?seq=1&batch=<n>`` read start to end again and
+  again, as NDJSON (``--format ndjson``: messages counted from the lines) or as an Arrow IPC
+  stream (``--format arrow``: the body decoded by pyarrow, messages counted from its rows);
+  MB/s of message payload and of the wire;
 * ``fetchack``: ``POST .../fetch {"max_messages": 256}`` then ``POST .../ack`` with all the
   tokens (the gateway answers after the server confirmed every ack), again and again;
 * ``pubbatch``: ``POST /v1/publish`` with ``--batch`` messages (non-atomic: one PubAck
@@ -79,13 +81,22 @@ async def throughput(host: str, port: int, args: argparse.Namespace) -> dict:
 
 async def batch(host: str, port: int, args: argparse.Namespace) -> dict:
     conn = await Connection.open(host, port)
-    req = conn.build("GET", f"/v1/streams/{args.stream}/direct?seq=1&batch={args.batch}")
+    arrow = args.format == "arrow"
+    headers = {"Accept": "application/vnd.apache.arrow.stream"} if arrow else None
+    req = conn.build(
+        "GET", f"/v1/streams/{args.stream}/direct?seq=1&batch={args.batch}", headers=headers
+    )
     state = {"lines": 0, "wire": 0, "tail": b""}
+    body: list[bytes] = []
 
     def sink(chunk: bytes) -> None:
         state["lines"] += chunk.count(b"\n")
         state["wire"] += len(chunk)
         state["tail"] = (state["tail"] + chunk)[-200:]
+
+    def arrow_sink(chunk: bytes) -> None:
+        state["wire"] += len(chunk)
+        body.append(chunk)
 
     async def read_once() -> int:
         state["tail"] = b""
@@ -98,20 +109,29 @@ async def batch(host: str, port: int, args: argparse.Namespace) -> dict:
             raise RuntimeError(f"no end-of-batch line: {last[:120]!r}")
         return state["lines"] - before - 1
 
+    async def read_arrow() -> int:
+        body.clear()
+        status, _ = await conn.send(req, arrow_sink)
+        if status != 200:
+            raise RuntimeError(f"HTTP {status}")
+        return arrow_rows(b"".join(body))
+
+    read = read_arrow if arrow else read_once
     deadline = time.monotonic() + args.warmup
     while time.monotonic() < deadline:
-        await read_once()
+        await read()
     state.update(lines=0, wire=0)
     messages = reads = 0
     t0 = time.perf_counter()
     while True:
-        messages += await read_once()
+        messages += await read()
         reads += 1
         if time.perf_counter() - t0 >= args.duration:
             break
     elapsed = time.perf_counter() - t0
     conn.close()
     return {
+        "format": args.format,
         "messages": messages,
         "seconds": elapsed,
         "rate": messages / elapsed,
@@ -119,6 +139,28 @@ async def batch(host: str, port: int, args: argparse.Namespace) -> dict:
         "wire_mb_s": state["wire"] / elapsed / 1e6,
         "stream_reads": reads,
     }
+
+
+def arrow_rows(body: bytes) -> int:
+    """The rows of an Arrow IPC stream, every batch decoded (its columns touched); the stream
+    must end in the end-of-batch marker."""
+    import pyarrow as pa
+
+    rows = 0
+    marker: dict[bytes, bytes] = {}
+    with pa.ipc.open_stream(body) as reader:
+        while True:
+            try:
+                batch, meta = reader.read_next_batch_with_custom_metadata()
+            except StopIteration:
+                break
+            rows += batch.num_rows
+            if batch.num_rows and batch.column("seq")[-1].as_py() < rows:
+                raise RuntimeError("sequences out of order")
+            marker = dict(meta) if meta is not None else {}
+    if marker.get(b"jsgw") != b"eob":
+        raise RuntimeError(f"no end-of-batch marker: {marker!r}")
+    return rows
 
 
 async def fetchack(host: str, port: int, args: argparse.Namespace) -> dict:
@@ -233,6 +275,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--method", default="GET")
     p.add_argument("--stream", default="BATCH")
     p.add_argument("--consumer", default="http")
+    p.add_argument("--format", choices=("ndjson", "arrow"), default="ndjson", help="batch mode")
     load_options(p)
     return p.parse_args(argv)
 

@@ -15,9 +15,9 @@ installed. Then it measures one thing at a time and prints a table per section:
   in flight on one connection) in a process of its own for the native client;
 * KV GET latency at concurrency 1: an asyncio HTTP client (httptools) vs nats-py ``kv.get``,
   each in a process of its own, plus wrk ``-c1`` for the gateway;
-* Direct Get batches (NDJSON vs nats-py), fetch 256 + confirmed acks (HTTP vs nats-py),
-  publish with PubAck (wrk vs nats-py), and the batch publish (100 messages per request, a
-  PubAck each) against nats-py with as many publishes in flight;
+* Direct Get batches (NDJSON and Arrow IPC vs nats-py), fetch 256 + confirmed acks (HTTP vs
+  nats-py), publish with PubAck (wrk vs nats-py), and the batch publish (100 messages per
+  request, a PubAck each) against nats-py with as many publishes in flight;
 * SSE watch fan-out: N asyncio SSE clients (bench/sseload.py, in processes of 2,500) on one
   bucket, updates at ``--sse-rate`` per second put by nats-py from this process, against the
   gateway and against the raw ASGI broadcaster: delivered fraction, put→event p50/p99, server
@@ -927,18 +927,21 @@ class Bench:
         gw = self.gateway
         assert gw
         r: dict[str, Any] = {}
-        r["batch.gateway"] = self.attempt(
-            "batch gateway",
-            lambda: self.http_load(
-                "batch",
-                self.gateway_url,
-                gw.pid,
-                "--stream",
-                BATCH_STREAM,
-                "--batch",
-                str(a.batch_messages),
-            ),
-        )
+        for key, fmt in (("batch.gateway", "ndjson"), ("batch.arrow", "arrow")):
+            r[key] = self.attempt(
+                f"batch gateway {fmt}",
+                lambda fmt=fmt: self.http_load(
+                    "batch",
+                    self.gateway_url,
+                    gw.pid,
+                    "--stream",
+                    BATCH_STREAM,
+                    "--batch",
+                    str(a.batch_messages),
+                    "--format",
+                    fmt,
+                ),
+            )
         r["batch.nats"] = self.attempt(
             "batch nats", lambda: self.nats_load("batch", "--stream", BATCH_STREAM)
         )
@@ -1561,56 +1564,64 @@ class Bench:
             "CPU % server / nats / load / other",
             "CPU µs/msg",
             "jsgw ÷ nats-py",
+            "bottleneck",
             "target",
             "met?",
         ]
         rows = []
         a = self.args
-        for kind, title, gw_label, nats_label, gw_load, nats_load, target in (
+        # Per measure: the gateway's rows (result key, label, target ÷ nats-py), then nats-py's.
+        batch_path = f"jsgw GET /direct?seq=1&batch={a.batch_messages}"
+        for kind, title, gateways, nats_label, gw_load, nats_load in (
             (
                 "batch",
                 "Direct Get batch streaming",
-                f"jsgw GET /direct?seq=1&batch={a.batch_messages} (NDJSON)",
+                [
+                    ("batch.gateway", f"{batch_path} (NDJSON)", 0.4),
+                    ("batch.arrow", f"{batch_path} (Arrow IPC, rows decoded)", 0.6),
+                ],
                 "nats-py raw $JS.API.DIRECT.GET pages of 1,000",
                 "asyncio HTTP client, 1 stream",
                 "asyncio, 1 reader",
-                None,
             ),
             (
                 "fetch",
                 "fetch 256 + confirmed acks",
-                "jsgw POST …/fetch + POST …/ack",
+                [("fetch.gateway", "jsgw POST …/fetch + POST …/ack", 0.8)],
                 "nats-py fetch(256) + 256 concurrent ack_sync",
                 "asyncio HTTP client, 1 loop",
                 "asyncio, 1 loop",
-                0.8,
             ),
             (
                 "pub",
                 "publish with PubAck",
-                "jsgw POST /v1/publish/{subject}",
+                [("pub.gateway", "jsgw POST /v1/publish/{subject}", 0.5)],
                 "nats-py js.publish",
                 None,
                 f"asyncio, {a.connections} in flight",
-                0.5,
             ),
             (
                 "pubbatch",
                 "batch publish with PubAcks (messages/s)",
-                f"jsgw POST /v1/publish, {PUB_BATCH} messages per request (non-atomic)",
+                [
+                    (
+                        "pubbatch.gateway",
+                        f"jsgw POST /v1/publish, {PUB_BATCH} messages per request (non-atomic)",
+                        None,
+                    )
+                ],
                 "nats-py js.publish, the same messages",
                 f"asyncio HTTP client, {PUB_BATCH_CLIENTS} connections",
                 f"asyncio, {PUB_BATCH * PUB_BATCH_CLIENTS} in flight",
-                None,
             ),
         ):
-            gres, nres = r.get(f"{kind}.gateway"), r.get(f"{kind}.nats")
-            g, n = self.rate_of(gres), self.rate_of(nres)
-            ratio = g / n if g and n else None
-            for res, label, load, is_gw in (
-                (gres, gw_label, gw_load, True),
-                (nres, nats_label, nats_load, False),
-            ):
+            nres = r.get(f"{kind}.nats")
+            n = self.rate_of(nres)
+            lines: list[tuple[dict | None, str, str | None, bool, float | None]] = [
+                (r.get(key), label, gw_load, True, target) for key, label, target in gateways
+            ]
+            lines.append((nres, nats_label, nats_load, False, None))
+            for res, label, load, is_gw, target in lines:
                 load = load or (res or {}).get("load", "—")
                 if self.rate_of(res) is None:
                     rows.append(
@@ -1625,9 +1636,13 @@ class Bench:
                             "—",
                             "—",
                             "—",
+                            "—",
                         ]
                     )
                     continue
+                assert res is not None
+                g = self.rate_of(res)
+                ratio = g / n if is_gw and g and n else None
                 note = self.row_note(res, "")
                 extra = ""
                 if kind == "batch" and is_gw and res.get("wire_mb_s"):
@@ -1649,6 +1664,7 @@ class Bench:
                         if is_gw
                         else cpu_per_op(res, "load") + " (client)",
                         fmt_ratio(ratio) if is_gw else "",
+                        bottleneck(res, float(a.workers) if is_gw else 1.0, 1.0),
                         (f"≥ {target:.2f}×" if target and is_gw else "—"),
                         met(ratio >= target if target and is_gw and ratio is not None else None),
                     ]

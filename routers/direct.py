@@ -229,20 +229,23 @@ async def read_messages(
 
 
 async def _ndjson(
-    first: StoredMessage | EndOfBatch, rest: AsyncIterator[StoredMessage | EndOfBatch]
+    first: list[StoredMessage] | EndOfBatch,
+    rest: AsyncIterator[list[StoredMessage] | EndOfBatch],
 ) -> AsyncIterator[bytes]:
-    item: StoredMessage | EndOfBatch = first
+    item: list[StoredMessage] | EndOfBatch = first
+    dumps = orjson.dumps
     try:
         while True:
             if isinstance(item, EndOfBatch):
                 line = {"eob": True, "num_pending": item.num_pending, "last_seq": item.last_seq}
-                yield orjson.dumps(line) + b"\n"
+                yield dumps(line) + b"\n"
                 return
-            yield orjson.dumps(item.to_json()) + b"\n"
+            # A page (up to 1,000 messages) is one chunk: one write to the socket.
+            yield b"".join([dumps(message.to_json()) + b"\n" for message in item])
             item = await anext(rest)
     except errors.GatewayError as exc:
         # Headers are gone already: the error becomes the last line, in place of the EOB.
-        yield orjson.dumps({"error": exc.problem()}) + b"\n"
+        yield dumps({"error": exc.problem()}) + b"\n"
     finally:
         await rest.aclose()  # type: ignore[attr-defined]
 

@@ -120,14 +120,29 @@ class _Rows:
         self.size = 0
         self.stream = ""
 
-    def add(self, message: StoredMessage) -> None:
-        self.stream = message.stream
-        self.subjects.append(message.subject)
-        self.seqs.append(message.seq)
-        self.times.append(message.time)
-        self.headers.append(list(message.headers.items()) if message.headers else None)
-        self.data.append(message.data)
-        self.size += len(message.data) + len(message.subject)
+    def take(self, messages: list[StoredMessage], start: int) -> int:
+        """Messages from ``start`` on, until the batch is full; where it stopped."""
+        count, size, end, stop = len(self.seqs), self.size, start, len(messages)
+        while end < stop and count < ROWS_PER_BATCH and size < BYTES_PER_BATCH:
+            message = messages[end]
+            size += len(message.data) + len(message.subject)
+            count += 1
+            end += 1
+        if end == start:
+            return end
+        chunk = messages[start:end]
+        self.stream = chunk[-1].stream
+        self.subjects += [m.subject for m in chunk]
+        self.seqs += [m.seq for m in chunk]
+        self.times += [m.time for m in chunk]
+        self.headers += [list(m.headers.items()) if m.headers else None for m in chunk]
+        self.data += [m.data for m in chunk]
+        self.size = size
+        return end
+
+    @property
+    def full(self) -> bool:
+        return len(self.seqs) >= ROWS_PER_BATCH or self.size >= BYTES_PER_BATCH
 
     def __len__(self) -> int:
         return len(self.seqs)
@@ -152,14 +167,19 @@ def _marker(arrow_schema: Any, writer: Any, metadata: dict[str, str]) -> None:
 
 
 async def encode(
-    first: StoredMessage | EndOfBatch, rest: AsyncIterator[StoredMessage | EndOfBatch]
+    first: list[StoredMessage] | EndOfBatch,
+    rest: AsyncIterator[list[StoredMessage] | EndOfBatch],
 ) -> AsyncIterator[bytes]:
-    """The Arrow IPC stream of a batch read: record batches, then the EOB (or error) marker."""
+    """The Arrow IPC stream of a batch read: record batches, then the EOB (or error) marker.
+
+    Messages come a page at a time; a record batch ends at ROWS_PER_BATCH rows or
+    BYTES_PER_BATCH bytes, wherever the pages end, and what a page completes is one chunk.
+    """
     arrow_schema = schema()
     sink = _Sink()
     writer = pa.ipc.new_stream(sink, arrow_schema)
     rows = _Rows()
-    item: StoredMessage | EndOfBatch = first
+    item: list[StoredMessage] | EndOfBatch = first
     try:
         while True:
             if isinstance(item, EndOfBatch):
@@ -177,10 +197,13 @@ async def encode(
                 writer.close()
                 yield sink.drain()
                 return
-            rows.add(item)
-            if len(rows) >= ROWS_PER_BATCH or rows.size >= BYTES_PER_BATCH:
-                writer.write_batch(rows.batch(arrow_schema))
-                rows = _Rows()
+            taken = 0
+            while taken < len(item):
+                taken = rows.take(item, taken)
+                if rows.full:
+                    writer.write_batch(rows.batch(arrow_schema))
+                    rows = _Rows()
+            if sink.chunks:
                 yield sink.drain()
             item = await anext(rest)
     except errors.GatewayError as exc:

@@ -96,7 +96,8 @@ class DirectService:
         *,
         limit: int,
         max_bytes: int | None,
-    ) -> AsyncIterator[StoredMessage | EndOfBatch]:
+    ) -> AsyncIterator[list[StoredMessage] | EndOfBatch]:
+        """The messages a page at a time (lists), then the end of the batch."""
         if query.last_by_subj is not None:
             raise errors.InvalidInput(
                 ErrorCode.REQUEST_INVALID,

@@ -340,8 +340,8 @@ class KVService:
         messages: list[StoredMessage] = []
         left = 0
         async for item in self.direct.batch(stream, seq=1, next_by_subj=subject, limit=MAX_HISTORY):
-            if isinstance(item, StoredMessage):
-                messages.append(item)
+            if isinstance(item, list):
+                messages.extend(item)
             else:
                 left = item.num_pending
         last = len(messages) - 1

@@ -8,24 +8,24 @@ carrying ``Nats-Num-Pending``, ``Nats-Last-Sequence`` and (for multi reads)
 
 from __future__ import annotations
 
+import asyncio
 import base64
+import binascii
+import re
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-import nats.errors
 import orjson
-from nats.aio.msg import Msg
 
 from app import errors
 from app.durations import nats_time
 from app.errors import ErrorCode, NoResponders
-from app.nats.headers import from_nats_py, parse_b64, split_block, values_of
+from app.nats.headers import folded, parse_b64, split_block, values_of
 from app.nats.jsapi import JetStreamApi
 from app.nats.pool import NatsPool
-from app.nats.pull import unsubscribe
-from app.nats.replies import Reply
+from app.nats.replies import RawInbox, Reply
 
 # What one server request may bring back at most: this bounds the gateway's memory per
 # request, whatever the HTTP client asked for in total (the gateway pages).
@@ -66,7 +66,8 @@ class StoredMessage:
             "seq": self.seq,
             "time": self.time,
             "headers": self.headers,
-            "data": base64.b64encode(self.data).decode(),
+            # (base64.b64encode's own call, without its Python frame: once per message read)
+            "data": binascii.b2a_base64(self.data, newline=False).decode(),
         }
 
 
@@ -138,24 +139,112 @@ def _sequence(value: str | None) -> int:
     return int(value) if value and value.isascii() and value.isdigit() else 0
 
 
-def _status(msg: Msg) -> int | None:
-    headers = msg.headers or {}
-    status = headers.get("Status")
-    return int(status) if status and status.isdigit() else None
+# nats-py's names for a header block's status line, never a stored message's own header.
+_STATUS_KEYS = frozenset({"Status", "Description"})
+_HIDDEN = _META_HEADERS | _STATUS_KEYS
 
 
-def to_message(msg: Msg) -> StoredMessage:
-    headers = msg.headers or {}
+# The header block nats-server writes on a batch reply whose message has no headers of its
+# own (stream.go ``dgb``), values without whitespace (so nats-py's stripping leaves them as
+# they are). Such a reply is read by one match; any other goes through :func:`folded`.
+_PLAIN_REPLY = re.compile(
+    rb"NATS/1\.0\r\nNats-Stream: (\S+)\r\nNats-Subject: (\S+)\r\nNats-Sequence: (\d+)\r\n"
+    rb"Nats-Time-Stamp: (\S+)\r\nNats-Num-Pending: (\d+)\r\nNats-Last-Sequence: (\d+)\r\n\r\n"
+)
+
+
+def _plain_message(raw: bytes, data: bytes) -> StoredMessage | None:
+    """The message of a reply in the common form, as :func:`_batch_message` would read it;
+    None for any other reply."""
+    match = _PLAIN_REPLY.fullmatch(raw)
+    if match is None:
+        return None
+    stream, subject, seq, stamp, pending, last = match.groups()
+    return StoredMessage(
+        stream=stream.decode("utf-8", "replace"),
+        subject=subject.decode("utf-8", "replace"),
+        seq=int(seq),
+        time=stamp.decode("utf-8", "replace"),
+        headers={},
+        data=data,
+        last_seq=int(last),
+        num_pending=int(pending),
+    )
+
+
+def _batch_message(headers: dict[str, str], data: bytes) -> StoredMessage:
+    """A message of a batch, from its header dict as nats-py makes it (:func:`folded`)."""
     return StoredMessage(
         stream=headers.get("Nats-Stream", ""),
         subject=headers.get("Nats-Subject", ""),
         seq=_int(headers, "Nats-Sequence") or 0,
         time=headers.get("Nats-Time-Stamp"),
-        headers={k: v for k, v in from_nats_py(headers).items() if k not in _META_HEADERS},
-        data=msg.data,
+        headers={k: [v] for k, v in headers.items() if k not in _HIDDEN},
+        data=data,
         last_seq=_int(headers, "Nats-Last-Sequence"),
         num_pending=_int(headers, "Nats-Num-Pending"),
     )
+
+
+class _Inbox:
+    """The replies to one read's batch requests, on one inbox of one connection.
+
+    nats-py would hand each reply over as a ``Msg`` through the subscription's queue, one
+    ``next_msg`` (a task and a timer) per message. Here the connection's parser gives each
+    reply, raw, to :meth:`_on_reply`, which only keeps it: a page of replies is decoded in
+    one pass once its end (a status reply) has come. The waiting read is woken twice per page
+    at most: at the first reply (an old server answers a batch with one plain message and
+    nothing after it) and at the end. Requests go one at a time (the next one once a page has
+    ended), so the replies of two pages never mix.
+    """
+
+    __slots__ = ("_ended", "_first", "_replies", "_waiter", "raw")
+
+    def __init__(self) -> None:
+        self.raw: RawInbox | None = None
+        self._replies: list[tuple[bytes | None, bytes]] = []
+        self._ended = False
+        self._first = False  # wake the reader at the first reply
+        self._waiter: asyncio.Future[None] | None = None
+
+    async def open(self, pool: NatsPool) -> None:
+        self.raw = await pool.raw_inbox(self._on_reply)
+
+    async def close(self) -> None:
+        if self.raw is not None:
+            await self.raw.close()
+
+    def expect(self) -> None:
+        """A request is about to be sent: its replies start a page."""
+        self._replies = []
+        self._ended = False
+
+    def _on_reply(self, _subject: bytes, headers: bytes | None, data: bytes) -> None:
+        self._replies.append((headers, data))
+        if headers is not None and len(headers) > 8 and headers[8] == 0x20:  # "NATS/1.0 <code>"
+            self._ended = True
+        waiter = self._waiter
+        if waiter is not None and (self._ended or self._first) and not waiter.done():
+            waiter.set_result(None)
+
+    async def replies(self, seen: int, timeout: float) -> list[tuple[bytes | None, bytes]]:
+        """The page's replies, once more than ``seen`` have come and the page has ended (at
+        the first reply, with ``seen`` 0, already); Timeout after ``timeout`` seconds in which
+        no reply came."""
+        loop = asyncio.get_running_loop()
+        self._first = seen == 0
+        while len(self._replies) <= seen or not (self._ended or self._first):
+            count = len(self._replies)
+            self._waiter = waiter = loop.create_future()
+            try:
+                await asyncio.wait((waiter,), timeout=timeout)
+            finally:
+                self._waiter = None
+            if not waiter.done() and len(self._replies) == count:
+                raise errors.Timeout(
+                    ErrorCode.NATS_TIMEOUT, "NATS stopped answering in the middle of a batch"
+                )
+        return self._replies
 
 
 @dataclass
@@ -200,63 +289,21 @@ class DirectGet:
     async def page(
         self, stream: str, request: dict[str, Any], *, operation: str = "direct.batch"
     ) -> AsyncIterator[StoredMessage | EndOfBatch]:
-        """One batch request: yields its messages as they arrive, then its EndOfBatch.
+        """One batch request: yields its messages, then its EndOfBatch.
 
         A 404 (nothing matched) yields an EndOfBatch with nothing pending.
         """
-        self._check_direct(stream)
-        client = self.pool.pick()
-        inbox = client.new_inbox()
-        sub = await client.subscribe(
-            inbox,
-            pending_msgs_limit=PAGE_MESSAGES * 2 + 8,
-            pending_bytes_limit=PAGE_BYTES * 2 + _PENDING_SLACK,
-        )
-        timeout = self.pool.timeout
+        inbox = await self._open(stream)
         try:
-            await self.pool.observe(
-                operation,
-                lambda: client.publish(
-                    self.js.subject("DIRECT", "GET", stream), orjson.dumps(request), reply=inbox
-                ),
-            )
-            first = True
-            previous: int | None = None
-            while True:
-                try:
-                    msg = await sub.next_msg(timeout)
-                except nats.errors.TimeoutError:
-                    raise errors.Timeout(
-                        ErrorCode.NATS_TIMEOUT, "NATS stopped answering in the middle of a batch"
-                    ) from None
-                status = _status(msg)
-                if status == 204:
-                    headers = msg.headers or {}
-                    yield EndOfBatch(
-                        num_pending=_int(headers, "Nats-Num-Pending") or 0,
-                        last_seq=_int(headers, "Nats-Last-Sequence") or 0,
-                        up_to_seq=_int(headers, "Nats-UpTo-Sequence"),
-                    )
-                    return
-                if status == 404:
-                    yield EndOfBatch(num_pending=0, last_seq=request.get("seq", 1) - 1)
-                    return
-                if status == 503:
-                    raise await self._why_no_responders(stream)
-                if status is not None:
-                    raise _status_error(status, _description(msg))
-                message = to_message(msg)
-                if first and message.num_pending is None:
-                    raise _batch_unsupported()
-                # Each reply names the sequence before it: a gap means a reply was lost.
-                if previous is not None and message.last_seq != previous:
-                    raise errors.UpstreamError(
-                        ErrorCode.DIRECT_GAP, "a Direct Get reply was lost; retry the request"
-                    )
-                previous, first = message.seq, False
-                yield message
+            await self._ask(inbox, stream, request, operation)
+            messages, end = await self._read(inbox, stream, request)
         finally:
-            await unsubscribe(sub)
+            await inbox.close()
+        for message in messages:
+            yield message
+        if isinstance(end, errors.GatewayError):
+            raise end
+        yield end
 
     async def batch(
         self,
@@ -267,8 +314,13 @@ class DirectGet:
         start_time: str | None = None,
         limit: int,
         max_bytes: int | None = None,
-    ) -> AsyncIterator[StoredMessage | EndOfBatch]:
-        """Up to ``limit`` messages (and ``max_bytes``), paging server batches; then one EOB."""
+    ) -> AsyncIterator[list[StoredMessage] | EndOfBatch]:
+        """Up to ``limit`` messages (and ``max_bytes``), paging server batches; then one EOB.
+
+        Yields the messages a page at a time (lists, never empty), in order. The next page is
+        asked for before a page is handed on, so the server reads it while this one is
+        encoded.
+        """
         remaining, budget = limit, max_bytes
         eob = EndOfBatch(num_pending=0, last_seq=(seq or 1) - 1)
         request: dict[str, Any] = {}
@@ -278,24 +330,104 @@ class DirectGet:
             request["next_by_subj"] = next_by_subj
         if start_time is not None:
             request["start_time"] = start_time
-        while remaining > 0 and (budget is None or budget > 0):
-            page_request = dict(request, batch=min(remaining, PAGE_MESSAGES))
-            page_request["max_bytes"] = min(budget or PAGE_BYTES, PAGE_BYTES)
-            got = 0
-            async for item in self.page(stream, page_request):
-                if isinstance(item, EndOfBatch):
-                    eob = item
-                    break
-                got += 1
-                remaining -= 1
+        if remaining <= 0 or (budget is not None and budget <= 0):
+            yield eob
+            return
+        inbox = await self._open(stream)
+        try:
+            page_request = _page_request(request, remaining, budget)
+            await self._ask(inbox, stream, page_request, "direct.batch")
+            while True:
+                messages, end = await self._read(inbox, stream, page_request)
+                remaining -= len(messages)
                 if budget is not None:
-                    budget -= len(item.data) + len(item.subject)
-                yield item
-            if got == 0 or eob.num_pending == 0:
-                break
-            request.pop("start_time", None)
-            request["seq"] = eob.last_seq + 1
+                    budget -= sum(len(m.data) + len(m.subject) for m in messages)
+                more = False
+                if isinstance(end, EndOfBatch):
+                    eob = end
+                    more = (
+                        remaining > 0
+                        and (budget is None or budget > 0)
+                        and bool(messages)
+                        and end.num_pending != 0
+                    )
+                    if more:
+                        request.pop("start_time", None)
+                        request["seq"] = end.last_seq + 1
+                        page_request = _page_request(request, remaining, budget)
+                        await self._ask(inbox, stream, page_request, "direct.batch")
+                if messages:
+                    yield messages
+                if isinstance(end, errors.GatewayError):
+                    raise end
+                if not more:
+                    break
+        finally:
+            await inbox.close()
         yield eob
+
+    async def _open(self, stream: str) -> _Inbox:
+        self._check_direct(stream)
+        inbox = _Inbox()
+        await inbox.open(self.pool)
+        return inbox
+
+    async def _ask(
+        self, inbox: _Inbox, stream: str, request: dict[str, Any], operation: str
+    ) -> None:
+        raw = inbox.raw
+        assert raw is not None
+        inbox.expect()
+        subject = self.js.subject("DIRECT", "GET", stream)
+        await self.pool.observe(operation, lambda: raw.request(subject, orjson.dumps(request)))
+
+    async def _read(
+        self, inbox: _Inbox, stream: str, request: dict[str, Any]
+    ) -> tuple[list[StoredMessage], EndOfBatch | errors.GatewayError]:
+        """A page: its messages, and its end, or the error that cut it short (the messages
+        read before an error are the caller's to hand on first)."""
+        messages: list[StoredMessage] = []
+        previous: int | None = None
+        seen = 0
+        try:
+            while True:
+                replies = await inbox.replies(seen, self.pool.timeout)
+                for raw, data in replies[seen:]:
+                    seen += 1
+                    message = _plain_message(raw, data) if raw else None
+                    if message is None:
+                        headers = folded(raw)
+                        code = headers.get("Status")
+                        if code and code.isdigit():
+                            return messages, await self._ended(stream, request, int(code), headers)
+                        message = _batch_message(headers, data)
+                    if previous is None and message.num_pending is None:
+                        return messages, _batch_unsupported()
+                    # Each reply names the sequence before it: a gap means a reply was lost.
+                    if previous is not None and message.last_seq != previous:
+                        return messages, errors.UpstreamError(
+                            ErrorCode.DIRECT_GAP, "a Direct Get reply was lost; retry the request"
+                        )
+                    previous = message.seq
+                    messages.append(message)
+        except errors.Timeout as exc:
+            return messages, exc
+
+    async def _ended(
+        self, stream: str, request: dict[str, Any], status: int, headers: dict[str, str]
+    ) -> EndOfBatch | errors.GatewayError:
+        """What a status reply to a batch request means: the end of the page, or an error."""
+        if status == 204:
+            return EndOfBatch(
+                num_pending=_int(headers, "Nats-Num-Pending") or 0,
+                last_seq=_int(headers, "Nats-Last-Sequence") or 0,
+                up_to_seq=_int(headers, "Nats-UpTo-Sequence"),
+            )
+        if status == 404:
+            return EndOfBatch(num_pending=0, last_seq=request.get("seq", 1) - 1)
+        if status == 503:
+            return await self._why_no_responders(stream)
+        return _status_error(status, headers.get("Description", "").strip())
 
     # -- consistent multi-subject reads ----------------------------------------------------
 
@@ -364,6 +496,12 @@ class DirectGet:
         )
 
 
+def _page_request(request: dict[str, Any], remaining: int, budget: int | None) -> dict[str, Any]:
+    page = dict(request, batch=min(remaining, PAGE_MESSAGES))
+    page["max_bytes"] = min(budget or PAGE_BYTES, PAGE_BYTES)
+    return page
+
+
 def _batch_unsupported() -> errors.GatewayError:
     return errors.BatchUnsupported(
         detail="the NATS server does not support batched Direct Get, multi_last or "
@@ -376,10 +514,6 @@ def _not_allowed(stream: str) -> errors.GatewayError:
         detail=f"stream {stream!r} does not allow Direct Get (allow_direct is false); "
         "enable it, or read with consistency=leader",
     )
-
-
-def _description(msg: Msg) -> str:
-    return str((msg.headers or {}).get("Description", "")).strip()
 
 
 def _status_error(status: int, description: str) -> errors.GatewayError:

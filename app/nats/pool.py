@@ -35,7 +35,7 @@ from app.errors import (
 )
 from app.metrics import Metrics
 from app.nats import features
-from app.nats.replies import ConnectionLost, LeanClient, Reply, Settled
+from app.nats.replies import ConnectionLost, LeanClient, RawHandler, RawInbox, Reply, Settled
 
 log = logging.getLogger("jsgw.pool")
 
@@ -312,6 +312,13 @@ class NatsPool:
             "no NATS connection is up; retry shortly",
             headers={"Retry-After": str(self._settings.retry_after)},
         )
+
+    async def raw_inbox(self, handler: RawHandler) -> RawInbox:
+        """An inbox of its own on a connection that is up, its replies handed to ``handler``
+        raw (``RawInbox``); 503 at once when none is."""
+        client = self.pick()
+        assert isinstance(client, LeanClient)
+        return await client.raw_inbox(handler)
 
     async def request(
         self,

@@ -17,6 +17,10 @@ an atomic batch are queued together (:meth:`LeanClient.publish_all_queued`, the 
 names: ``_pending``, ``_pending_data_size``, ``_flush_queue``, ``_flusher_task``,
 ``_status``), so that nothing can stop the batch half-way.
 
+Requests answered by many replies (Direct Get batches) get an inbox of their own,
+:class:`RawInbox` (:meth:`LeanClient.raw_inbox`), whose replies go to the caller's callback
+raw, the same way.
+
 Messages are read off the socket by :class:`app.nats.wire.LeanParser`, which hands those of raw
 subscriptions to their callbacks directly. Everything else (connecting, reconnecting and
 re-subscribing, auth, TLS, flushing, subscriptions of consumers) is still nats-py's.
@@ -33,9 +37,11 @@ from collections import deque
 from collections.abc import Callable
 
 import nats.errors
+from nats.aio.subscription import Subscription
 
 from app.compat import NatsClient, subscription_id
 from app.nats.headers import HeaderBlock, parse
+from app.nats.pull import unsubscribe
 from app.nats.wire import LeanParser
 
 RawHandler = Callable[[bytes, bytes, bytes], None]
@@ -89,10 +95,16 @@ class LeanClient(NatsClient):
         self._raw_handlers: dict[int, RawHandler] = {}
         self.replies = ReplyMux(self)
 
-    async def raw_subscribe(self, subject: str, handler: RawHandler) -> None:
+    async def raw_subscribe(self, subject: str, handler: RawHandler) -> Subscription:
         """``handler(subject, header_block, payload)`` gets every message of the subject."""
         sub = await self.subscribe(subject)
         self._raw_handlers[subscription_id(sub)] = handler
+        return sub
+
+    async def raw_inbox(self, handler: RawHandler) -> RawInbox:
+        """A new inbox of its own whose replies go to ``handler`` raw."""
+        subject = self.new_inbox()
+        return RawInbox(self, subject, await self.raw_subscribe(subject, handler))
 
     def publish_queued(self, subject: str, reply: str, payload: bytes) -> bool:
         """Queue a PUB for the flusher as nats-py's ``publish`` would, in one step; False, with
@@ -152,6 +164,33 @@ class LeanClient(NatsClient):
             await super()._process_msg(sid, subject, reply, data, headers)
         else:
             handler(subject, headers, data)
+
+
+class RawInbox:
+    """An inbox of its own on one connection, its replies handed to a callback raw (header
+    block and payload, as read): for requests answered by many replies (Direct Get batches),
+    which the reply mux's one-reply-per-token routing does not fit."""
+
+    __slots__ = ("_sub", "client", "subject")
+
+    def __init__(self, client: LeanClient, subject: str, sub: Subscription) -> None:
+        self.client = client
+        self.subject = subject
+        self._sub: Subscription | None = sub
+
+    async def request(self, subject: str, payload: bytes) -> None:
+        """Send a request whose replies come to this inbox."""
+        await self.client.publish(subject, payload, reply=self.subject)
+
+    async def close(self) -> None:
+        """Unsubscribe (a connection that is already gone took the subscription along)."""
+        sub, self._sub = self._sub, None
+        if sub is None:
+            return
+        try:
+            await unsubscribe(sub)
+        finally:
+            self.client._raw_handlers.pop(subscription_id(sub), None)
 
 
 def header_block(headers: dict[str, str]) -> bytes:
