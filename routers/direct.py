@@ -162,7 +162,7 @@ async def direct_get(
 
 
 async def _batch_response(
-    items: AsyncIterator[StoredMessage | EndOfBatch], use_arrow: bool
+    items: AsyncIterator[list[StoredMessage] | EndOfBatch], use_arrow: bool
 ) -> Response:
     """A batch read streamed as Arrow IPC or NDJSON. The first item is read before answering,
     so that the errors of starting the read are proper problem responses; what follows

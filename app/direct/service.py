@@ -115,9 +115,9 @@ class DirectService:
 
     def read_range(
         self, stream: str, start_seq: int, end_seq: int | None, subject: str | None
-    ) -> AsyncIterator[StoredMessage | EndOfBatch]:
+    ) -> AsyncIterator[list[StoredMessage] | EndOfBatch]:
         """``start_seq..end_seq`` (to the stream's last sequence when the read starts) through
-        an ordered consumer: any stream, ``allow_direct`` or not; then one EOB."""
+        an ordered consumer, in pages: any stream, ``allow_direct`` or not; then one EOB."""
         if subject is not None:
             subject = validation.subject_filter(subject)
         last = end_seq if end_seq is not None else MAX_SEQ

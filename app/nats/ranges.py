@@ -48,7 +48,7 @@ from nats.aio.subscription import Subscription
 from app import errors
 from app.durations import NS_PER_SECOND
 from app.nats.acks import parse_ack_subject
-from app.nats.direct import EndOfBatch, StoredMessage
+from app.nats.direct import PAGE_BYTES, PAGE_MESSAGES, EndOfBatch, StoredMessage
 from app.nats.headers import from_nats_py
 from app.nats.jsapi import JetStreamApi
 from app.nats.pull import unsubscribe
@@ -124,14 +124,25 @@ class RangeRead:
 
     # -- reading ---------------------------------------------------------------------------
 
-    async def items(self) -> AsyncIterator[StoredMessage | EndOfBatch]:
+    async def items(self) -> AsyncIterator[list[StoredMessage] | EndOfBatch]:
+        """Pages of messages, as a batch Direct Get yields them, then one EOB: a page is what
+        has arrived when the read would wait for more (at most PAGE_MESSAGES / PAGE_BYTES),
+        so it never holds more than the server sent in one flow-control window."""
         try:
             info = await self.js.call("stream.info", "STREAM", "INFO", self.stream)
             self._created = info.get("created")
             self.last = min(self.last, int((info.get("state") or {}).get("last_seq", 0)))
             if self.first <= self.last and await self._attach():
+                page: list[StoredMessage] = []
+                size = 0
                 async for message in self._deliveries():
-                    yield message
+                    page.append(message)
+                    size += len(message.data)
+                    if not self._queue or len(page) >= PAGE_MESSAGES or size >= PAGE_BYTES:
+                        yield page
+                        page, size = [], 0
+                if page:
+                    yield page
             yield EndOfBatch(num_pending=0, last_seq=max(self.last, self.first - 1))
         finally:
             release = self._release_soon()
