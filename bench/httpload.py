@@ -33,6 +33,7 @@ from bench.stats import (
     install_uvloop,
     load_options,
     sequential_latency,
+    window,
 )
 
 
@@ -122,6 +123,7 @@ async def batch(host: str, port: int, args: argparse.Namespace) -> dict:
         await read()
     state.update(lines=0, wire=0)
     messages = reads = 0
+    window("start")
     t0 = time.perf_counter()
     while True:
         messages += await read()
@@ -129,6 +131,7 @@ async def batch(host: str, port: int, args: argparse.Namespace) -> dict:
         if time.perf_counter() - t0 >= args.duration:
             break
     elapsed = time.perf_counter() - t0
+    window("end")
     conn.close()
     return {
         "format": args.format,
@@ -199,6 +202,7 @@ async def fetchack(host: str, port: int, args: argparse.Namespace) -> dict:
     state["errors"] = 0
     count = 0
     exhausted = False
+    window("start")
     t0 = time.perf_counter()
     while time.perf_counter() - t0 < args.duration:
         got = await one_round()
@@ -207,6 +211,7 @@ async def fetchack(host: str, port: int, args: argparse.Namespace) -> dict:
             exhausted = True
             break
     elapsed = time.perf_counter() - t0
+    window("end")
     conn.close()
     return {
         "messages": count,

@@ -28,6 +28,7 @@ from bench.stats import (
     install_uvloop,
     load_options,
     sequential_latency,
+    window,
 )
 
 
@@ -127,6 +128,7 @@ async def batch(nc, js, args):  # type: ignore[no-untyped-def]
     while time.monotonic() < deadline:
         await read_stream()
     state.update(count=0, bytes=0)
+    window("start")
     t0 = time.perf_counter()
     reads = 0
     while True:
@@ -135,6 +137,7 @@ async def batch(nc, js, args):  # type: ignore[no-untyped-def]
         if time.perf_counter() - t0 >= args.duration:
             break
     elapsed = time.perf_counter() - t0
+    window("end")
     await sub.unsubscribe()
     return {
         "messages": state["count"],
@@ -168,6 +171,7 @@ async def fetchack(nc, js, args):  # type: ignore[no-untyped-def]
     while time.monotonic() < deadline:
         await one_round()
     errors = 0
+    window("start")
     t0 = time.perf_counter()
     while time.perf_counter() - t0 < args.duration:
         got = await one_round()
@@ -176,6 +180,7 @@ async def fetchack(nc, js, args):  # type: ignore[no-untyped-def]
             exhausted = True
             break
     elapsed = time.perf_counter() - t0
+    window("end")
     return {
         "messages": count,
         "errors": errors,
