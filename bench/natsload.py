@@ -21,6 +21,7 @@ import time
 
 import nats
 import orjson
+from nats.js.api import AckPolicy, ConsumerConfig
 
 from bench.stats import (
     closed_loop,
@@ -30,6 +31,13 @@ from bench.stats import (
     sequential_latency,
     window,
 )
+
+
+def fetch_consumer(name: str) -> ConsumerConfig:
+    """The durable pull consumer the fetch + ack loads read (the gateway's and nats-py's)."""
+    return ConsumerConfig(
+        durable_name=name, ack_policy=AckPolicy.EXPLICIT, ack_wait=60, max_ack_pending=10_000
+    )
 
 
 def key_name(i: int, keys: int) -> str:

@@ -31,6 +31,7 @@ from typing import Any
 import orjson
 
 from bench import wrk
+from bench.natsload import fetch_consumer
 from bench.procs import (
     PYTHON,
     ROOT,
@@ -47,7 +48,7 @@ FETCH_MESSAGES = 400_000
 
 async def prepare(nats_url: str, fetch_messages: int, gateways: int) -> None:
     import nats
-    from nats.js.api import AckPolicy, ConsumerConfig, StreamConfig
+    from nats.js.api import StreamConfig
 
     nc = await nats.connect(nats_url)
     js = nc.jetstream(timeout=30)
@@ -64,15 +65,7 @@ async def prepare(nats_url: str, fetch_messages: int, gateways: int) -> None:
         await asyncio.sleep(0.5)
         stored = (await js.stream_info("FETCH")).state.messages
     for name in ("http", "direct", "before")[: gateways + 1]:
-        await js.add_consumer(
-            "FETCH",
-            ConsumerConfig(
-                durable_name=name,
-                ack_policy=AckPolicy.EXPLICIT,
-                ack_wait=60,
-                max_ack_pending=10_000,
-            ),
-        )
+        await js.add_consumer("FETCH", fetch_consumer(name))
     await nc.close()
 
 

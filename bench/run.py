@@ -56,6 +56,7 @@ import orjson
 
 from bench import etcd as etcd_mod
 from bench import wrk as wrk_mod
+from bench.natsload import fetch_consumer
 from bench.procs import (
     PYTHON,
     ROOT,
@@ -496,7 +497,7 @@ class Bench:
 
     async def _preload(self) -> None:
         import nats
-        from nats.js.api import AckPolicy, ConsumerConfig, StreamConfig
+        from nats.js.api import StreamConfig
 
         a = self.args
         nc = await nats.connect(self.nats_url)
@@ -518,15 +519,7 @@ class Bench:
         ):
             await self._fill(nc, js, stream, subject, count, payload)
         for name in ("http", "direct"):
-            await js.add_consumer(
-                FETCH_STREAM,
-                ConsumerConfig(
-                    durable_name=name,
-                    ack_policy=AckPolicy.EXPLICIT,
-                    ack_wait=60,
-                    max_ack_pending=10_000,
-                ),
-            )
+            await js.add_consumer(FETCH_STREAM, fetch_consumer(name))
         await nc.close()
 
     @staticmethod
