@@ -566,6 +566,11 @@ class ErrorCode(StrEnum):
         "The stream does not allow Direct Get (allow_direct is false): enable it, or read "
         "with consistency=leader."
     )
+    STREAM_RANGE_WORKQUEUE = "stream.range_workqueue", Conflict, (
+        "The stream is a work queue: a range read needs a consumer of its own, which a work "
+        "queue does not allow beside the consumer that takes its messages. Read it with Direct "
+        "Get (allow_direct), or through its consumer."
+    )
     KV_NOT_A_BUCKET = "kv.not_a_bucket", Conflict, (
         "A stream of the bucket's name exists but is not a KV bucket."
     )

@@ -78,7 +78,7 @@ class EndOfBatch:
     up_to_seq: int | None = None
 
 
-_META_HEADERS = frozenset(
+META_HEADERS = frozenset(
     {
         "Nats-Stream",
         "Nats-Subject",
@@ -91,7 +91,7 @@ _META_HEADERS = frozenset(
 )
 # What a single Direct Get's reply always carries, in the server's spelling.
 _SINGLE_META = ("Nats-Stream", "Nats-Subject", "Nats-Sequence", "Nats-Time-Stamp")
-_OTHER_META = tuple(sorted(_META_HEADERS - set(_SINGLE_META)))
+_OTHER_META = tuple(sorted(META_HEADERS - set(_SINGLE_META)))
 
 
 def _int(headers: dict[str, str], name: str) -> int | None:
@@ -129,7 +129,7 @@ def _from_direct_reply(reply: Reply) -> StoredMessage:
         subject=block.first("Nats-Subject") or "",
         seq=_sequence(block.first("Nats-Sequence")),
         time=block.first("Nats-Time-Stamp"),
-        headers={k: v for k, v in block.values.items() if k not in _META_HEADERS},
+        headers={k: v for k, v in block.values.items() if k not in META_HEADERS},
         data=reply.data,
     )
 
@@ -141,7 +141,7 @@ def _sequence(value: str | None) -> int:
 
 # nats-py's names for a header block's status line, never a stored message's own header.
 _STATUS_KEYS = frozenset({"Status", "Description"})
-_HIDDEN = _META_HEADERS | _STATUS_KEYS
+_HIDDEN = META_HEADERS | _STATUS_KEYS
 
 
 # The header block nats-server writes on a batch reply whose message has no headers of its
@@ -355,7 +355,11 @@ class DirectGet:
                         request.pop("start_time", None)
                         request["seq"] = end.last_seq + 1
                         page_request = _page_request(request, remaining, budget)
-                        await self._ask(inbox, stream, page_request, "direct.batch")
+                        try:
+                            await self._ask(inbox, stream, page_request, "direct.batch")
+                        except errors.GatewayError as exc:
+                            # This page was read whole: it goes out, then the error.
+                            end, more = exc, False
                 if messages:
                     yield messages
                 if isinstance(end, errors.GatewayError):

@@ -48,7 +48,7 @@ from nats.aio.subscription import Subscription
 from app import errors
 from app.durations import NS_PER_SECOND
 from app.nats.acks import parse_ack_subject
-from app.nats.direct import PAGE_BYTES, PAGE_MESSAGES, EndOfBatch, StoredMessage
+from app.nats.direct import META_HEADERS, PAGE_BYTES, PAGE_MESSAGES, EndOfBatch, StoredMessage
 from app.nats.headers import from_nats_py
 from app.nats.jsapi import JetStreamApi
 from app.nats.pull import unsubscribe
@@ -130,6 +130,12 @@ class RangeRead:
         so it never holds more than the server sent in one flow-control window."""
         try:
             info = await self.js.call("stream.info", "STREAM", "INFO", self.stream)
+            if (info.get("config") or {}).get("retention") == "workqueue":
+                raise errors.Conflict(
+                    errors.ErrorCode.STREAM_RANGE_WORKQUEUE,
+                    f"stream {self.stream!r} is a work queue: a range read cannot have a "
+                    "consumer of its own there",
+                )
             self._created = info.get("created")
             self.last = min(self.last, int((info.get("state") or {}).get("last_seq", 0)))
             if self.first <= self.last and await self._attach():
@@ -184,7 +190,9 @@ class RangeRead:
                 subject=msg.subject,
                 seq=stream_seq,
                 time=self._time(timestamp_ns),
-                headers=from_nats_py(msg.headers) if msg.headers else {},
+                # As Direct Get answers them: without the Nats-* headers a reply describes
+                # (which a message republished from another stream carries itself).
+                headers=_own_headers(msg.headers) if msg.headers else {},
                 data=msg.data,
             )
             if stream_seq >= self.last or pending == 0:
@@ -342,3 +350,7 @@ class RangeRead:
         release = self._release_soon()
         if release is not None:
             await asyncio.shield(release)
+
+
+def _own_headers(headers: dict[str, str]) -> dict[str, list[str]]:
+    return {k: v for k, v in from_nats_py(headers).items() if k not in META_HEADERS}

@@ -6,12 +6,18 @@ error line in NDJSON and the error marker in Arrow."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 
 import httpx
+import nats
+import nats.errors
+import orjson
 import pyarrow as pa
+import pytest
 from nats.aio.msg import Msg
 
+from app.nats import replies
 from app.nats.replies import LeanClient, hpub
 
 ARROW = "application/vnd.apache.arrow.stream"
@@ -88,3 +94,30 @@ async def test_a_reply_lost_in_a_later_page_ends_the_stream_after_what_came(
     assert rows == [{"seq": 1, "data": b"m1"}, {"seq": 2, "data": b"m2"}, {"seq": 3, "data": b"m3"}]
     assert marker[b"jsgw"] == b"error"
     assert json.loads(marker[b"problem"])["code"] == "direct.gap"
+
+
+async def test_a_page_read_goes_out_when_asking_for_the_next_fails(
+    gateway: httpx.AsyncClient, nc: nats.NATS, name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The next page is asked for before this one is sent: when that request cannot be sent
+    (the connection closed under it; injected here), the page read goes out, then the error."""
+    js = nc.jetstream()
+    await js.add_stream(name=name, subjects=[f"{name}.>"], allow_direct=True)
+    for _ in range(3):
+        await asyncio.gather(*(js.publish(f"{name}.x", b"m") for _ in range(1000)))
+    send = replies.RawInbox.request
+    calls = 0
+
+    async def closed_at_the_second(self: replies.RawInbox, subject: str, payload: bytes) -> None:
+        nonlocal calls
+        calls += 1
+        if calls == 2:
+            raise nats.errors.ConnectionClosedError
+        await send(self, subject, payload)
+
+    monkeypatch.setattr(replies.RawInbox, "request", closed_at_the_second)
+    response = await gateway.get(f"/v1/streams/{name}/direct", params={"seq": 1, "batch": 3000})
+    assert response.status_code == 200
+    lines = [orjson.loads(line) for line in response.content.splitlines()]
+    assert [line["seq"] for line in lines[:-1]] == list(range(1, 1001))
+    assert lines[-1]["error"]["code"] == "nats.unavailable", lines[-1]

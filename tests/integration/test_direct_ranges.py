@@ -174,3 +174,34 @@ async def test_a_client_that_stops_reading_holds_back_the_consumer_and_one_that_
         await asyncio.sleep(0.3)
         assert len(await js.consumers_info(name)) == 1
     assert await consumer_count(nc, name) == 0
+
+
+async def test_a_republished_message_reads_alike_and_a_work_queue_is_refused(
+    url: str, nc: nats.NATS, name: str
+) -> None:
+    """A message republished from another stream carries Nats-Stream, Nats-Sequence... of its
+    own: both read paths leave them out (the reply's own fields say where a message is). A
+    work queue cannot have a range read's consumer beside the one that takes its messages."""
+    js = nc.jetstream()
+    source = f"{name}SRC"
+    await js.add_stream(name=name, subjects=[f"{name}.>"], allow_direct=True)
+    await js.add_stream(
+        name=source,
+        subjects=[f"{source}.>"],
+        republish={"src": f"{source}.>", "dest": f"{name}.rp.>"},
+    )
+    await js.publish(f"{source}.x", b"rp", headers={"Own": "o"})
+    while (await js.stream_info(name)).state.messages < 1:
+        await asyncio.sleep(0.05)
+    async with httpx.AsyncClient(base_url=url, timeout=30) as http:
+        direct, _ = ndjson(
+            await http.get(f"/v1/streams/{name}/direct", params={"seq": 1, "batch": 9})
+        )
+        ranged, _ = ndjson(await http.get(f"/v1/streams/{name}/messages"))
+        assert direct == ranged and direct[0]["headers"] == {"Own": ["o"]}, (direct, ranged)
+
+        queue = f"{name}WQ"
+        await js.add_stream(name=queue, subjects=[f"{queue}.>"], retention="workqueue")
+        await js.publish(f"{queue}.x", b"job")
+        problem(await http.get(f"/v1/streams/{queue}/messages"), 409, "stream.range_workqueue")
+        assert (await js.stream_info(queue)).state.consumer_count == 0
