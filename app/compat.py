@@ -48,10 +48,6 @@ uvicorn (``uvicorn.protocols.http.httptools_impl.HttpToolsProtocol``, ``uvicorn.
   ``app_state``, the live ``connections`` set, the request in flight (``cycle``,
   ``response_complete``), the waiting ``pipeline`` and the keep-alive timer
   (``timeout_keep_alive_task``), and passes ``timeout_keep_alive``.
-- app/serving.py: ``DirectBody`` writes a stream's body chunks to the connection of uvicorn's
-  ``RequestResponseCycle`` (the ``__self__`` of the ASGI ``send``), framed as its ``send``
-  frames them, when ``send`` would not wait: it reads the cycle's ``transport``, ``flow``,
-  ``disconnected``, ``chunked_encoding``, ``response_complete``, ``body`` and ``more_body``.
 - app/tls.py: ``ClientCertProtocol`` overrides ``on_message_begin`` and adds to ``scope``.
 - app/sse.py: ``server_exiting`` finds uvicorn's ``Server`` as the SIGTERM handler's
   ``__self__`` (``Server.capture_signals`` installs ``Server.handle_exit``) and reads its
@@ -95,7 +91,7 @@ from nats.protocol.parser import Parser as NatsParser
 
 if TYPE_CHECKING:
     from sse_starlette.sse import AppStatus as SseAppStatus
-    from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
+    from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 __all__ = [
     "AWAITING_CONTROL_LINE",
@@ -107,7 +103,6 @@ __all__ = [
     "NatsClient",
     "NatsParser",
     "NatsSubscription",
-    "RequestResponseCycle",
     "SseAppStatus",
     "check",
     "discard_unsent",
@@ -122,7 +117,6 @@ log = logging.getLogger("jsgw.compat")
 
 _LAZY = {
     "HttpToolsProtocol": ("uvicorn.protocols.http.httptools_impl", "HttpToolsProtocol"),
-    "RequestResponseCycle": ("uvicorn.protocols.http.httptools_impl", "RequestResponseCycle"),
     "SseAppStatus": ("sse_starlette.sse", "AppStatus"),
 }
 
@@ -506,38 +500,6 @@ def _check_uvicorn(c: _Checks) -> None:
         serving,
     )
     c.absent(base, ("_client_cert_name",), tls)
-    cycle = getattr(httptools_impl, "RequestResponseCycle", None)
-    c.require(
-        isinstance(cycle, type),
-        "uvicorn.protocols.http.httptools_impl.RequestResponseCycle",
-        "does not exist",
-        serving,
-    )
-    c.source_uses(
-        getattr(cycle, "__init__", None),
-        [
-            "self.transport = transport",
-            "self.flow = flow",
-            "self.disconnected = False",
-            "self.response_complete = False",
-            "self.chunked_encoding",
-            "self.body = bytearray()",
-            "self.more_body = True",
-        ],
-        "RequestResponseCycle.__init__",
-        "DirectBody writes a stream's chunks to the cycle's transport",
-        serving,
-    )
-    c.source_uses(
-        getattr(cycle, "send", None),
-        [
-            "if self.flow.write_paused and not self.disconnected:",
-            'content = [b"%x\\r\\n" % len(body), body, b"\\r\\n"]',
-        ],
-        "RequestResponseCycle.send",
-        "DirectBody frames a chunk as send does, and writes only when send would not wait",
-        serving,
-    )
     c.source_uses(
         FlowControl.__init__,
         ["self.write_paused = False"],

@@ -58,14 +58,14 @@ import gc
 import logging
 import resource
 import weakref
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any, TypeVar
 
 import orjson
 from starlette.applications import Starlette
 
-from app.compat import HttpToolsProtocol, RequestResponseCycle
+from app.compat import HttpToolsProtocol
 from app.errors import ErrorCode, HeadTooLarge, Unavailable
 
 log = logging.getLogger("jsgw.serving")
@@ -92,8 +92,8 @@ class _HeadRefused(Exception):
 
 
 class HeldHeads:
-    """The transports of one event loop holding a head (or a stream's chunks, see
-    :meth:`GatheringTransport.write_soon`): flushed together at the end of the loop's turn."""
+    """The transports of one event loop holding a head: flushed together at the end of the
+    loop's turn."""
 
     __slots__ = ("_loop", "transports")
 
@@ -129,44 +129,27 @@ def _held_heads(loop: asyncio.AbstractEventLoop) -> HeldHeads:
 
 
 class GatheringTransport:
-    """An ``asyncio.Transport`` that sends a response's head together with what follows it.
+    """An ``asyncio.Transport`` that sends a response's head together with what follows it."""
 
-    ``on_lost``: called once the connection is lost (a stream's end, with no task waiting on
-    the connection for it: see :class:`DirectBody`)."""
-
-    __slots__ = ("_held", "_pending", "_transport", "on_lost")
+    __slots__ = ("_held", "_pending", "_transport")
 
     def __init__(self, transport: asyncio.Transport, loop: asyncio.AbstractEventLoop) -> None:
         self._transport = transport
         self._held = _held_heads(loop)
-        # A head waiting for its body, and what was written soon after it (write_soon).
-        self._pending: bytearray | None = None
-        self.on_lost: Callable[[], None] | None = None
+        self._pending: bytes | None = None  # a head waiting for its body
 
     def write(self, data: bytes) -> None:
         pending = self._pending
         if pending is not None:
             self._pending = None
-            pending += data
-            self._transport.write(pending)
+            self._transport.write(pending + data)
         elif data.startswith(_HEAD):
             # (A body that happens to start so is only held until the next write or the end
             # of the turn: never reordered.)
-            self._pending = bytearray(data)
+            self._pending = bytes(data)
             self._held.add(self)
         else:
             self._transport.write(data)
-
-    def write_soon(self, data: bytes) -> None:
-        """Write ``data`` at the end of this turn of the loop, in one send with whatever else
-        is written to the connection until then (the events a stream's catch-up delivers in
-        one batch), in order with every other write."""
-        pending = self._pending
-        if pending is None:
-            self._pending = bytearray(data)
-            self._held.add(self)
-        else:
-            pending += data
 
     def writelines(self, chunks: Any) -> None:
         for chunk in chunks:
@@ -378,79 +361,6 @@ class GatheringProtocol(HttpToolsProtocol):
                 timer.cancel()
         self._stall_check = self._head_deadline = None
         super().connection_lost(exc)
-        transport: Any = self.transport  # (a GatheringTransport, from connection_made)
-        on_lost = getattr(transport, "on_lost", None)
-        if on_lost is not None:
-            transport.on_lost = None
-            on_lost()
-
-
-class DirectBody:
-    """The body of one streaming response, written to its connection by whoever has a chunk
-    (a fan-out writing one event to thousands of watchers), with no task woken per chunk.
-
-    :meth:`write` writes a chunk, framed as uvicorn frames it (chunked transfer coding), when
-    the connection takes it now: the response has started, is chunked and not complete, the
-    client is connected and the socket's buffer is below its high-water mark. It leaves at the
-    end of the loop's turn, with the chunks written after it in that turn (one send for the
-    events of a catch-up that arrive together; one per watcher for a fan-out's event).
-    Otherwise it writes nothing and returns False, and the caller sends the chunk through the
-    ASGI ``send`` as usual (which waits for the drain): a stream never mixes the two for
-    chunks in flight, so their order holds. :meth:`when_lost` calls back once the connection
-    is lost, which spares a task per stream waiting on ``receive`` for the disconnect.
-
-    Uses, of uvicorn's ``RequestResponseCycle`` (the ``__self__`` of the ``send`` it hands the
-    app): ``transport`` (this module's :class:`GatheringTransport`), ``flow``
-    (``write_paused``), ``disconnected``, ``chunked_encoding``, ``response_complete``,
-    ``body`` and ``more_body`` (app/compat.py checks them).
-    """
-
-    __slots__ = ("_cycle", "_flow", "_transport")
-
-    def __init__(self, cycle: Any, transport: GatheringTransport) -> None:
-        self._cycle = cycle
-        self._flow = cycle.flow
-        self._transport = transport
-
-    @classmethod
-    def of(cls, send: Any) -> DirectBody | None:
-        """The direct body of the response ``send`` (uvicorn's own) writes, if it has one."""
-        cycle = getattr(send, "__self__", None)
-        transport = getattr(cycle, "transport", None)
-        if not isinstance(cycle, RequestResponseCycle) or not isinstance(
-            transport, GatheringTransport
-        ):
-            return None  # another server, or a test transport: the ASGI send only
-        return cls(cycle, transport)
-
-    def write(self, chunk: bytes) -> bool:
-        cycle = self._cycle
-        if (
-            self._flow.write_paused
-            or cycle.disconnected
-            or cycle.response_complete
-            or cycle.chunked_encoding is not True
-        ):
-            return False
-        self._transport.write_soon(b"%x\r\n%s\r\n" % (len(chunk), chunk))
-        return True
-
-    def body_unread(self) -> bool:
-        """Has the request a body not read (yet)? While it has, uvicorn may have paused
-        reading the connection (64 KiB unread), and a paused connection does not tell its
-        loss: only ``receive``, which reads the body away, finds the disconnect then."""
-        return bool(self._cycle.more_body or self._cycle.body)
-
-    def when_lost(self, callback: Callable[[], None]) -> None:
-        """Call ``callback`` once the connection is lost (at once if it is)."""
-        if self._cycle.disconnected:
-            callback()
-        else:
-            self._transport.on_lost = callback
-
-    def release(self) -> None:
-        """Forget the callback (the stream has ended)."""
-        self._transport.on_lost = None
 
 
 @functools.cache

@@ -24,7 +24,6 @@ from app.clients import ClientAddresses
 from app.compat import SseAppStatus
 from app.errors import ErrorCode
 from app.metrics import SSE_KINDS, Metrics
-from app.serving import DirectBody
 
 SHUTDOWN_GRACE = 2.0
 
@@ -205,9 +204,6 @@ class ChunkSource(Protocol):
     sending_since: float
     writer: asyncio.Task[Any] | None
     cut_off: bool
-    # Writes a chunk to the connection at once, if it takes it now (else False): set while
-    # the stream runs on a connection that allows it (app.serving.DirectBody).
-    direct: Callable[[bytes], bool] | None
 
     async def next_chunk(self) -> bytes | None: ...
 
@@ -234,10 +230,6 @@ class QueueStream(Response):
     The response start goes through the middleware (request id, metrics, CORS headers); the
     body chunks go straight to the server's ``send`` (:data:`RAW_SEND` in the scope), past
     wrappers that only look at the start: under fan-out that is most of the per-event cost.
-    Served by the gateway's own protocol, the source may write chunks itself, at once, while
-    the connection takes them (``source.direct``, :class:`app.serving.DirectBody`), and the
-    disconnect is a callback from the connection: then this task only wakes for what the
-    connection could not take at once (its client reads slowly) and for the end.
     """
 
     media_type = "text/event-stream"
@@ -257,21 +249,13 @@ class QueueStream(Response):
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         source = self.source
         loop = asyncio.get_running_loop()
-        raw_send = scope.get(RAW_SEND, send)
-        direct = DirectBody.of(raw_send)
-        listener = None
-        if direct is None or direct.body_unread():
-            listener = loop.create_task(_until_disconnect(receive, source))
-        if direct is not None:
-            direct.when_lost(source.end)
+        listener = loop.create_task(_until_disconnect(receive, source))
         source.writer = asyncio.current_task()
         try:
             await send(
                 {"type": "http.response.start", "status": 200, "headers": _SSE_HEADERS + self.extra}
             )
-            send = raw_send
-            if direct is not None:
-                source.direct = direct.write
+            send = scope.get(RAW_SEND, send)
             while (chunk := await source.next_chunk()) is not None:
                 source.sending_since = loop.time()
                 await send({"type": "http.response.body", "body": chunk, "more_body": True})
@@ -287,11 +271,7 @@ class QueueStream(Response):
             pass  # the connection broke under the send
         finally:
             source.writer = None
-            source.direct = None
-            if listener is not None:
-                listener.cancel()
-            if direct is not None:
-                direct.release()
+            listener.cancel()
             with anyio.CancelScope(shield=True):
                 await self.on_close()
 

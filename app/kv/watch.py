@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections import deque
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 
@@ -160,37 +161,7 @@ class WatchSession:
     ``ready`` marker, then to its feed (``on_feed``). The queue holds at most ``queue_size``
     events; a client that falls that far behind gets an ``error`` event and the end of the
     stream (it can resume with Last-Event-ID), and leaves the feed at once.
-
-    While the writer of the HTTP response waits for events (nothing queued, nothing being
-    sent), an event goes straight to the connection when it takes it (``direct``); only what
-    it cannot take at once is queued for the writer. So events leave in order, and a watcher
-    that keeps up costs no task wake-up per event.
     """
-
-    # (Thousands live at once: no per-instance dict.)
-    __slots__ = (
-        "_backlog",
-        "_catchup_done",
-        "_closed",
-        "_ended",
-        "_on_closed",
-        "_on_too_slow",
-        "_queue",
-        "_queue_size",
-        "_ready",
-        "_stopping",
-        "_through",
-        "_visible",
-        "_waiter",
-        "bucket",
-        "catchup",
-        "cut_off",
-        "direct",
-        "feed",
-        "options",
-        "sending_since",
-        "writer",
-    )
 
     def __init__(
         self,
@@ -208,9 +179,7 @@ class WatchSession:
         self.catchup: OrderedConsumer | None = None
         self._catchup_done: Callable[[], None] | None = None
         # The client's events (None: the end), and the writer waiting for them, if it waits.
-        # (A list, not a deque: empty nearly always, and a deque's first block costs ~600
-        # bytes per watcher; the writer takes what waits in one slice.)
-        self._queue: list[WatchEvent | None] = []
+        self._queue: deque[WatchEvent | None] = deque()
         self._waiter: asyncio.Future[None] | None = None
         self._queue_size = queue_size
         self._visible = visible
@@ -231,7 +200,6 @@ class WatchSession:
         self.sending_since = 0.0
         self.writer: asyncio.Task[object] | None = None
         self.cut_off = False
-        self.direct: Callable[[bytes], bool] | None = None
 
     @property
     def ended(self) -> bool:
@@ -321,17 +289,12 @@ class WatchSession:
         self._put(event)
 
     def _put(self, event: WatchEvent | None) -> None:
-        waiter = self._waiter
-        if waiter is None:  # the writer is busy (or not there yet): after what it has
-            self._queue.append(event)
-            return
-        direct = self.direct
-        if event is not None and direct is not None and not waiter.done() and direct(event.wire):
-            return  # written: the writer sleeps on
-        self._waiter = None
         self._queue.append(event)
-        if not waiter.done():
-            waiter.set_result(None)
+        waiter = self._waiter
+        if waiter is not None:
+            self._waiter = None
+            if not waiter.done():
+                waiter.set_result(None)
 
     def _too_slow(self) -> None:
         if self._ended:
@@ -388,38 +351,27 @@ class WatchSession:
                 if done is not None:
                     done()
 
-        task = asyncio.get_running_loop().create_task(stop())
-        self._stopping.append(task)
-        task.add_done_callback(self._stopped)
+        self._stopping.append(asyncio.get_running_loop().create_task(stop()))
 
-    def _stopped(self, task: asyncio.Task[None]) -> None:
-        # Forgotten once it succeeds (the session may live for days); a failure stays for
-        # close() to report.
-        if not task.cancelled() and task.exception() is None:
-            with contextlib.suppress(ValueError):
-                self._stopping.remove(task)
-
-    async def _wait(self) -> list[WatchEvent | None]:
+    async def _next(self) -> WatchEvent | None:
         queue = self._queue
         while not queue:
             self._waiter = asyncio.get_running_loop().create_future()
             await self._waiter
-        return queue
-
-    async def _next(self) -> WatchEvent | None:
-        return (await self._wait()).pop(0)
+        return queue.popleft()
 
     async def next_chunk(self) -> bytes | None:
         """The encoded events waiting (at least one), or None at the end of the stream."""
-        queue = await self._wait()
-        end = queue.index(None) if None in queue else len(queue)
-        if end == 0:
+        event = await self._next()
+        if event is None:
             return None
-        events = queue[:end]
-        del queue[:end]
-        if end == 1:
-            return events[0].wire  # type: ignore[union-attr]
-        return b"".join(event.wire for event in events)  # type: ignore[union-attr]
+        queue = self._queue
+        if not queue or queue[0] is None:
+            return event.wire
+        parts = [event.wire]
+        while queue and queue[0] is not None:
+            parts.append(queue.popleft().wire)  # type: ignore[union-attr]
+        return b"".join(parts)
 
     async def events(self) -> AsyncIterator[WatchEvent]:
         while (event := await self._next()) is not None:

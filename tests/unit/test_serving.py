@@ -85,23 +85,6 @@ async def test_a_head_alone_leaves_at_the_end_of_the_turn() -> None:
     assert socket.writes == [b"HTTP/1.1 200 OK\r\n\r\n", b"data: 1\n\n"]
 
 
-async def test_chunks_written_soon_leave_together_and_in_order() -> None:
-    socket = SocketTransport()
-    transport = GatheringTransport(socket, asyncio.get_running_loop())
-    transport.write(b"HTTP/1.1 200 OK\r\n\r\n")
-    transport.write_soon(b"a")
-    transport.write_soon(b"b")
-    assert socket.writes == []
-    assert transport.get_write_buffer_size() == 7 + 21
-    await asyncio.sleep(0)
-    assert socket.writes == [b"HTTP/1.1 200 OK\r\n\r\nab"]
-    transport.write_soon(b"c")
-    transport.write(b"d")  # (a write now sends what waits first)
-    transport.write_soon(b"e")
-    transport.close()  # (and so does a close)
-    assert socket.writes[1:] == [b"cd", b"e"]
-
-
 async def test_one_callback_per_turn_flushes_every_held_head(monkeypatch: Any) -> None:
     loop = asyncio.get_running_loop()
     scheduled = []

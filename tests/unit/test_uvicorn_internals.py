@@ -5,10 +5,7 @@
 relies on uvicorn writing a response's head in one write, overrides ``connection_made``,
 ``resume_writing``, ``shutdown`` and ``connection_lost``, and reads the protocol's ``loop``,
 ``flow`` (``write_paused``) and ``transport``; ``ClientCertProtocol`` overrides
-``on_message_begin`` and writes into ``scope``. ``app.serving.DirectBody`` writes a stream's
-chunks to the connection of uvicorn's ``RequestResponseCycle`` (``transport``, ``flow``,
-``disconnected``, ``chunked_encoding``, ``response_complete``), framed as its ``send`` frames
-them. ``app.sse.server_exiting`` finds uvicorn's
+``on_message_begin`` and writes into ``scope``. ``app.sse.server_exiting`` finds uvicorn's
 ``Server`` through the SIGTERM handler it installs and reads its ``should_exit``.
 app/compat.py lists each of these and checks, at start-up and here, that they still exist in
 the form relied on; these tests drive a connection through uvicorn's protocol to see what only
@@ -33,7 +30,7 @@ from uvicorn.server import Server, ServerState
 
 from app import serving
 from app.compat import UVICORN, SseAppStatus
-from app.serving import _HEAD, DirectBody, GatheringProtocol, GatheringTransport, uvicorn_options
+from app.serving import _HEAD, GatheringProtocol, GatheringTransport, uvicorn_options
 from app.sse import server_exiting
 from app.tls import ClientCertProtocol
 from tests.unit.pinned import Pinned
@@ -265,58 +262,6 @@ async def test_a_lost_connection_wakes_a_paused_writer() -> None:
         check = protocol._stall_check
         if check is not None:
             check.cancel()
-
-
-async def test_a_direct_body_writes_as_send_does_while_the_connection_takes_it() -> None:
-    """``DirectBody``: chunks framed as uvicorn's ``send`` frames them, none while writes are
-    paused, and a callback (not a task on ``receive``) when the connection is lost."""
-    bodies: list[DirectBody | None] = []
-    lost: list[str] = []
-    go = asyncio.Event()
-
-    async def app(scope: Any, receive: Any, send: Any) -> None:
-        bodies.append(DirectBody.of(send))
-        await send({"type": "http.response.start", "status": 200, "headers": []})
-        await send({"type": "http.response.body", "body": b"data: 1\n\n", "more_body": True})
-        await go.wait()
-
-    socket = _Socket()
-    protocol = _protocol(app)
-    protocol.connection_made(socket)
-    protocol.data_received(b"GET /events HTTP/1.1\r\nhost: t\r\n\r\n")
-    await _turns()
-    direct = bodies[0]
-    _require(direct is not None, "RequestResponseCycle", "is not the __self__ of its send")
-    assert direct is not None
-    direct.when_lost(lambda: lost.append("lost"))
-    before = b"".join(socket.writes)
-    _require(direct.write(b"data: 2\n\n"), "RequestResponseCycle", "refuses a direct write")
-    _require(direct.write(b"data: 3\n\n"), "RequestResponseCycle", "refuses a direct write")
-    await _turns(1)  # (written at the end of the turn, together)
-    written = b"".join(socket.writes)[len(before) :]
-    _require(
-        before.endswith(b"9\r\ndata: 1\n\n\r\n")
-        and written == b"9\r\ndata: 2\n\n\r\n9\r\ndata: 3\n\n\r\n",
-        "RequestResponseCycle.send",
-        f"frames chunks otherwise than DirectBody: {before[-16:]!r} vs {written!r}",
-    )
-    protocol.pause_writing()
-    _require(
-        not direct.write(b"data: 4\n\n"),
-        "RequestResponseCycle.flow",
-        "lets DirectBody write past the socket's high-water mark",
-    )
-    protocol.resume_writing()
-    protocol.connection_lost(None)
-    _require(lost == ["lost"], "HttpToolsProtocol.connection_lost", "does not reach on_lost")
-    _require(
-        not direct.write(b"data: 4\n\n"),
-        "RequestResponseCycle.disconnected",
-        "lets DirectBody write to a lost connection",
-    )
-    go.set()
-    await _turns()
-    _require(DirectBody.of(object()) is None, "DirectBody.of", "takes a send that is not uvicorn's")
 
 
 async def test_a_stalled_connection_is_cut_on_shutdown(monkeypatch: pytest.MonkeyPatch) -> None:
