@@ -30,7 +30,7 @@ def _slow(raw: bytes | None, data: bytes) -> StoredMessage | type[Exception]:
         if (seq := block.first("Nats-Sequence")) and seq.isascii() and seq.isdigit()
         else 0,
         time=block.first("Nats-Time-Stamp"),
-        headers={k: v for k, v in block.values.items() if k not in direct._META_HEADERS},
+        headers={k: v for k, v in block.values.items() if k not in direct.META_HEADERS},
         data=data,
     )
 
