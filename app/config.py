@@ -72,7 +72,8 @@ class Settings(BaseSettings):
     max_connections: int = Field(default=10_000, ge=1)
     log_level: str = "info"
     access_log: bool = True
-    # The lean paths (app.fastpath) of the hottest plain requests; off, FastAPI serves them.
+    # The lean paths (app.fastpath) of the hottest requests and of KV watches; off, FastAPI
+    # serves them.
     lean_paths: bool = True
     # FastAPI's native OpenTelemetry instrumentation (needs an OpenTelemetry SDK configured in
     # the process). Off, it costs nothing; on, its checks run on every request.

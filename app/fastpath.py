@@ -1,23 +1,31 @@
-"""Lean paths for the hottest requests: the plain forms (no query string) of the routes
-declared ``lean=True`` (today ``GET`` and ``PUT /v1/kv/{bucket}/keys/{key}``, ``POST
-/v1/publish/{subject}``, and ``POST`` and ``GET /v1/counters/{stream}/{subject}``).
+"""Lean paths for the hottest requests and the longest-lived ones: the routes declared
+``lean=True`` (today ``GET`` and ``PUT /v1/kv/{bucket}/keys/{key}``, ``POST
+/v1/publish/{subject}``, ``POST`` and ``GET /v1/counters/{stream}/{subject}``, and the KV watch
+``GET /v1/kv/{bucket}/watch``).
 
 FastAPI's routing, dependency solving and response machinery cost several times the work of
-these requests. :class:`app.main.Gateway` hands the requests these paths :meth:`LeanPaths.take`
-to them, inside the gateway's own middleware (request ids, metrics, access log, limits, CORS)
-but past Starlette's and FastAPI's layers. Only the dispatch shell differs: a lean path
-matches the route's own compiled pattern, authorizes by the route's declared rule, and calls
-the route's own endpoint with the arguments FastAPI would pass, derived at start-up from the
-route's ``dependant`` (:class:`Arguments`): path parameters from the match, headers by their
-alias, query parameters at their defaults (there is no query string), ``Request``, the
-principal, and the runtime's services for the providers :data:`app.deps.FROM_RUNTIME` names.
-Whatever else an endpoint asks for (a body model, a validated or required parameter, another
+the short requests, and an open stream holds all of it for as long as it lasts (coroutine
+frames through Starlette's and FastAPI's middleware and routing, three exit stacks: about
+9 KB of each KV watcher's memory). :class:`app.main.Gateway` hands the requests these paths
+:meth:`LeanPaths.take` to them, inside the gateway's own middleware (request ids, metrics,
+access log, limits, CORS) but past Starlette's and FastAPI's layers. Only the dispatch shell
+differs: a lean path matches the route's own compiled pattern, authorizes by the route's
+declared rule, and calls the route's own endpoint with the arguments FastAPI would pass,
+derived at start-up from the route's ``dependant`` (:class:`Arguments`): path parameters from
+the match, headers by their alias, query parameters validated by FastAPI's own
+``request_params_to_args`` against the route's declared fields (at their defaults, with no
+validation to do, when there is no query string), ``Request``, the principal, and the
+runtime's services for the providers :data:`app.deps.FROM_RUNTIME` names. A query that fails
+validation gets the same ``request.invalid`` problem as on FastAPI's route. Whatever else an
+endpoint asks for (a body model, a required query parameter, a validated header, another
 dependency) fails start-up (:class:`LeanPathError`), so a parameter added to a lean route
 either reaches its lean path or stops the gateway from starting. The endpoint builds its
 Response itself, so answers, headers, problem documents and metrics labels are the route's.
-Every other form (a query string, another method) goes to FastAPI, whose routes stay the
-reference and the OpenAPI document; ``JSGW_LEAN_PATHS=false`` sends everything there, and
-tests/integration/test_fastpath.py checks that both paths answer alike.
+Other methods go to FastAPI, whose routes stay the reference and the OpenAPI document;
+``JSGW_LEAN_PATHS=false`` sends everything there, and tests/integration/test_fastpath.py
+checks that both paths answer alike. ``request_params_to_args`` is FastAPI's
+(``fastapi.dependencies.utils``), the function its dependency solving validates query
+parameters with; tests/unit/test_lean_arguments.py fails if it moves.
 """
 
 from __future__ import annotations
@@ -31,6 +39,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from fastapi import FastAPI
+from fastapi.dependencies.utils import request_params_to_args
+from fastapi.exceptions import RequestValidationError
 from fastapi.routing import APIRoute
 from starlette.convertors import Convertor
 from starlette.exceptions import HTTPException
@@ -48,6 +58,7 @@ from app.problems import (
     gateway_error_response,
     http_exception_response,
     problem_response,
+    validation_error_response,
 )
 from app.routing import api_routes
 
@@ -65,9 +76,10 @@ _IMMUTABLE = (type(None), str, bytes, int, float, bool)
 @dataclass(frozen=True, slots=True)
 class Arguments:
     """How to build an endpoint's keyword arguments from a lean request, as FastAPI's
-    dependency solving would for its plain form."""
+    dependency solving would."""
 
-    fixed: dict[str, Any]  # query parameters (absent on the lean form): their defaults
+    fixed: dict[str, Any]  # query parameters at their defaults (no query string)
+    query: tuple[Any, ...]  # the route's query parameters (FastAPI's ModelFields)
     headers: dict[bytes, str]  # lower-case header name -> parameter
     header_defaults: dict[str, Any]
     request: str | None  # the parameter that takes the Request
@@ -77,7 +89,14 @@ class Arguments:
     def build(
         self, request: Request, params: dict[str, Any], runtime: Any, principal: Principal
     ) -> dict[str, Any]:
+        """The keyword arguments; :class:`RequestValidationError` for a query that does not
+        validate."""
         kwargs = {**self.fixed, **params}
+        if self.query and request.scope["query_string"]:
+            values, errors = request_params_to_args(self.query, request.query_params)
+            if errors:
+                raise RequestValidationError(errors)
+            kwargs.update(values)
         wanted = self.headers
         if wanted:
             found = dict(self.header_defaults)
@@ -167,7 +186,13 @@ def arguments(route: APIRoute, where: str) -> Arguments:
         else:
             raise LeanPathError(f"{where}: no lean provider for dependency {sub.call!r}")
     return Arguments(
-        fixed, headers, header_defaults, d.request_param_name, principal, tuple(services)
+        fixed,
+        tuple(d.query_params),
+        headers,
+        header_defaults,
+        d.request_param_name,
+        principal,
+        tuple(services),
     )
 
 
@@ -194,11 +219,7 @@ class LeanPaths:
     def take(self, scope: Scope) -> bool:
         """Is this request one of the lean paths' (then it is marked for :meth:`__call__`)?"""
         candidates = self.by_method.get(scope["method"])
-        if (
-            candidates is None
-            or scope.get("query_string")
-            or "runtime" not in (scope.get("state") or {})
-        ):
+        if candidates is None or "runtime" not in (scope.get("state") or {}):
             return False
         path = scope["path"]
         for lean in candidates:
@@ -212,6 +233,13 @@ class LeanPaths:
         return False
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        # (The response is built in a call of its own: what building it took is not held by
+        # this frame while a long response, a KV watch's, is sent.)
+        response = await self._respond(scope, receive)
+        await response(scope, receive, send)
+
+    @staticmethod
+    async def _respond(scope: Scope, receive: Receive) -> Response:
         lean, params = scope.pop(_SCOPE_KEY)
         route = lean.route
         scope["route"] = route
@@ -223,19 +251,21 @@ class LeanPaths:
             # every route is open to ANONYMOUS.
             principal = await admit(request) if runtime.auth.enabled else ANONYMOUS
             kwargs = lean.arguments.build(request, params, runtime, principal)
-            response = await route.endpoint(**kwargs)
+            response: Response = await route.endpoint(**kwargs)
+            return response
         except GatewayError as exc:
-            response = gateway_error_response(exc, scope)
+            return gateway_error_response(exc, scope)
+        except RequestValidationError as exc:
+            return validation_error_response(exc, scope)
         except HTTPException as exc:
-            response = http_exception_response(exc, scope)
+            return http_exception_response(exc, scope)
         except ClientDisconnect:
-            response = client_gone_response(scope)  # nothing was sent to NATS
+            return client_gone_response(scope)  # nothing was sent to NATS
         except Exception:
             # What Starlette's error middleware would do on the regular path, as a problem.
             log.exception("%s %s failed", scope["method"], scope["path"])
             error = GatewayError(ErrorCode.GATEWAY_INTERNAL, "internal error", status=500)
-            response = problem_response(error, request_id_of(scope))
-        await response(scope, receive, send)
+            return problem_response(error, request_id_of(scope))
 
 
 def install(app: FastAPI) -> LeanPaths:

@@ -33,23 +33,23 @@ class Gateway(FastAPI):
     _lean_stack: ASGIApp | None = None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        lean = self.lean_paths
-        # With dependencies overridden (tests), FastAPI solves them: it alone knows how.
-        if (
-            lean is not None
-            and scope["type"] == "http"
-            and not self.dependency_overrides
-            and lean.take(scope)
-        ):
-            scope["app"] = self
-            if self._lean_stack is None:
-                self._lean_stack = self._around(lean)
-            await self._lean_stack(scope, receive, send)
-            return
         # Streams write their body chunks to the server directly (app.sse.QueueStream).
         scope[RAW_SEND] = send
         try:
-            await super().__call__(scope, receive, send)
+            lean = self.lean_paths
+            # With dependencies overridden (tests), FastAPI solves them: it alone knows how.
+            if (
+                lean is not None
+                and scope["type"] == "http"
+                and not self.dependency_overrides
+                and lean.take(scope)
+            ):
+                scope["app"] = self
+                if self._lean_stack is None:
+                    self._lean_stack = self._around(lean)
+                await self._lean_stack(scope, receive, send)
+            else:
+                await super().__call__(scope, receive, send)
         finally:
             # The server's send is bound to the object that holds this scope: left in it, the
             # two would be a reference cycle per request, freed only by the garbage collector.

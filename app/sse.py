@@ -260,6 +260,7 @@ class QueueStream(Response):
                 source.sending_since = loop.time()
                 await send({"type": "http.response.body", "body": chunk, "more_body": True})
                 source.sending_since = 0.0
+                del chunk  # (not held while waiting for the next: a catch-up's can be large)
             await send({"type": "http.response.body", "body": b"", "more_body": False})
         except asyncio.CancelledError:
             if not source.cut_off:

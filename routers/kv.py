@@ -683,6 +683,7 @@ async def read(
 @router.get(
     "/{bucket}/watch",
     access=Need("read", BUCKET, narrowed=True, sse=True),
+    lean=True,
     response_class=EventSourceResponse,
     responses={200: _WATCH_DOC, **problems(errors.NotFound, errors.TooManyRequests)},
 )

@@ -13,6 +13,9 @@ failed after the answer had started, ``jsgw: error`` with the problem document a
 
 from __future__ import annotations
 
+import asyncio
+import importlib
+import importlib.util
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -22,10 +25,12 @@ from app import errors
 from app.errors import ErrorCode
 from app.nats.direct import EndOfBatch, StoredMessage
 
-try:
-    import pyarrow as pa
-except ImportError:  # pragma: no cover - exercised on installs without the extra
-    pa = None
+# pyarrow (with numpy) would be a third of the gateway's memory at start, and only Arrow
+# answers use it: the first of them imports it (in a thread: the import takes a few tenths of
+# a second that the event loop goes on serving). Until then ``pa`` only says whether it is
+# installed; without it ``pa`` is None.
+_NOT_IMPORTED: Any = object()
+pa: Any = None if importlib.util.find_spec("pyarrow") is None else _NOT_IMPORTED
 
 ARROW_STREAM = "application/vnd.apache.arrow.stream"
 FORMAT_VERSION = "direct-batch/1"
@@ -46,6 +51,12 @@ RESPONSES: dict[int | str, dict[str, Any]] = {
 
 def available() -> bool:
     return pa is not None
+
+
+async def _import_pyarrow() -> None:
+    global pa
+    if pa is _NOT_IMPORTED:
+        pa = await asyncio.to_thread(importlib.import_module, "pyarrow")
 
 
 def wants_arrow(accept: str) -> bool:
@@ -175,6 +186,7 @@ async def encode(
     Messages come a page at a time; a record batch ends at ROWS_PER_BATCH rows or
     BYTES_PER_BATCH bytes, wherever the pages end, and what a page completes is one chunk.
     """
+    await _import_pyarrow()
     arrow_schema = schema()
     sink = _Sink()
     writer = pa.ipc.new_stream(sink, arrow_schema)

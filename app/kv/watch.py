@@ -24,7 +24,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections import deque
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 
@@ -178,8 +177,10 @@ class WatchSession:
         self.feed: Feed | None = None
         self.catchup: OrderedConsumer | None = None
         self._catchup_done: Callable[[], None] | None = None
-        # The client's events (None: the end), and the writer waiting for them, if it waits.
-        self._queue: deque[WatchEvent | None] = deque()
+        # The client's events (None: the end, always last), and the writer waiting for them,
+        # if it waits. A list: empty nearly always, where a deque's first block is ~600 bytes
+        # per watcher; the writer takes it whole.
+        self._queue: list[WatchEvent | None] = []
         self._waiter: asyncio.Future[None] | None = None
         self._queue_size = queue_size
         self._visible = visible
@@ -195,7 +196,8 @@ class WatchSession:
         self._through = options.since or 0
         self._ended = False
         self._closed = False
-        self._stopping: list[asyncio.Task[None]] = []
+        # The stop of the catch-up consumer while it runs (kept only that long).
+        self._stopping: asyncio.Task[None] | None = None
         # The writer of the HTTP response: since when it waits for a send (0: it does not).
         self.sending_since = 0.0
         self.writer: asyncio.Task[object] | None = None
@@ -351,31 +353,43 @@ class WatchSession:
                 if done is not None:
                     done()
 
-        self._stopping.append(asyncio.get_running_loop().create_task(stop()))
+        task = self._stopping = asyncio.get_running_loop().create_task(stop())
+        task.add_done_callback(self._stopped)
 
-    async def _next(self) -> WatchEvent | None:
+    def _stopped(self, task: asyncio.Task[None]) -> None:
+        if self._stopping is task:
+            self._stopping = None
+        if task.cancelled():
+            return
+        error = task.exception()
+        if error is not None and not isinstance(error, errors.GatewayError):
+            log.error("stopping the catch-up consumer of a watch failed", exc_info=error)
+
+    async def _wait(self) -> list[WatchEvent | None]:
         queue = self._queue
         while not queue:
             self._waiter = asyncio.get_running_loop().create_future()
             await self._waiter
-        return queue.popleft()
+            queue = self._queue
+        return queue
 
     async def next_chunk(self) -> bytes | None:
         """The encoded events waiting (at least one), or None at the end of the stream."""
-        event = await self._next()
-        if event is None:
-            return None
-        queue = self._queue
-        if not queue or queue[0] is None:
-            return event.wire
-        parts = [event.wire]
-        while queue and queue[0] is not None:
-            parts.append(queue.popleft().wire)  # type: ignore[union-attr]
-        return b"".join(parts)
+        queue = await self._wait()
+        if queue[-1] is None:  # the end: what comes before it, then None
+            self._queue = [None]
+            queue.pop()
+            if not queue:
+                return None
+        else:
+            self._queue = []
+        if len(queue) == 1:
+            return queue[0].wire  # type: ignore[union-attr]
+        return b"".join(event.wire for event in queue)  # type: ignore[union-attr]
 
     async def events(self) -> AsyncIterator[WatchEvent]:
-        while (event := await self._next()) is not None:
-            yield event
+        while (queue := await self._wait())[0] is not None:
+            yield queue.pop(0)  # type: ignore[misc]
 
     async def close(self) -> None:
         """Leave the feed and release the catch-up consumer. Idempotent."""
@@ -383,11 +397,10 @@ class WatchSession:
             self._ended = True
             self._put(None)
         self._leave()
-        stopping, self._stopping = self._stopping, []
         try:
-            for task in stopping:
+            if (stopping := self._stopping) is not None:
                 with contextlib.suppress(errors.GatewayError):
-                    await task
+                    await stopping
         finally:
             if not self._closed:
                 self._closed = True

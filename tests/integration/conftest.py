@@ -12,7 +12,7 @@ from tests.helpers import gateway_settings, served_gateway
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
-    # The lean paths and FastAPI's routes serve the plain KV and publish requests alike: the
+    # The lean paths and FastAPI's routes serve the KV, publish and watch requests alike: the
     # modules that say BOTH_PATHS run their gateway tests with the lean paths on and off.
     if getattr(metafunc.module, "BOTH_PATHS", False) and "lean_paths" in metafunc.fixturenames:
         metafunc.parametrize("lean_paths", [True, False], ids=["lean", "fastapi"])
@@ -29,8 +29,10 @@ async def lean(nats_server: EmbeddedServer) -> AsyncIterator[LeanClient]:
 
 
 @pytest.fixture
-def url(nats_server: EmbeddedServer) -> Iterator[str]:
+def url(nats_server: EmbeddedServer, lean_paths: bool) -> Iterator[str]:
     """A gateway served on a loopback port (for SSE: real sockets), heartbeats every 0.5 s."""
-    settings = gateway_settings(nats_server.url, sse_heartbeat=0.5, kv_watch_heartbeat=0.5)
+    settings = gateway_settings(
+        nats_server.url, sse_heartbeat=0.5, kv_watch_heartbeat=0.5, lean_paths=lean_paths
+    )
     with served_gateway(settings) as served:
         yield served

@@ -1,10 +1,11 @@
-"""The lean path for GET /v1/kv/{bucket}/keys/{key} answers exactly as the FastAPI route does.
+"""The lean paths answer exactly as the FastAPI routes do.
 
-A query string (here a parameter the route ignores) sends the same request through FastAPI,
-so each pair below compares the two paths."""
+Each pair below sends the same request to the gateway (lean paths on) and to a gateway of the
+same NATS server with them off (``via_fastapi``: FastAPI's routes), and compares the answers."""
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import httpx
@@ -14,7 +15,12 @@ from app import fastpath
 from app.nats.embedded import EmbeddedServer
 from tests.helpers import gateway_settings, running_gateway
 
-IGNORED = {"via": "fastapi"}
+
+@pytest.fixture
+async def via_fastapi(nats_server: EmbeddedServer) -> AsyncIterator[httpx.AsyncClient]:
+    """A gateway with the lean paths off, on the same NATS server."""
+    async with running_gateway(gateway_settings(nats_server.url, lean_paths=False)) as client:
+        yield client
 
 
 @pytest.fixture
@@ -56,7 +62,7 @@ def same(fast: httpx.Response, slow: httpx.Response) -> None:
 
 
 async def test_both_paths_answer_alike(
-    gateway: httpx.AsyncClient, name: str, lean_calls: list[str]
+    gateway: httpx.AsyncClient, via_fastapi: httpx.AsyncClient, name: str, lean_calls: list[str]
 ) -> None:
     assert (await gateway.put(f"/v1/kv/{name}", json={"history": 3})).status_code == 201
     await gateway.put(f"/v1/kv/{name}/keys/a.b", content=b"\x00value")
@@ -79,15 +85,51 @@ async def test_both_paths_answer_alike(
         (f"/v1/kv/{name}/keys/.a", {}),
         ("/v1/kv/NO_SUCH_BUCKET/keys/a", {}),
         ("/v1/kv/bad.bucket/keys/a", {}),
+        # Queries, validated by the route's own parameters either way.
+        (f"/v1/kv/{name}/keys/a.b?revision=1", {}),
+        (f"/v1/kv/{name}/keys/a.b?revision=1&revision=99", {}),
+        (f"/v1/kv/{name}/keys/a.b?revision=0", {}),
+        (f"/v1/kv/{name}/keys/a.b?revision=%2B1", {}),
+        (f"/v1/kv/{name}/keys/a.b?revision=1&consistency=nearest", {}),
+        (f"/v1/kv/{name}/keys/a.b?consistency=leader&ignored=1", {}),
+        (f"/v1/kv/{name}/keys/gone?revision={2**64}", {}),
     ]
     for path, headers in cases:
         fast = await gateway.get(path, headers=headers)
-        slow = await gateway.get(path, headers=headers, params=IGNORED)
+        slow = await via_fastapi.get(path, headers=headers)
         same(fast, slow)
     assert lean_calls.count("GET") == len(cases) and "PUT" in lean_calls
     metrics = (await gateway.get("/metrics")).text
     line = 'jsgw_http_requests_total{method="GET",route="/v1/kv/{bucket}/keys/{key}",status="200"}'
     assert line in metrics
+
+
+async def test_both_paths_refuse_a_watch_alike(
+    gateway: httpx.AsyncClient, via_fastapi: httpx.AsyncClient, name: str, lean_calls: list[str]
+) -> None:
+    """A watch's refusals (its streams are compared by tests/integration/test_kv_watch.py,
+    which runs both ways)."""
+    assert (await gateway.put(f"/v1/kv/{name}", json={})).status_code == 201
+    watch = f"/v1/kv/{name}/watch"
+    cases = [
+        (f"/v1/kv/{name}X/watch", {}),
+        ("/v1/kv/a.b/watch", {}),
+        (f"{watch}?key=a.>.b", {}),
+        (f"{watch}?history=true&updates_only=1", {}),
+        (f"{watch}?history=maybe", {}),
+        (f"{watch}?since=-1&meta_only=2", {}),
+        (f"{watch}?since=1.5", {}),
+        (f"{watch}?since={2**64}", {}),
+        (f"{watch}?since={2**64 - 1}", {}),
+        (watch, {"Last-Event-ID": "abc"}),
+        (f"{watch}?since=3", {"Last-Event-ID": "x"}),
+    ]
+    for path, headers in cases:
+        fast = await gateway.get(path, headers=headers)
+        slow = await via_fastapi.get(path, headers=headers)
+        assert fast.status_code in (400, 404), fast.text
+        same(fast, slow)
+    assert lean_calls.count("GET") == len(cases)
 
 
 async def test_both_paths_authorize_alike(
@@ -101,7 +143,12 @@ async def test_both_paths_authorize_alike(
         "  - {name: app, token: app-token-0123456789ab,"
         f" rules: [{{resource: 'kv:{name}/pub.', actions: [read]}}]}}\n"
     )
-    async with running_gateway(gateway_settings(nats_server.url, auth_file=auth)) as gw:
+    async with (
+        running_gateway(gateway_settings(nats_server.url, auth_file=auth)) as gw,
+        running_gateway(
+            gateway_settings(nats_server.url, auth_file=auth, lean_paths=False)
+        ) as via_fastapi,
+    ):
         admin = {"Authorization": "Bearer admin-token-0123456789"}
         app = {"Authorization": "Bearer app-token-0123456789ab"}
         assert (await gw.put(f"/v1/kv/{name}", json={}, headers=admin)).status_code == 201
@@ -114,7 +161,7 @@ async def test_both_paths_authorize_alike(
             (f"/v1/kv/{name}/keys/pub.x", {"Authorization": "Bearer nope-nope-nope-nope"}, 401),
         ]:
             fast = await gw.get(path, headers=headers)
-            slow = await gw.get(path, headers=headers, params=IGNORED)
+            slow = await via_fastapi.get(path, headers=headers)
             assert fast.status_code == status
             same(fast, slow)
 
@@ -137,7 +184,7 @@ def alike(fast: httpx.Response, slow: httpx.Response, *, differ: tuple[str, ...]
 
 
 async def test_both_paths_write_alike(
-    gateway: httpx.AsyncClient, nc, name: str, lean_calls: list[str]
+    gateway: httpx.AsyncClient, via_fastapi: httpx.AsyncClient, nc, name: str, lean_calls: list[str]
 ) -> None:
     assert (await gateway.put(f"/v1/kv/{name}", json={"max_value_size": 64})).status_code == 201
     cases: list[tuple[dict[str, str], bytes]] = [
@@ -148,25 +195,20 @@ async def test_both_paths_write_alike(
     ]
     for headers, body in cases:
         fast = await gateway.put(f"/v1/kv/{name}/keys/fast", content=body, headers=headers)
-        slow = await gateway.put(
-            f"/v1/kv/{name}/keys/slow", content=body, headers=headers, params=IGNORED
-        )
+        slow = await via_fastapi.put(f"/v1/kv/{name}/keys/slow", content=body, headers=headers)
         alike(fast, slow, differ=("revision",))
     created = [
-        await gateway.put(
-            f"/v1/kv/{name}/keys/new.{way}",
-            content=b"v",
-            headers={"If-None-Match": "*"},
-            params=params,
+        await client.put(
+            f"/v1/kv/{name}/keys/new.{way}", content=b"v", headers={"If-None-Match": "*"}
         )
-        for way, params in (("fast", {}), ("slow", IGNORED))
+        for way, client in (("fast", gateway), ("slow", via_fastapi))
     ]
     alike(*created, differ=("revision",))
     assert created[0].status_code == 201
     assert created[0].headers["location"] == f"/v1/kv/{name}/keys/new.fast"
     for path in (f"/v1/kv/{name}/keys/a.*", "/v1/kv/NO_SUCH_BUCKET/keys/a", "/v1/kv/b.b/keys/a"):
         fast = await gateway.put(path, content=b"v")
-        slow = await gateway.put(path, content=b"v", params=IGNORED)
+        slow = await via_fastapi.put(path, content=b"v")
         same(fast, slow)
     # Every fast write is stored, and only those.
     kv = await nc.jetstream().key_value(name)
@@ -186,16 +228,15 @@ async def test_both_paths_write_alike(
             content=b"m",
             headers={k: f"{v}-fast" if k == "Nats-Msg-Id" else v for k, v in headers.items()},
         )
-        slow = await gateway.post(
+        slow = await via_fastapi.post(
             f"/v1/publish/{name}.slow",
             content=b"m",
-            params=IGNORED,
             headers={k: f"{v}-slow" if k == "Nats-Msg-Id" else v for k, v in headers.items()},
         )
         alike(fast, slow, differ=("seq",))
     for subject in ("nowhere.x", f"{name}.*", f"{name}..x"):
         fast = await gateway.post(f"/v1/publish/{subject}", content=b"m")
-        slow = await gateway.post(f"/v1/publish/{subject}", content=b"m", params=IGNORED)
+        slow = await via_fastapi.post(f"/v1/publish/{subject}", content=b"m")
         same(fast, slow)
     assert lean_calls.count("PUT") == 8 and lean_calls.count("POST") == 8
     info = await js.stream_info(name)
@@ -204,21 +245,21 @@ async def test_both_paths_write_alike(
 
 @pytest.mark.server("2.12")
 async def test_counters_answer_alike(
-    gateway: httpx.AsyncClient, nc, name: str, lean_calls: list[str]
+    gateway: httpx.AsyncClient, via_fastapi: httpx.AsyncClient, nc, name: str, lean_calls: list[str]
 ) -> None:
     await nc.jetstream().add_stream(name=name, subjects=[f"{name}.>"], allow_msg_counter=True)
     bodies = (b'{"increment": "5"}', b'{"increment": -2}', b'{"increment": "1.5"}', b"{")
     for body in bodies:
         fast = await gateway.post(f"/v1/counters/{name}/{name}.fast", content=body)
-        slow = await gateway.post(f"/v1/counters/{name}/{name}.slow", content=body, params=IGNORED)
+        slow = await via_fastapi.post(f"/v1/counters/{name}/{name}.slow", content=body)
         alike(fast, slow, differ=("seq", "subject"))
     for path in (f"{name}/{name}.fast", f"{name}/{name}.none", f"{name}/{name}.*", f"b.b/{name}.a"):
         fast = await gateway.get(f"/v1/counters/{path}")
-        slow = await gateway.get(f"/v1/counters/{path}", params=IGNORED)
+        slow = await via_fastapi.get(f"/v1/counters/{path}")
         alike(fast, slow, differ=("seq",))
     for path in (f"{name}/nowhere.x", f"{name}/{name}.*", f"b.b/{name}.a"):
         fast = await gateway.post(f"/v1/counters/{path}", content=bodies[0])
-        slow = await gateway.post(f"/v1/counters/{path}", content=bodies[0], params=IGNORED)
+        slow = await via_fastapi.post(f"/v1/counters/{path}", content=bodies[0])
         same(fast, slow)
     assert lean_calls.count("POST") == 7 and lean_calls.count("GET") == 4
     assert (await gateway.get(f"/v1/counters/{name}/{name}.fast")).json()["value"] == "3"

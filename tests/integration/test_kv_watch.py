@@ -20,6 +20,10 @@ import pytest
 from app.nats.embedded import EmbeddedServer
 from tests.helpers import gateway_settings, served_gateway
 
+# The watch has a lean path: the tests of the ``client`` fixture run through it and through
+# FastAPI's route (tests/integration/conftest.py).
+BOTH_PATHS = True
+
 
 @dataclass
 class Event:

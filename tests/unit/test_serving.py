@@ -354,3 +354,39 @@ async def test_a_pipelined_head_after_a_large_body_is_not_taken_for_a_large_head
     assert answers.count(b"HTTP/1.1 200 OK") == 2, answers[:300]
     assert b"431" not in answers
     protocol.connection_lost(None)
+
+
+async def test_a_connection_s_dict_still_shares_its_keys_with_the_class() -> None:
+    """The protocol's own state is in slots: in the instance's dict, uvicorn's 27 attributes
+    and ours went past the 30 keys an instance shares with its class, and every connection
+    (every open SSE stream) held a dict of 1.6 KB instead of 0.3. A uvicorn that sets more
+    attributes of its own fails here, so that its cost per connection is seen."""
+    import sys
+    from types import SimpleNamespace
+
+    settings = SimpleNamespace(
+        max_connections=100, header_timeout=5.0, max_header_bytes=8192, max_header_fields=100
+    )
+    started = asyncio.Event()
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        started.set()
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+    config = Config(app, http=GatheringProtocol, lifespan="off", access_log=False)
+    config.load()
+    alone = GatheringProtocol(config, ServerState(), {})
+    alone.connection_made(SocketTransport())
+    protocol = GatheringProtocol(
+        config, ServerState(), {"runtime": SimpleNamespace(settings=settings)}
+    )
+    protocol.connection_made(SocketTransport())
+    protocol.data_received(b"GET /v1/kv/b/watch HTTP/1.1\r\nHost: h\r\n\r\n")
+    await asyncio.wait_for(started.wait(), 5)
+    assert len(vars(protocol)) <= 30, sorted(vars(protocol))
+    # (A dict that shares its keys holds only its values: the size of the one of a protocol
+    # that has seen no request and no settings.)
+    assert sys.getsizeof(vars(protocol)) == sys.getsizeof(vars(alone))
+    protocol.connection_lost(None)
+    alone.connection_lost(None)
