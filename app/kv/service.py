@@ -509,13 +509,15 @@ class KVService:
         holds a prefix of the stream's history, never a revision the others lack, so a key
         that the stream leader finds past ``expected`` can never be at ``expected`` again:
         the refusal holds, whoever made it, as it does when ``expected`` is another key's
-        revision. A key found at or before ``expected`` contradicts the refusal (or the
-        server answering is behind the revision the client read: a deposed leader after a
-        partition answers both the write and the read from its stale state, and the new
-        leader may store the write later still). Then the write is sent again with its
-        Nats-Msg-Id (a stored copy is answered as a duplicate) after a short pause, until
-        the request timeout: 504 outcome unknown if it is still contradicted then, 412 if
-        the revision expected is in no answer (none of the key's, as far as anyone knows).
+        revision, unless the message the leader finds is this very write (its Nats-Msg-Id):
+        a deposed leader refused it while the new leader stored it, and it is answered as
+        stored. A key found at or before ``expected`` contradicts the refusal (or the server
+        answering is behind the revision the client read: a deposed leader after a partition
+        answers both the write and the read from its stale state, and the new leader may
+        store the write later still). Then the write is sent again with its Nats-Msg-Id (a
+        stored copy is answered as a duplicate) after a short pause, until the request
+        timeout: 504 outcome unknown if it is still contradicted then, 412 if the revision
+        expected is in no answer (none of the key's, as far as anyone knows).
         """
         if expected is None:
             return await self._publish(subject, value, headers)
@@ -533,6 +535,8 @@ class KVService:
                 try:
                     left = max(0.01, deadline - loop.time())
                     last = await self._leader_last(stream, subject, timeout=left)
+                    if last is not None and msg_id in last.headers.get("Nats-Msg-Id", ()):
+                        return last.seq  # refused by a deposed leader, stored by the new one
                     if last is not None and last.seq > expected:
                         raise self._mismatch(key, last) from None
                     left = max(0.01, deadline - loop.time())

@@ -7,6 +7,8 @@ cue: a stream leader that does not answer while a replica answers behind the flo
 
 from __future__ import annotations
 
+import base64
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -107,5 +109,49 @@ async def test_a_stale_answer_is_never_given_when_the_leader_does_not_answer() -
         assert (entry.revision, entry.value) == (6, b"6")
         assert kv.floors.revisions == {"$KV.b.k": 6}
         assert metrics.registry.get_sample_value("jsgw_kv_stale_reads_total") == 2
+    finally:
+        await kv.close()
+
+
+class _RefusingPublisher:
+    """A deposed stream leader: every conditional write is refused (wrong last sequence)."""
+
+    def __init__(self) -> None:
+        self.pool = SimpleNamespace(timeout=1.0, max_payload=1024 * 1024)
+        self.msg_ids: list[str] = []
+
+    async def publish(self, message: Any, **_: Any) -> dict[str, Any]:
+        self.msg_ids.append(message.headers["Nats-Msg-Id"])
+        raise errors.from_jetstream(
+            {"code": 400, "err_code": 10071, "description": "wrong last sequence: 5"}
+        )
+
+
+def _last_message(seq: int, msg_id: str) -> dict[str, Any]:
+    headers = base64.b64encode(f"NATS/1.0\r\nNats-Msg-Id: {msg_id}\r\n\r\n".encode())
+    return {"message": {"subject": "$KV.b.k", "seq": seq, "hdrs": headers.decode(), "data": ""}}
+
+
+async def test_a_write_refused_by_a_deposed_leader_and_stored_by_the_new_one_is_stored() -> None:
+    publisher = _RefusingPublisher()
+    leader = _Leader({})
+    settings = Settings(nats_url=["nats://127.0.0.1:1"])
+    kv = KVService(leader, _Direct(), publisher, settings, Metrics())  # type: ignore[arg-type]
+    try:
+
+        async def refused_then_found(operation: str, *tokens: str, **_: Any) -> dict[str, Any]:
+            return _last_message(6, publisher.msg_ids[-1])  # this very write, at revision 6
+
+        leader.call = refused_then_found  # type: ignore[method-assign]
+        assert await kv._write("KV_b", "$KV.b.k", "k", b"v", {}, expected=5) == 6
+        assert kv.floors.revisions == {"$KV.b.k": 6}
+
+        async def another_write(operation: str, *tokens: str, **_: Any) -> dict[str, Any]:
+            return _last_message(6, "someone-else")
+
+        leader.call = another_write  # type: ignore[method-assign]
+        with pytest.raises(errors.PreconditionFailed) as refused:
+            await kv._write("KV_b", "$KV.b.k", "k", b"v", {}, expected=5)
+        assert refused.value.extra["revision"] == 6
     finally:
         await kv.close()
