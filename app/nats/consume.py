@@ -8,13 +8,18 @@ consumer still exists, then pull again. Each pull replies to ``<inbox>.<n>`` und
 subscription, so a status can be traced to the request it ends (and to the pin id it carried).
 
 Nothing here acks: messages the client never received are redelivered after ``ack_wait``.
+
+A caller that holds on to what it takes (push delivery, app.push.runner) passes ``room``: how
+many more messages it can take now. A pull then asks for no more than that room less what is
+already asked for and not yet taken, so that what the caller holds plus what may still come
+stays within what it said it can take.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncGenerator, Awaitable, Callable
 from dataclasses import dataclass, replace
 
 import anyio
@@ -106,8 +111,10 @@ class Consume:
         subject: str,
         options: ConsumeOptions,
         check: Callable[[], Awaitable[object]],
+        room: Callable[[], int] | None = None,
     ) -> None:
         self._pool = pool
+        self._room = room
         self._subject = subject
         self._options = options
         self._check = check
@@ -126,7 +133,7 @@ class Consume:
         self.pin_id = options.pin_id
         self._quiet_until = 0.0
 
-    async def events(self) -> AsyncIterator[Event]:
+    async def events(self) -> AsyncGenerator[Event, None]:
         """Delivered messages and notices, until a terminal error (the last event) or the end."""
         backoff = _POLL
         warned = False
@@ -280,6 +287,8 @@ class Consume:
             batch, max_bytes = options.bytes_batch, options.max_bytes - self.pending_bytes
         else:
             batch, max_bytes = options.max_messages - self.pending_messages, 0
+            if self._room is not None:
+                batch = min(batch, self._room() - self.pending_messages)
         if batch <= 0:
             return
         self._counter += 1
@@ -296,10 +305,25 @@ class Consume:
         self.pending_bytes += max_bytes
 
     def _expire(self, now: float) -> None:
-        """Pulls whose end never came (a server restart, a lost status) stop counting."""
-        for key in [k for k, pull in self._pulls.items() if pull.give_up_at <= now]:
-            pull = self._pulls.pop(key)
-            self.pending_messages = max(0, self.pending_messages - pull.messages)
+        """Forget pulls past their end (oldest first: all have the same ``expires``).
+
+        A pull whose batch was delivered whole ends without a word from the server (only one
+        that ends early says what it left: a 408 or 409 with ``Nats-Pending-Messages``), and
+        each of its messages was counted off as it came: by messages, a pull past its end
+        leaves nothing more to count off (taking its batch off again would count its
+        messages twice, and pull more than the buffer holds). By bytes, what it asked for is
+        taken off, as the sizes counted off are the client's estimate. When nothing is
+        pending by messages, no pull can deliver more, so none is kept.
+        """
+        pulls = self._pulls
+        if not self._options.max_bytes and self.pending_messages == 0:
+            pulls.clear()
+            return
+        while pulls:
+            key, pull = next(iter(pulls.items()))
+            if pull.give_up_at > now:
+                return
+            del pulls[key]
             self.pending_bytes = max(0, self.pending_bytes - pull.bytes)
 
     def _forget(self, *, drop: bool) -> None:
