@@ -71,10 +71,10 @@ from app.nats.pool import NatsPool
 from app.nats.pull import PullRequest, unsubscribe
 from app.publish.service import Publisher
 from app.push import deadletter, mapping, outcome
-from app.push.clients import HttpClients
 from app.push.mapping import Delivery
 from app.push.outcome import Kind, Verdict
 from app.push.schemas import Subscription
+from app.push.transport import AnswerTooLarge
 
 log = logging.getLogger("jsgw.push")
 
@@ -83,12 +83,13 @@ PULL_HEARTBEAT = 5.0
 LINGER = 0.05
 """Seconds a partial batch waits for more messages before it is sent as it is."""
 MAX_ANSWER = 1024 * 1024
-"""Bytes of a 2xx answer's body read (for its status); a longer one is retried."""
+"""Bytes of an answer's body read (a 2xx's for its status); a longer one is retried."""
 CONSUMER_REFRESH = 10.0
 _RESTART_FIRST, _RESTART_MAX = 0.5, 10.0
 _DEAD_LETTER_RETRY = outcome.DEFAULT_SCHEDULE
 _DEFAULT_ACK_WAIT = 30.0
 _MAX_REASON = 1024
+_LOG_EVERY = 5.0
 _FIXED_HEADERS = (("User-Agent", f"jsgw/{__version__}"), ("Accept", "application/json, */*"))
 
 
@@ -118,7 +119,7 @@ class Deps:
     pool: NatsPool
     js: JetStreamApi
     publisher: Publisher
-    http: HttpClients
+    http: httpx.AsyncClient
     metrics: Metrics
 
 
@@ -190,6 +191,7 @@ class Runner:
         self._freed = asyncio.Event()
         self._linger: asyncio.TimerHandle | None = None
         self._stopping = False
+        self._quiet_until = 0.0  # no error logged before then
         self._task: asyncio.Task[None] | None = None
         self._sweeper: asyncio.Task[None] | None = None
         self._metrics = _Instruments.of(deps.metrics, name)
@@ -211,11 +213,7 @@ class Runner:
         if self._stopping:
             return
         self._stopping = True
-        for task in (self._task, self._sweeper):
-            if task is not None:
-                task.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await task
+        await _cancelled(self._task)
         if self._linger is not None:
             self._linger.cancel()
         waiting = list(self._ready)
@@ -224,13 +222,11 @@ class Runner:
             self._release(held)
         await asyncio.gather(*(self._nak(h.delivery, None, count=False) for h in waiting))
         posts = set(self._posts)
-        if posts:
+        if posts:  # (in-progress acks go on meanwhile)
             _, late = await asyncio.wait(posts, timeout=grace)
             for task in late:
-                task.cancel()
-            for task in late:
-                with contextlib.suppress(asyncio.CancelledError):
-                    await task
+                await _cancelled(task)
+        await _cancelled(self._sweeper)
         self.running = False
 
     def state(self) -> dict[str, Any]:
@@ -248,7 +244,12 @@ class Runner:
 
     def _error(self, detail: str) -> None:
         self.last_error = {"time": _now_text(), "detail": detail[:_MAX_REASON]}
-        log.info("subscription %r: %s", self.name, detail)
+        # An application that fails every call would make a line per message: one line every
+        # few seconds at most (the state has the last error; the metrics count them all).
+        now = self._loop.time()
+        if now >= self._quiet_until:
+            self._quiet_until = now + _LOG_EVERY
+            log.info("subscription %r: %s", self.name, detail)
 
     # -- pulling ---------------------------------------------------------------------------
 
@@ -416,7 +417,12 @@ class Runner:
             self.counts.delivered += len(items)
             self._metrics.delivered.inc(len(items))
             started = time.perf_counter()
-            label, verdicts = await self._call(deliveries)
+            try:
+                label, verdicts = await self._call(deliveries)
+            except Exception:  # a bug: logged, and the messages given back for later
+                log.exception("subscription %r: delivery failed", self.name)
+                verdict = outcome.failure("the gateway failed to deliver it (see its log)", "retry")
+                label, verdicts = verdict.label, [verdict] * len(items)
             self._metrics.latency(label).observe(time.perf_counter() - started)
             await asyncio.gather(
                 *(
@@ -439,7 +445,7 @@ class Runner:
         timeout = config.timeout_seconds
         count = len(deliveries)
         # Made here rather than by the client's request(), which would merge its base URL,
-        # default headers and cookies (none) into each: a third of its time per POST.
+        # default headers and cookies (none) into each.
         post = httpx.Request(
             "POST",
             self._url,
@@ -448,25 +454,19 @@ class Runner:
             extensions={"timeout": self._timeouts},
         )
         try:
-            async with self.deps.http.slot() as client, asyncio.timeout(timeout):
-                response = await client.send(post, stream=True)
-                try:
-                    status = response.status_code
-                    body = await _body(response) if 200 <= status < 300 else b""
-                finally:
-                    await response.aclose()
+            async with asyncio.timeout(timeout):
+                response = await self.deps.http.send(post)
         except (TimeoutError, httpx.TimeoutException):
             verdict = outcome.failure(f"no answer within {timeout:g} s", "timeout")
+            return verdict.label, [verdict] * count
+        except AnswerTooLarge as exc:
+            verdict = outcome.failure(str(exc), "retry")
             return verdict.label, [verdict] * count
         except httpx.HTTPError as exc:
             detail = str(exc) or type(exc).__name__
             verdict = outcome.failure(f"cannot reach the endpoint: {detail}", "unreachable")
             return verdict.label, [verdict] * count
-        if body is None:
-            verdict = outcome.failure(
-                f"HTTP {status} with an answer longer than {MAX_ANSWER} bytes", "retry"
-            )
-            return verdict.label, [verdict] * count
+        status, body = response.status_code, response.content
         now = datetime.now(UTC)
         if config.batch > 1:
             verdicts = outcome.classify_batch(
@@ -605,16 +605,13 @@ class Runner:
             held.touched = now
 
 
-async def _body(response: httpx.Response) -> bytes | None:
-    """The answer's body, None when it is longer than :data:`MAX_ANSWER`."""
-    chunks: list[bytes] = []
-    size = 0
-    async for chunk in response.aiter_bytes():
-        size += len(chunk)
-        if size > MAX_ANSWER:
-            return None
-        chunks.append(chunk)
-    return b"".join(chunks)
+async def _cancelled(task: asyncio.Task[None] | None) -> None:
+    """Cancel a task of the runner's own and wait for it to end."""
+    if task is None:
+        return
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
 
 
 def _name(delivery: Delivery) -> str:

@@ -22,6 +22,7 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
+import httpx
 import orjson
 
 from app import errors
@@ -39,10 +40,10 @@ from app.nats.pool import NatsPool
 from app.publish.service import Publisher
 from app.push import declared as declared_file
 from app.push.allowlist import Allowlist
-from app.push.clients import HttpClients
 from app.push.registry import Entry, Registry
-from app.push.runner import Deps, Runner
+from app.push.runner import MAX_ANSWER, Deps, Runner
 from app.push.schemas import Subscription
+from app.push.transport import LeanTransport
 
 log = logging.getLogger("jsgw.push")
 
@@ -76,7 +77,15 @@ class PushService:
             if settings.subscriptions is not None
             else {}
         )
-        self.http = HttpClients()
+        # One client for every subscription of the process: redirects are never followed,
+        # the environment's proxy settings are not used (the endpoints are the pod's own),
+        # each request has its subscription's timeout (and the runner's deadline).
+        self.http = httpx.AsyncClient(
+            transport=LeanTransport(max_body=MAX_ANSWER),
+            follow_redirects=False,
+            trust_env=False,
+            timeout=None,
+        )
         deps = Deps(pool, js, publisher, self.http, metrics)
 
         def runner(name: str, config: Subscription, source: str) -> Runner:
@@ -222,7 +231,9 @@ class PushService:
 
     async def pause(self, name: str, until: str | int | float | None) -> dict[str, Any]:
         config = await self.subscription(name)
-        await self.consumers.pause(config.stream, config.consumer, until or UNTIL_RESUMED)
+        await self.consumers.pause(
+            config.stream, config.consumer, UNTIL_RESUMED if until is None else until
+        )
         return await self.info(name)
 
     async def resume(self, name: str) -> dict[str, Any]:
@@ -242,21 +253,32 @@ class PushService:
     async def ensure_consumer(
         self, config: Subscription, check_filters: FilterCheck | None = None
     ) -> None:
-        """Make the subscription's consumer when it is missing, or check the one there."""
+        """Make the subscription's consumer when it is missing, and check the one there.
+
+        A ``consumer_config`` given for a consumer that exists is not applied, but still
+        checked by the server (a create of a consumer that exists is refused after its config
+        is), so that a bad one is a 400 either way."""
         try:
-            info = await self.js.call(
-                "push.consumer_info", "CONSUMER", "INFO", config.stream, config.consumer
-            )
+            info: dict[str, Any] | None = await self._consumer_info(config)
         except errors.ConsumerNotFound:
+            info = None
+        if info is None or config.consumer_config is not None:
             wanted = consumer_to_make(config)
             if check_filters is not None:
                 check_filters(_filters(wanted.model_dump(exclude_none=True)))
-            await self.consumers.put(config.stream, config.consumer, wanted)
-            return
+            with contextlib.suppress(errors.ConsumerExists):
+                await self.consumers.create(config.stream, config.consumer, wanted)
+            if info is None:
+                info = await self._consumer_info(config)
         existing = info.get("config") or {}
         if check_filters is not None:
             check_filters(_filters(existing))
         check_consumer(config, existing)
+
+    async def _consumer_info(self, config: Subscription) -> dict[str, Any]:
+        return await self.js.call(
+            "push.consumer_info", "CONSUMER", "INFO", config.stream, config.consumer
+        )
 
 
 def consumer_to_make(config: Subscription) -> ConsumerConfig:

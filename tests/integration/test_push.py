@@ -190,7 +190,7 @@ async def test_an_application_slower_than_ack_wait(
     await stream(gateway, name)
     await publish(nc, f"{name}.orders", count)
     async with (
-        PushApp(lambda _: Answer(204, delay=3)) as app,
+        PushApp(lambda _: Answer(204, delay=2.25)) as app,
         AckWatch.on(nc, name, "push") as watch,
     ):
         await subscribe(
@@ -200,7 +200,7 @@ async def test_an_application_slower_than_ack_wait(
             concurrency=50,
             batch=20,
             timeout=10,
-            consumer_config={"ack_wait": "2s"},
+            consumer_config={"ack_wait": "1.5s"},
         )
         await drained(gateway, name, "push", timeout=40)
     items = [item for request in app.received for item in request.json()]
@@ -571,7 +571,7 @@ async def test_pause_and_resume(gateway: httpx.AsyncClient, nc: nats.NATS, name:
     count = 400
     await stream(gateway, name)
     await publish(nc, f"{name}.orders", count)
-    async with PushApp(lambda _: Answer(204, delay=0.2)) as app:
+    async with PushApp(lambda _: Answer(204, delay=0.1)) as app:
         await subscribe(gateway, name, endpoint=app.url, concurrency=20)
         await until(lambda: app.ok.total() >= 50, 20, "50 messages delivered")
         paused = await gateway.post(f"/v1/subscriptions/{name}/pause")
