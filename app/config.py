@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Annotated, Literal
 from urllib.parse import urlsplit
 
-from pydantic import Field, SecretStr, field_validator, model_validator
+from pydantic import Field, SecretStr, ValidationInfo, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 NATS_URL_SCHEMES = {"nats", "tls", "ws", "wss"}
@@ -124,8 +124,24 @@ class Settings(BaseSettings):
     kv_cache: Annotated[list[str], NoDecode] = Field(default_factory=list)
     kv_cache_max_bytes: int = Field(default=64 * 1024 * 1024, ge=0)
     retry_after: int = Field(default=1, ge=1, le=3600)
+    # Push delivery (app.push): the URL prefixes subscriptions may POST to (the pod's own
+    # application by default), subscriptions declared in a file, the bucket that holds those
+    # made through the API, and how long POSTs under way may finish when the gateway stops.
+    push_allowed_urls: Annotated[list[str], NoDecode] = Field(
+        default_factory=lambda: ["http://127.0.0.1", "http://localhost"]
+    )
+    subscriptions: Path | None = None
+    subscriptions_bucket: str = "jsgw_subscriptions"
+    push_shutdown_grace: float = Field(default=5.0, ge=0, le=300)
 
-    @field_validator("nats_url", "cors_origins", "kv_cache", "trusted_proxies", mode="before")
+    @field_validator(
+        "nats_url",
+        "cors_origins",
+        "kv_cache",
+        "trusted_proxies",
+        "push_allowed_urls",
+        mode="before",
+    )
     @classmethod
     def _split_commas(cls, value: object) -> object:
         if isinstance(value, str):
@@ -163,6 +179,39 @@ class Settings(BaseSettings):
                 raise ValueError(f"not a bucket name: {bucket!r}")
         return buckets
 
+    @field_validator("push_allowed_urls")
+    @classmethod
+    def _check_prefixes(cls, prefixes: list[str]) -> list[str]:
+        from app.push.allowlist import EndpointError, parse_prefix
+
+        for prefix in prefixes:
+            try:
+                parse_prefix(prefix)
+            except EndpointError as exc:
+                raise ValueError(f"{prefix!r}: {exc}") from None
+        return prefixes
+
+    @field_validator("subscriptions_bucket")
+    @classmethod
+    def _check_subscriptions_bucket(cls, bucket: str) -> str:
+        from app.validation import is_name_token
+
+        if not is_name_token(bucket) or len(bucket) > 252:
+            raise ValueError(f"not a bucket name: {bucket!r}")
+        return bucket
+
+    @field_validator("subscriptions")
+    @classmethod
+    def _subscriptions_load(cls, path: Path | None, info: ValidationInfo) -> Path | None:
+        from app.push.allowlist import Allowlist
+        from app.push.declared import load
+
+        allowed = info.data.get("push_allowed_urls")
+        if path is not None and allowed is not None:
+            # Raises SubscriptionsFileError (a ValueError) naming the entry and the problem.
+            load(path, Allowlist(allowed))
+        return path
+
     @field_validator("js_domain")
     @classmethod
     def _check_domain(cls, domain: str | None) -> str | None:
@@ -190,6 +239,7 @@ class Settings(BaseSettings):
         "tls_cert",
         "tls_key",
         "tls_client_ca",
+        "subscriptions",
     )
     @classmethod
     def _file_exists(cls, path: Path | None) -> Path | None:

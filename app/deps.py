@@ -22,6 +22,7 @@ from app.lifespan import Runtime
 from app.nats.direct import DirectGet
 from app.nats.pool import NatsPool
 from app.publish.service import Publisher
+from app.push.service import PushService
 from app.sse import SseSlots
 from app.streams.service import StreamService
 
@@ -70,6 +71,10 @@ async def get_counters(runtime: RuntimeDep) -> CounterService:
     return runtime.counters
 
 
+async def get_push(runtime: RuntimeDep) -> PushService:
+    return runtime.push
+
+
 SettingsDep = Annotated[Settings, Depends(get_settings)]
 
 
@@ -91,6 +96,7 @@ FROM_RUNTIME: dict[Callable[..., Awaitable[Any]], str | None] = {
     get_kv: "kv",
     get_consumers: "consumers",
     get_counters: "counters",
+    get_push: "push",
     get_sse_slots: "sse_slots",
 }
 
@@ -105,6 +111,7 @@ PublisherDep = Annotated[Publisher, Depends(get_publisher)]
 KVDep = Annotated[KVService, Depends(get_kv)]
 ConsumersDep = Annotated[ConsumerService, Depends(get_consumers)]
 CountersDep = Annotated[CounterService, Depends(get_counters)]
+PushDep = Annotated[PushService, Depends(get_push)]
 
 
 async def _stream_name(
@@ -127,3 +134,15 @@ async def _consumer_name(
 
 
 ConsumerName = Annotated[str, Depends(_consumer_name)]
+
+
+async def _subscription_name(
+    name: Annotated[
+        str,
+        Path(description="Subscription name", json_schema_extra=validation.SCHEMAS["consumer"]),
+    ],
+) -> str:
+    return validation.subscription_name(name)
+
+
+SubscriptionName = Annotated[str, Depends(_subscription_name)]

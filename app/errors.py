@@ -452,6 +452,19 @@ class ErrorCode(StrEnum):
         "JetStream could not read the request the gateway built from yours: check the "
         "configuration's fields."
     )
+    SUBSCRIPTION_NAME_INVALID = "subscription.name_invalid", InvalidInput, (
+        "Not a valid subscription name: use 1-255 letters, digits, '-' or '_'."
+    )
+    SUBSCRIPTION_ENDPOINT_NOT_ALLOWED = "subscription.endpoint_not_allowed", InvalidInput, (
+        "The subscription's endpoint is not an absolute http(s) URL under a prefix of "
+        "JSGW_PUSH_ALLOWED_URLS (same scheme, host and port, the path on a segment boundary; "
+        "no user information, no dot segments): nothing was stored. Use an allowed URL, or "
+        "ask the operator to allow it."
+    )
+    SUBSCRIPTION_INVALID = "subscription.invalid", InvalidInput, (
+        "The subscription cannot be delivered as given (its consumer_config does not ack "
+        "explicitly, or contradicts what an ordered subscription needs): `detail` says what."
+    )
     # -- 401, 403 --------------------------------------------------------------------------
     AUTH_REQUIRED = "auth.required", Unauthorized, (
         "No valid bearer token: send `Authorization: Bearer <token>`."
@@ -507,6 +520,9 @@ class ErrorCode(StrEnum):
         "JetStream answered 404 with an error the gateway has no better code for: "
         "`nats.description` says what is missing."
     )
+    SUBSCRIPTION_NOT_FOUND = "subscription.not_found", NotFound, (
+        "No push subscription of this name: check the name, or create it with PUT."
+    )
     # -- 405, 406 --------------------------------------------------------------------------
     ROUTE_METHOD_NOT_ALLOWED = "route.method_not_allowed", MethodNotAllowed, (
         "The route exists but not with this method: the Allow header lists those it takes."
@@ -516,6 +532,15 @@ class ErrorCode(StrEnum):
         "application/x-ndjson as well."
     )
     # -- 409 -------------------------------------------------------------------------------
+    SUBSCRIPTION_DECLARED_IN_FILE = "subscription.declared_in_file", Conflict, (
+        "The subscription is declared in the gateway's JSGW_SUBSCRIPTIONS file: it is changed "
+        "there (and the gateway restarted), not through the API."
+    )
+    SUBSCRIPTION_CONSUMER_MISMATCH = "subscription.consumer_mismatch", Conflict, (
+        "The consumer exists and cannot serve this subscription: a push consumer, acks that "
+        "are not explicit, or (ordered) no pinned_client priority group of the subscription's "
+        "group with max_ack_pending 1. Nothing was stored: change the consumer, or name another."
+    )
     STREAM_EXISTS = "stream.exists", Conflict, (
         "A stream with this name exists with a different configuration."
     )

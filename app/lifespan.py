@@ -30,6 +30,7 @@ from app.nats.embedded import EmbeddedServer
 from app.nats.jsapi import JetStreamApi
 from app.nats.pool import NatsPool
 from app.publish.service import Publisher
+from app.push.service import PushService
 from app.sse import SseSlots
 from app.streams.service import StreamService
 
@@ -49,6 +50,7 @@ class Runtime:
     publisher: Publisher
     consumers: ConsumerService
     counters: CounterService
+    push: PushService
     ack_secret: bytes
     auth: Authenticator
     sse_slots: SseSlots
@@ -70,6 +72,7 @@ def make_lifespan(
         embedded: EmbeddedServer | None = None
         pool: NatsPool | None = None
         kv: KVService | None = None
+        push: PushService | None = None
         compat.check()  # (cached: an upgrade is checked once per process, not per app)
         try:
             servers = settings.nats_url
@@ -96,6 +99,9 @@ def make_lifespan(
             kv = KVService(js, direct, publisher, settings, metrics)
             direct_service = DirectService(direct, js)
             streams = StreamService(js, direct)
+            consumers = ConsumerService(pool, js, settings, ack_secret, metrics)
+            push = PushService(settings, pool, js, kv, consumers, publisher, metrics)
+            await push.start()
             runtime = Runtime(
                 settings=settings,
                 metrics=metrics,
@@ -106,8 +112,9 @@ def make_lifespan(
                 streams=streams,
                 kv=kv,
                 publisher=publisher,
-                consumers=ConsumerService(pool, js, settings, ack_secret, metrics),
+                consumers=consumers,
                 counters=CounterService(js, direct, direct_service, streams, publisher),
+                push=push,
                 ack_secret=ack_secret,
                 auth=auth,
                 sse_slots=SseSlots(
@@ -127,6 +134,10 @@ def make_lifespan(
             # Reverse order of creation: drain NATS, then stop the server it talks to.
             with contextlib.suppress(ValueError, RuntimeError, NotImplementedError):
                 asyncio.get_running_loop().remove_signal_handler(signal.SIGHUP)
+            if push is not None:
+                # Deliveries first: POSTs under way finish (within the grace) and are acked
+                # while NATS is still there.
+                await push.close()
             if kv is not None:
                 # Watches first: their consumers are deleted while NATS is still there.
                 await kv.close()

@@ -19,7 +19,17 @@ from app.metrics import Metrics
 from app.middleware import BodyLimitMiddleware, RequestContextMiddleware
 from app.schemas import Message, Problem
 from app.sse import RAW_SEND
-from routers import auth, consumers, counters, direct, kv, publish, streams, system
+from routers import (
+    auth,
+    consumers,
+    counters,
+    direct,
+    kv,
+    publish,
+    streams,
+    subscriptions,
+    system,
+)
 
 DESCRIPTION = """HTTP/REST + SSE gateway for NATS JetStream: streams, publish, KV, Direct Get
 and pull consumers for programs without a NATS client. Errors are RFC 9457 problem+json with a
@@ -91,6 +101,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(kv.router)
     app.include_router(consumers.router)
     app.include_router(counters.router)
+    app.include_router(subscriptions.router)
     # Static pages, not API routes: without access rules, public; their data comes through
     # the API above.
     ui.install(app)

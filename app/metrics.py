@@ -26,7 +26,7 @@ from bisect import bisect_left
 from collections.abc import Callable, Iterator
 from typing import Any, Protocol, cast
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client import metrics as prometheus_metrics
 from prometheus_client.metrics_core import Metric
 from prometheus_client.mmap_dict import MmapedDict, mmap_key
@@ -51,6 +51,24 @@ _LATENCY_BUCKETS = (
     10.0,
 )
 _BOUNDS = (*map(floatToGoString, _LATENCY_BUCKETS), "+Inf")
+# An application's answers to push deliveries take from milliseconds to a POST's timeout.
+PUSH_LATENCY_BUCKETS = (
+    0.001,
+    0.0025,
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    2.5,
+    5.0,
+    10.0,
+    30.0,
+    60.0,
+)
 MULTIPROC_DIR = "PROMETHEUS_MULTIPROC_DIR"
 
 _REQUESTS = ("jsgw_http_requests", "HTTP requests answered, by method, route template and status.")
@@ -72,7 +90,7 @@ _METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"
 SSE_KINDS = ("kv_watch", "consume")
 SSE_REFUSALS = ("streams", "token", "address", "kv_watches")
 WATCH_DROPS = ("behind", "stuck")
-UNKNOWN_OUTCOMES = ("publish", "publish_atomic", "kv_write", "ack", "counter")
+UNKNOWN_OUTCOMES = ("publish", "publish_atomic", "kv_write", "ack", "counter", "push_dead_letter")
 
 
 class _ValueFile(Protocol):
@@ -360,7 +378,7 @@ class Metrics:
             "jsgw_publish_outcome_unknown",
             "Writes answered nats.outcome_unknown (not confirmed in time: they may or may not "
             "have been applied), by operation: 'publish', 'publish_atomic', 'kv_write', 'ack', "
-            "'counter'.",
+            "'counter', 'push_dead_letter'.",
             ["operation"],
             registry=self.registry,
         )
@@ -376,6 +394,56 @@ class Metrics:
             "this process had served or written for the key (a replica catching up), and "
             "history, revision and multi-key reads that a mirror answered: read again from "
             "the bucket's own stream.",
+            registry=self.registry,
+        )
+
+        # Push delivery (app.push), by subscription: operator-declared names, so bounded.
+        self.push_delivered = Counter(
+            "jsgw_push_delivered_total",
+            "Messages POSTed to the application (a message delivered again counts again).",
+            ["subscription"],
+            registry=self.registry,
+        )
+        self.push_acked = Counter(
+            "jsgw_push_acked_total",
+            "Messages the application took (2xx, SUCCESS) whose ack the server confirmed.",
+            ["subscription"],
+            registry=self.registry,
+        )
+        self.push_retried = Counter(
+            "jsgw_push_retried_total",
+            "Messages given back for a later delivery (nak): RETRY, 408, 429, 5xx, 3xx, no "
+            "answer in time, no connection.",
+            ["subscription"],
+            registry=self.registry,
+        )
+        self.push_terminated = Counter(
+            "jsgw_push_terminated_total",
+            "Messages ended undelivered: dropped or refused (4xx) by the application, "
+            "dead-lettered, or failed on their last delivery (max_deliver).",
+            ["subscription"],
+            registry=self.registry,
+        )
+        self.push_dead_lettered = Counter(
+            "jsgw_push_dead_lettered_total",
+            "Messages published to the subscription's dead-letter subject.",
+            ["subscription"],
+            registry=self.registry,
+        )
+        self.push_in_flight = Gauge(
+            "jsgw_push_in_flight",
+            "Messages a gateway process holds for a subscription: POSTed, or waiting for a "
+            "free POST (at most concurrency x batch per process).",
+            ["subscription"],
+            registry=self.registry,
+            multiprocess_mode="livesum",
+        )
+        self.push_latency = Histogram(
+            "jsgw_push_app_latency_seconds",
+            "Time from a POST to the application's whole answer, by subscription and outcome "
+            "(success, retry, drop, rejected, redirect, server_error, timeout, unreachable).",
+            ["subscription", "outcome"],
+            buckets=PUSH_LATENCY_BUCKETS,
             registry=self.registry,
         )
 

@@ -128,6 +128,16 @@ def consumer_name(value: str) -> str:
     )
 
 
+def subscription_name(value: str) -> str:
+    """A push subscription's name: a consumer name's rules (it is a KV key and a label)."""
+    return _matching(
+        _STREAM,
+        value,
+        ErrorCode.SUBSCRIPTION_NAME_INVALID,
+        f"invalid subscription name {value!r}: use 1-255 letters, digits, '-' or '_'",
+    )
+
+
 def group_name(value: str) -> str:
     return _matching(
         _GROUP,

@@ -25,6 +25,7 @@ DOMAINS: dict[str, tuple[str, ...]] = {
     "direct": ("test_direct",),
     "consumers": ("test_consumers", "test_pull", "test_acks"),
     "counters": ("test_counters",),
+    "push": ("test_push",),
     "pipeline": ("test_pipeline", "test_stream_read", "test_streaming", "test_write"),
 }
 

@@ -89,6 +89,16 @@ def _consumer(p: Params, _: Request) -> Resource:
     return Resource("consumer", f"{p['stream']}/{p['consumer']}")
 
 
+# The consumer a push subscription delivers is named in its body or its stored record, not in
+# the request head: the route needs the action on some consumer (decided from the head), and
+# its handler checks the subscription's own (:func:`require`).
+SOME_CONSUMER = Resource("consumer", "*")
+
+
+def _subscription(_: Params, __: Request) -> Resource:
+    return SOME_CONSUMER
+
+
 STREAM = Target("stream:{stream}", _stream)
 STREAM_SUBJECT = Target("stream:{stream}/{subject}", _stream_subject)
 DIRECT = Target("stream:{stream}/{last_by_subj|next_by_subj}", _direct)
@@ -96,6 +106,7 @@ STREAM_FILTER = Target("stream:{stream}/{subject}", _stream_filter)
 BUCKET = Target("kv:{bucket}", _bucket)
 KEY = Target("kv:{bucket}/{key}", _key)
 CONSUMER = Target("consumer:{stream}/{consumer}", _consumer)
+SUBSCRIPTION = Target("consumer:{subscription's stream}/{subscription's consumer}", _subscription)
 
 AUTHENTICATED = Need("authenticated")
 PUBLIC = Need("public")
@@ -109,6 +120,10 @@ def _forbidden() -> errors.Forbidden:
 def check(principal: Principal, need: Need, resource: Resource | None) -> None:
     if need.action in ("public", "authenticated") or resource is None:
         return
+    if resource is SOME_CONSUMER:
+        if principal.allows_some(need.action, "consumer"):
+            return
+        raise _forbidden()
     if resource.item is None and need.action == "read" and not need.narrowed:
         # A read of the whole (by sequence: any subject may come back) needs every item;
         # a deny rule on some subjects of the stream takes it away.
@@ -136,6 +151,12 @@ def sees_consumer(principal: Principal, stream: str, consumer: str) -> bool:
     administer it."""
     resource = Resource("consumer", f"{stream}/{consumer}")
     return principal.allows("consume", resource) or principal.allows("admin", resource)
+
+
+def require_sees_consumer(principal: Principal, stream: str, consumer: str) -> None:
+    """403 unless the consumer would show in the token's listings (:func:`sees_consumer`)."""
+    if not sees_consumer(principal, stream, consumer):
+        raise _forbidden()
 
 
 def sees_account(principal: Principal) -> bool:

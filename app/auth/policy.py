@@ -189,6 +189,12 @@ class Principal:
             return twin is None or action in twin.actions
         return True
 
+    def allows_some(self, action: str, kind: str) -> bool:
+        """Some rule of ``kind`` grants ``action`` (on what, the caller checks next)."""
+        if self.anonymous:
+            return True
+        return any(r.pattern.kind == kind and action in r.actions for r in self.rules)
+
     def item_rules(self, kind: str, name: str) -> list[Rule]:
         """The rules with an item prefix that concern bucket/stream ``name`` (for a bucket's
         stream, the kv: rules' twins too)."""

@@ -162,6 +162,14 @@ class ConsumerService:
                 pass  # created by someone else between our INFO and CREATE: update it
         return consumer_config.consumer_info_out(await self._create(stream, body, "update")), False
 
+    async def create(self, stream: str, name: str, config: ConsumerConfig) -> dict[str, Any]:
+        """Create the consumer only: the server checks the config first, then answers 409
+        ``consumer.exists`` when one of the name exists with another config (one with the
+        same config is answered as it is)."""
+        body = consumer_config.to_nats(name, config)
+        self.pool.require(*features.of_consumer(body))
+        return consumer_config.consumer_info_out(await self._create(stream, body, "create"))
+
     async def _create(self, stream: str, config: dict[str, Any], action: str) -> dict[str, Any]:
         request = {"stream_name": stream, "config": config, "action": action}
         info = await self.js.call(

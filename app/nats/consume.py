@@ -8,13 +8,19 @@ consumer still exists, then pull again. Each pull replies to ``<inbox>.<n>`` und
 subscription, so a status can be traced to the request it ends (and to the pin id it carried).
 
 Nothing here acks: messages the client never received are redelivered after ``ack_wait``.
+
+A caller that holds on to what it takes (push delivery, app.push.runner) passes ``room``: how
+many more messages it can take now. A pull then asks for no more than that room less what is
+already asked for and not yet taken, so that what the caller holds plus what may still come
+stays within what it said it can take.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections import deque
+from collections.abc import AsyncGenerator, Awaitable, Callable
 from dataclasses import dataclass, replace
 
 import anyio
@@ -61,6 +67,10 @@ class ConsumeOptions:
 @dataclass(frozen=True, slots=True)
 class Delivered:
     msg: Msg
+    sent_after: float = 0.0
+    """The server sent it no earlier than this (the event loop's time): when the oldest pull
+    that, counting the messages in the order they came, still awaited one was sent. 0 when
+    unknown (it came for a pull forgotten since)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,6 +105,10 @@ class _Pull:
     sent_bytes: int
     pin_id: str | None
     give_up_at: float
+    sent_at: float = 0.0
+    unfilled: int = 0
+    """Messages still to come for it, counting each message as the oldest pull's (the server
+    serves waiting pulls in turn, so this is no exact count of its own)."""
 
 
 class Consume:
@@ -106,8 +120,10 @@ class Consume:
         subject: str,
         options: ConsumeOptions,
         check: Callable[[], Awaitable[object]],
+        room: Callable[[], int] | None = None,
     ) -> None:
         self._pool = pool
+        self._room = room
         self._subject = subject
         self._options = options
         self._check = check
@@ -120,13 +136,14 @@ class Consume:
         self._reconnects = 0
         self._recovering: str | None = None
         self._pulls: dict[str, _Pull] = {}
+        self._unfilled: deque[_Pull] = deque()  # the pulls counted as awaiting messages
         self._counter = 0
         self.pending_messages = 0
         self.pending_bytes = 0
         self.pin_id = options.pin_id
         self._quiet_until = 0.0
 
-    async def events(self) -> AsyncIterator[Event]:
+    async def events(self) -> AsyncGenerator[Event, None]:
         """Delivered messages and notices, until a terminal error (the last event) or the end."""
         backoff = _POLL
         warned = False
@@ -228,14 +245,30 @@ class Consume:
         if pin and pin != self.pin_id:
             self.pin_id = pin
             events.append(Pinned(pin))
-        events.append(Delivered(msg))
+        events.append(Delivered(msg, self._sent_after()))
         return events
+
+    def _sent_after(self) -> float:
+        """When the pull was sent that this message is counted for (see Delivered.sent_after).
+
+        Messages come in the order the server sent them, and none for a pull before the pull
+        was sent: if the older pulls have had as many messages as they asked for, this one
+        was sent after the oldest pull that has not (whichever pull it was really for)."""
+        unfilled = self._unfilled
+        while unfilled and unfilled[0].unfilled <= 0:
+            unfilled.popleft()
+        if not unfilled:
+            return 0.0
+        head = unfilled[0]
+        head.unfilled -= 1
+        return head.sent_at
 
     def _ended(self, key: str, status: Status) -> list[Event]:
         if status.heartbeat:
             return []
         pull = self._pulls.pop(key, None)
         if pull is not None:
+            pull.unfilled = 0
             # What the pull did not deliver no longer counts as pending. Statuses sent before a
             # pull was queued carry no counts: then it delivered nothing.
             left = status.pending_messages if status.pending_messages is not None else pull.messages
@@ -280,6 +313,8 @@ class Consume:
             batch, max_bytes = options.bytes_batch, options.max_bytes - self.pending_bytes
         else:
             batch, max_bytes = options.max_messages - self.pending_messages, 0
+            if self._room is not None:
+                batch = min(batch, self._room() - self.pending_messages)
         if batch <= 0:
             return
         self._counter += 1
@@ -291,21 +326,42 @@ class Consume:
             # was slow to take the last messages): the silence starts now.
             self._quiet_until = now + 2 * self._heartbeat
         give_up_at = now + request.expires + CLIENT_MARGIN
-        self._pulls[key] = _Pull(batch, max_bytes, max_bytes, self.pin_id, give_up_at)
+        pull = _Pull(batch, max_bytes, max_bytes, self.pin_id, give_up_at, now, batch)
+        self._pulls[key] = pull
+        if not options.max_bytes:
+            self._unfilled.append(pull)
         self.pending_messages += batch
         self.pending_bytes += max_bytes
 
     def _expire(self, now: float) -> None:
-        """Pulls whose end never came (a server restart, a lost status) stop counting."""
-        for key in [k for k, pull in self._pulls.items() if pull.give_up_at <= now]:
-            pull = self._pulls.pop(key)
-            self.pending_messages = max(0, self.pending_messages - pull.messages)
+        """Forget pulls past their end (oldest first: all have the same ``expires``).
+
+        A pull whose batch was delivered whole ends without a word from the server (only one
+        that ends early says what it left: a 408 or 409 with ``Nats-Pending-Messages``), and
+        each of its messages was counted off as it came: by messages, a pull past its end
+        leaves nothing more to count off (taking its batch off again would count its
+        messages twice, and pull more than the buffer holds). By bytes, what it asked for is
+        taken off, as the sizes counted off are the client's estimate. When nothing is
+        pending by messages, no pull can deliver more, so none is kept.
+        """
+        pulls = self._pulls
+        if not self._options.max_bytes and self.pending_messages == 0:
+            pulls.clear()
+            self._unfilled.clear()
+            return
+        while pulls:
+            key, pull = next(iter(pulls.items()))
+            if pull.give_up_at > now:
+                return
+            del pulls[key]
+            pull.unfilled = 0
             self.pending_bytes = max(0, self.pending_bytes - pull.bytes)
 
     def _forget(self, *, drop: bool) -> None:
         """Start counting afresh. ``drop``: the server lost the pulls too (reconnect); otherwise
         their statuses may still come, and are then only looked at for the pin id."""
         self.pending_messages = self.pending_bytes = 0
+        self._unfilled.clear()
         if drop:
             self._pulls.clear()
         for pull in self._pulls.values():

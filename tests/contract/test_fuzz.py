@@ -58,6 +58,18 @@ checks.positive_data_acceptance.expected-statuses = ["2xx", "400", "404", "409"]
 [[operations]]
 include-path = "/v1/streams/{stream}/consumers/{consumer}/pause"
 checks.positive_data_acceptance.expected-statuses = ["2xx", "400", "404", "409"]
+
+# A push subscription's endpoint must be under JSGW_PUSH_ALLOWED_URLS, a setting of the
+# gateway and not of the spec (a "uri" of the schema's form is refused with 400
+# subscription.endpoint_not_allowed unless it is under it), and its pause ends in the future
+# as a consumer's does.
+[[operations]]
+include-path = "/v1/subscriptions/{name}"
+checks.positive_data_acceptance.expected-statuses = ["2xx", "400", "404", "409"]
+
+[[operations]]
+include-path = "/v1/subscriptions/{name}/pause"
+checks.positive_data_acceptance.expected-statuses = ["2xx", "400", "404", "409"]
 """
 )
 

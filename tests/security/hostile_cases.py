@@ -46,6 +46,10 @@ SECRETS = (SECRET_VALUE, DENIED_VALUE, STREAM_SECRET)
 
 # Names that do not exist: a hostile request that creates them shows up in the snapshot.
 NEW_STREAM, NEW_BUCKET, NEW_CONSUMER = "HOSTILE_NEW", "HOSTILE_NEW_KV", "HOSTILE_NEW_C"
+# A push subscription that does not exist (one stored would make its bucket and consumer).
+SUBSCRIPTION, OTHER_SUBSCRIPTION = "HOSTILE_SUB", "HOSTILE_SUB2"
+ALLOWED_ENDPOINT = "http://127.0.0.1:9/hook"
+SUBSCRIBED = {"stream": STREAM, "consumer": NEW_CONSUMER, "endpoint": ALLOWED_ENDPOINT}
 
 NOTHING: Any = object()
 """No JSON body (``json=`` is not passed at all)."""
@@ -256,6 +260,17 @@ def _consumer_endpoints(c: str) -> list[tuple[str, str, dict[str, Any]]]:
     ]
 
 
+def _subscription_endpoints(n: str) -> list[tuple[str, str, dict[str, Any]]]:
+    base = f"/v1/subscriptions/{n}"
+    return [
+        ("PUT", base, {"body": SUBSCRIBED}),
+        ("GET", base, {}),
+        ("DELETE", f"{base}?delete_consumer=true", {}),
+        ("POST", f"{base}/pause", {}),
+        ("POST", f"{base}/resume", {}),
+    ]
+
+
 def _template(path: str, value: str) -> str:
     return path.split("?")[0].replace(value, "{}", 1)
 
@@ -265,6 +280,7 @@ def path_name_cases() -> Iterator[Case]:
         ("stream", STREAM, f"KV_{SECRET_BUCKET}", _stream_endpoints),
         ("bucket", BUCKET, SECRET_BUCKET, _bucket_endpoints),
         ("consumer", CONSUMER, OTHER_CONSUMER, _consumer_endpoints),
+        ("subscription", SUBSCRIPTION, OTHER_SUBSCRIPTION, _subscription_endpoints),
     ]
     for slot, name, other, endpoints in slots:
         for label, variant in NAME_VARIANTS:
@@ -1079,6 +1095,68 @@ _BODIES: dict[tuple[str, str], list[tuple[str, Any]]] = {
     ],
     ("POST", f"/v1/streams/{STREAM}/consumers/{OTHER_CONSUMER}/ack"): [
         ("token of another consumer", lambda t: {"acks": [{"token": t[CONSUMER]}]}),
+    ],
+    ("PUT", f"/v1/subscriptions/{SUBSCRIPTION}"): [
+        *[
+            (f"endpoint {label}", {**SUBSCRIBED, "endpoint": endpoint})
+            for label, endpoint in [
+                ("other host", "http://evil.example/hook"),
+                ("host extended", "http://127.0.0.1.evil.example/hook"),
+                ("userinfo", "http://127.0.0.1@evil.example/hook"),
+                ("backslash", "http://127.0.0.1\\@evil.example/hook"),
+                ("crlf", "http://127.0.0.1/hook\r\nHost: evil"),
+                ("nul", "http://127.0.0.1/hook\u0000"),
+                ("dot segments", "http://127.0.0.1/a/../../admin"),
+                ("encoded dots", "http://127.0.0.1/a/%2e%2e/admin"),
+                ("decimal address", "http://2130706433/hook"),
+                ("metadata service", "http://169.254.169.254/latest/meta-data"),
+                ("https", "https://127.0.0.1/hook"),
+                ("file", "file:///etc/passwd"),
+                ("relative", "/hook"),
+                ("empty", ""),
+                ("int", 80),
+                ("overlong", "http://127.0.0.1/" + "a" * 3000),
+            ]
+        ],
+        ("stream missing", {"consumer": NEW_CONSUMER, "endpoint": ALLOWED_ENDPOINT}),
+        ("stream star", {**SUBSCRIBED, "stream": "*"}),
+        ("consumer dot", {**SUBSCRIBED, "consumer": "a.b"}),
+        ("concurrency 0", {**SUBSCRIBED, "concurrency": 0}),
+        ("concurrency 2^70", {**SUBSCRIBED, "concurrency": 2**70}),
+        ("concurrency string", {**SUBSCRIBED, "concurrency": "16"}),
+        ("batch 1001", {**SUBSCRIBED, "batch": 1001}),
+        ("timeout negative", {**SUBSCRIBED, "timeout": -1}),
+        ("timeout 1e300", {**SUBSCRIBED, "timeout": 1e300}),
+        ("timeout word", {**SUBSCRIBED, "timeout": "soon"}),
+        ("format word", {**SUBSCRIBED, "format": "xml"}),
+        ("cloudevents batch", {**SUBSCRIBED, "format": "cloudevents", "batch": 2}),
+        ("ordered string", {**SUBSCRIBED, "ordered": "true"}),
+        ("group 17 chars", {**SUBSCRIBED, "group": "g" * 17}),
+        ("dead letter wildcard", {**SUBSCRIBED, "dead_letter": {"subject": "dlq.>"}}),
+        (
+            "dead letter js api",
+            {**SUBSCRIBED, "dead_letter": {"subject": "$JS.API.STREAM.DELETE.HOST"}},
+        ),
+        ("dead letter crlf", {**SUBSCRIBED, "dead_letter": {"subject": "dlq\r\nPUB x 1"}}),
+        ("dead letter string", {**SUBSCRIBED, "dead_letter": "dlq"}),
+        ("consumer config name", {**SUBSCRIBED, "consumer_config": {"name": CONSUMER}}),
+        ("consumer config ack none", {**SUBSCRIBED, "consumer_config": {"ack_policy": "none"}}),
+        ("consumer config push", {**SUBSCRIBED, "consumer_config": {"deliver_subject": "x"}}),
+        (
+            "ordered bad config",
+            {**SUBSCRIBED, "ordered": True, "consumer_config": {"max_ack_pending": 9}},
+        ),
+        ("ordered on a plain consumer", {**SUBSCRIBED, "consumer": CONSUMER, "ordered": True}),
+        ("unknown field", {**SUBSCRIBED, "bogus": 1}),
+        ("array", [SUBSCRIBED]),
+        ("null", None),
+    ],
+    ("POST", f"/v1/subscriptions/{SUBSCRIPTION}/pause"): [
+        ("until word", {"until": "soon"}),
+        ("until negative", {"until": -1}),
+        ("until past", {"until": "2000-01-01T00:00:00Z"}),
+        ("unknown field", {"bogus": 1}),
+        ("array", []),
     ],
     ("POST", f"/v1/streams/{STREAM}/consumers/{GROUPED}/unpin"): [
         ("group int", {"group": 5}),

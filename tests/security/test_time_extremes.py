@@ -115,6 +115,23 @@ def _publish_batch_ttl(client: httpx.Client, value: str, world: World) -> httpx.
     return client.post("/v1/publish", json=body)
 
 
+def _subscription_timeout(client: httpx.Client, value: str, world: World) -> httpx.Response:
+    # A consumer of its own each time (made by the PUT, deleted with it): the subscription
+    # must not take the messages the other inputs' consumers hold.
+    name = f"S{next(world.names)}"
+    fields = f'"stream": "{STREAM}", "consumer": "{name}", "endpoint": "{_DEAD_END}"'
+    body = f'{{{fields}, "timeout": {value}}}'
+    response = client.put(
+        f"/v1/subscriptions/{name}",
+        content=body.encode(),
+        headers={"content-type": "application/json"},
+    )
+    if response.status_code < 300:
+        client.delete(f"/v1/subscriptions/{name}", params={"delete_consumer": "true"})
+    return response
+
+
+_DEAD_END = "http://127.0.0.1:9/hook"  # (port 9, discard: refused on loopback)
 _STREAM_PATH = "/v1/streams/{name}"
 _PAUSED = f"/v1/streams/{STREAM}/consumers/PAUSED/pause"
 _CONSUMER_PATH = f"/v1/streams/{STREAM}/consumers/{{name}}"
@@ -131,6 +148,9 @@ INPUTS: dict[tuple[str, str], Sender] = {
     # A pause's end: an RFC 3339 time or a duration (of a consumer only these pause).
     ("PauseRequest.until", TIME): _post(_PAUSED, '{"until": @}'),
     ("PauseRequest.until", DURATION): _post(_PAUSED, '{"until": @}'),
+    # A push subscription's pause is its consumer's (PAUSEDSUB: on a consumer of its own).
+    ("PauseSubscription.until", TIME): _post("/v1/subscriptions/PAUSEDSUB/pause", '{"until": @}'),
+    ("Subscription.timeout", DURATION): _subscription_timeout,
     ("StreamSource.opt_start_time", TIME): _put_then_delete(
         _STREAM_PATH, '{"storage": "memory", "sources": [{"name": "EXT", "opt_start_time": @}]}'
     ),
@@ -280,6 +300,8 @@ def _populate(client: httpx.Client) -> str:
         _ok(client.post(f"/v1/publish/ext.{i}", content=b"x"))
     _ok(client.put(f"/v1/streams/{STREAM}/consumers/{CONSUMER}", json={"ack_wait": "10m"}))
     _ok(client.put(f"/v1/streams/{STREAM}/consumers/PAUSED", json={}))
+    subscription = {"stream": STREAM, "consumer": "PAUSEDSUB", "endpoint": _DEAD_END}
+    _ok(client.put("/v1/subscriptions/PAUSEDSUB", json=subscription))
     _ok(client.put(f"/v1/kv/{BUCKET}", json={"limit_marker_ttl": 5}))
     _ok(client.put(f"/v1/kv/{BUCKET}/keys/a", content=b"v"))
     fetched = _ok(

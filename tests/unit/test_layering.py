@@ -87,6 +87,9 @@ BUILDS_ON: dict[str, set[str]] = {
     "kv": {"streams", "publish", "direct"},
     "consumers": {"streams"},
     "counters": {"streams", "publish", "direct"},
+    # Push delivery pulls from consumers, keeps its subscriptions in a KV bucket and
+    # publishes dead letters.
+    "push": {"consumers", "kv", "publish"},
     "streams": set(),
     "publish": set(),
     "direct": set(),

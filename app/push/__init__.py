@@ -1,0 +1,1 @@
+"""Push delivery to the application: subscriptions, their runners, and what answers mean."""

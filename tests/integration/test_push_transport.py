@@ -1,0 +1,175 @@
+"""The push deliveries' HTTP/1.1 transport (app/push/transport.py) against real servers on
+loopback sockets: a plain asyncio server that answers what each test scripts, byte for byte."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+
+import httpx
+import pytest
+
+from app.push import transport as lean
+from app.push.transport import AnswerTooLarge, LeanTransport
+from tests.push_app import free_port
+
+
+class Close(bytes):
+    """An answer after which the server closes the connection."""
+
+
+STALL = Close(b"")
+"""No answer: the server keeps the connection open and says nothing."""
+
+Script = Callable[[int, bytes], bytes | None]
+"""(request number, request bytes) -> the answer's bytes (None: close without answering)."""
+
+
+@dataclass
+class Server:
+    url: str
+    connections: int = 0
+    requests: list[bytes] = field(default_factory=list)
+
+
+async def _read_request(reader: asyncio.StreamReader) -> bytes | None:
+    try:
+        head = await reader.readuntil(b"\r\n\r\n")
+    except (asyncio.IncompleteReadError, ConnectionError):
+        return None
+    length = 0
+    for line in head.split(b"\r\n"):
+        if line.lower().startswith(b"content-length:"):
+            length = int(line.split(b":", 1)[1])
+    return head + (await reader.readexactly(length) if length else b"")
+
+
+@asynccontextmanager
+async def serving(script: Script) -> AsyncIterator[Server]:
+    port = free_port()
+    server = Server(f"http://127.0.0.1:{port}/in?x=1")
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        server.connections += 1
+        try:
+            while True:
+                request = await _read_request(reader)
+                if request is None:
+                    return
+                server.requests.append(request)
+                answer = script(len(server.requests), request)
+                if answer is None:
+                    return
+                if answer is STALL:
+                    await asyncio.sleep(30)
+                writer.write(answer)
+                await writer.drain()
+                if isinstance(answer, Close) or b"connection: close" in answer.lower():
+                    return
+        finally:
+            writer.close()
+
+    listening = await asyncio.start_server(handle, "127.0.0.1", port)
+    try:
+        yield server
+    finally:
+        listening.close()
+
+
+@asynccontextmanager
+async def client(max_body: int = 1024) -> AsyncIterator[httpx.AsyncClient]:
+    async with httpx.AsyncClient(
+        transport=LeanTransport(max_body), follow_redirects=False, timeout=None
+    ) as http:
+        yield http
+
+
+def ok(body: bytes = b"done", *extra: bytes) -> bytes:
+    head = b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n" % len(body) + b"".join(extra)
+    return head + b"\r\n" + body
+
+
+async def post(http: httpx.AsyncClient, url: str, body: bytes = b"payload") -> httpx.Response:
+    request = httpx.Request("POST", url, content=body, headers=[("X-A", "1"), ("X-A", "2")])
+    return await http.send(request)
+
+
+async def test_connections_are_kept_and_requests_sent_as_given() -> None:
+    async with serving(lambda n, _: ok(b"answer %d" % n)) as server, client() as http:
+        for n in range(1, 21):
+            answer = await post(http, server.url)
+            assert (answer.status_code, answer.content) == (200, b"answer %d" % n)
+        assert server.connections == 1
+    first = server.requests[0]
+    assert first.startswith(b"POST /in?x=1 HTTP/1.1\r\n")
+    assert f"Host: {server.url.split('/')[2]}\r\n".encode() in first
+    assert b"X-A: 1\r\nX-A: 2\r\n" in first and b"Content-Length: 7\r\n" in first
+    assert first.endswith(b"\r\n\r\npayload")
+
+
+async def test_chunked_and_close_delimited_answers() -> None:
+    chunked = (
+        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n2\r\nde\r\n0\r\n\r\n"
+    )
+    until_close = b"HTTP/1.1 202 Accepted\r\nConnection: close\r\n\r\nto the end"
+    answers = {1: chunked, 2: until_close}
+    async with serving(lambda n, _: answers.get(n, ok())) as server, client() as http:
+        first = await post(http, server.url)
+        assert (first.status_code, first.content) == (200, b"abcde")
+        second = await post(http, server.url)
+        assert (second.status_code, second.content) == (202, b"to the end")
+        third = await post(http, server.url)  # a new connection: the last one was closed
+        assert third.status_code == 200
+        assert server.connections == 2
+
+
+async def test_an_answer_over_the_limit_is_refused_and_its_connection_dropped() -> None:
+    big = ok(b"x" * 5000)
+    async with serving(lambda n, _: big if n == 1 else ok()) as server, client(1024) as http:
+        with pytest.raises(AnswerTooLarge):
+            await post(http, server.url)
+        assert (await post(http, server.url)).status_code == 200
+        assert server.connections == 2
+
+
+@pytest.mark.parametrize(
+    ("answer", "error"),
+    [
+        (None, httpx.ReadError),  # closed without a word
+        (Close(b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nshort"), httpx.ReadError),
+        (b"SMTP ready\r\n\r\n", httpx.RemoteProtocolError),
+    ],
+)
+async def test_broken_answers(answer: bytes | None, error: type[Exception]) -> None:
+    async with serving(lambda n, _: answer if n == 1 else ok()) as server, client() as http:
+        with pytest.raises(error):
+            await asyncio.wait_for(post(http, server.url), 5)
+        assert (await post(http, server.url)).status_code == 200
+        assert server.connections == 2
+
+
+async def test_a_refused_connection() -> None:
+    async with client() as http:
+        with pytest.raises(httpx.ConnectError):
+            await post(http, f"http://127.0.0.1:{free_port()}/in")
+
+
+async def test_a_cancelled_request_closes_its_connection() -> None:
+    async with serving(lambda n, _: STALL if n == 1 else ok()) as server, client() as http:
+        with pytest.raises(TimeoutError):
+            async with asyncio.timeout(0.2):
+                await post(http, server.url)
+        assert (await post(http, server.url)).status_code == 200
+        assert server.connections == 2
+
+
+async def test_an_idle_connection_is_not_used_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(lean, "IDLE", 0.1)
+    async with serving(lambda n, _: ok()) as server, client() as http:
+        await post(http, server.url)
+        await post(http, server.url)
+        await asyncio.sleep(0.2)
+        await post(http, server.url)
+        assert server.connections == 2
