@@ -15,8 +15,11 @@ read all of it, one for each side:
   POSTs, and acks each message after the 2xx, waiting for the server to confirm the ack;
 * **nats-py**: what an application without the gateway would run (:func:`load_nats`, a
   process of its own on uvloop): ``fetch`` as many messages as it has room for, POST each
-  with httpx (the same ``Nats-*`` headers the gateway sends), ``ack_sync`` after the 2xx (a
-  confirmed ack), 64 in flight.
+  with httpx (with the ``Nats-*`` headers the gateway sends, but ``Nats-Time``),
+  ``ack_sync`` after the 2xx (a confirmed ack), 64 in flight.
+
+With ``wrk`` installed, a row gives the application's own ceiling: wrk POSTing the same body
+on as many connections.
 
 The rounds interleave the two (gateway, nats-py, gateway, ...); each side delivers for
 ``--warmup`` seconds, then the measured window of ``--duration`` seconds. Messages acked are
