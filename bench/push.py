@@ -232,19 +232,20 @@ class Window:
         return self.end.pending == 0
 
     def bottleneck(self) -> str:
+        """What bounded the window, with the CPU each process used (% of one core; the
+        machine's, % of all its cores)."""
         speaker = "gateway" if self.side == "gateway" else "nats-py"
+        cores = os.cpu_count() or 1
+        machine = (self.end.machine - self.start.machine) / self.seconds / cores * 100
         found = [
-            f"{label} CPU ({self.busy(who):.0f}%)"
+            f"{label} CPU"
             for who, label in (("speaker", speaker), ("app", "application"))
             if self.busy(who) >= 85
         ]
-        if found:
-            return " + ".join(found)
-        cores = os.cpu_count() or 1
-        machine = (self.end.machine - self.start.machine) / self.seconds / cores * 100
-        if machine >= 90:
-            return f"all cores busy ({machine:.0f}%)"
-        return "round trips (no CPU saturated)"
+        if not found:
+            found = ["all cores busy" if machine >= 90 else "round trips (no CPU saturated)"]
+        figures = f"{speaker} {self.busy('speaker'):.0f}%, application {self.busy('app'):.0f}%"
+        return f"{' + '.join(found)} ({figures}, machine {machine:.0f}%)"
 
 
 @dataclass
