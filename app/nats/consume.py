@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections import deque
 from collections.abc import AsyncGenerator, Awaitable, Callable
 from dataclasses import dataclass, replace
 
@@ -66,6 +67,10 @@ class ConsumeOptions:
 @dataclass(frozen=True, slots=True)
 class Delivered:
     msg: Msg
+    sent_after: float = 0.0
+    """The server sent it no earlier than this (the event loop's time): when the oldest pull
+    that, counting the messages in the order they came, still awaited one was sent. 0 when
+    unknown (it came for a pull forgotten since)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,6 +105,10 @@ class _Pull:
     sent_bytes: int
     pin_id: str | None
     give_up_at: float
+    sent_at: float = 0.0
+    unfilled: int = 0
+    """Messages still to come for it, counting each message as the oldest pull's (the server
+    serves waiting pulls in turn, so this is no exact count of its own)."""
 
 
 class Consume:
@@ -127,6 +136,7 @@ class Consume:
         self._reconnects = 0
         self._recovering: str | None = None
         self._pulls: dict[str, _Pull] = {}
+        self._unfilled: deque[_Pull] = deque()  # the pulls counted as awaiting messages
         self._counter = 0
         self.pending_messages = 0
         self.pending_bytes = 0
@@ -235,14 +245,30 @@ class Consume:
         if pin and pin != self.pin_id:
             self.pin_id = pin
             events.append(Pinned(pin))
-        events.append(Delivered(msg))
+        events.append(Delivered(msg, self._sent_after()))
         return events
+
+    def _sent_after(self) -> float:
+        """When the pull was sent that this message is counted for (see Delivered.sent_after).
+
+        Messages come in the order the server sent them, and none for a pull before the pull
+        was sent: if the older pulls have had as many messages as they asked for, this one
+        was sent after the oldest pull that has not (whichever pull it was really for)."""
+        unfilled = self._unfilled
+        while unfilled and unfilled[0].unfilled <= 0:
+            unfilled.popleft()
+        if not unfilled:
+            return 0.0
+        head = unfilled[0]
+        head.unfilled -= 1
+        return head.sent_at
 
     def _ended(self, key: str, status: Status) -> list[Event]:
         if status.heartbeat:
             return []
         pull = self._pulls.pop(key, None)
         if pull is not None:
+            pull.unfilled = 0
             # What the pull did not deliver no longer counts as pending. Statuses sent before a
             # pull was queued carry no counts: then it delivered nothing.
             left = status.pending_messages if status.pending_messages is not None else pull.messages
@@ -300,7 +326,10 @@ class Consume:
             # was slow to take the last messages): the silence starts now.
             self._quiet_until = now + 2 * self._heartbeat
         give_up_at = now + request.expires + CLIENT_MARGIN
-        self._pulls[key] = _Pull(batch, max_bytes, max_bytes, self.pin_id, give_up_at)
+        pull = _Pull(batch, max_bytes, max_bytes, self.pin_id, give_up_at, now, batch)
+        self._pulls[key] = pull
+        if not options.max_bytes:
+            self._unfilled.append(pull)
         self.pending_messages += batch
         self.pending_bytes += max_bytes
 
@@ -318,18 +347,21 @@ class Consume:
         pulls = self._pulls
         if not self._options.max_bytes and self.pending_messages == 0:
             pulls.clear()
+            self._unfilled.clear()
             return
         while pulls:
             key, pull = next(iter(pulls.items()))
             if pull.give_up_at > now:
                 return
             del pulls[key]
+            pull.unfilled = 0
             self.pending_bytes = max(0, self.pending_bytes - pull.bytes)
 
     def _forget(self, *, drop: bool) -> None:
         """Start counting afresh. ``drop``: the server lost the pulls too (reconnect); otherwise
         their statuses may still come, and are then only looked at for the pin id."""
         self.pending_messages = self.pending_bytes = 0
+        self._unfilled.clear()
         if drop:
             self._pulls.clear()
         for pull in self._pulls.values():

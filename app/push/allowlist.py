@@ -87,11 +87,16 @@ def parse(url: str, *, what: str = "endpoint") -> Target:
     port = parsed.port
     if port is not None and not 1 <= port <= 65535:
         raise EndpointError(f"the {what}'s port {port} is not from 1 to 65535")
+    # The path as written (httpx would remove dot segments before sending: refused anyway,
+    # as a server behind the endpoint may read it otherwise) and as httpx sends it.
+    written = re.split(r"[?#]", url.partition("//")[2], maxsplit=1)[0]
+    written = written[len(_authority(url)) :]
     path = parsed.raw_path.decode("ascii").split("?", 1)[0] or "/"
-    if _ENCODED_SEPARATOR.search(path):
-        raise EndpointError(f"the {what}'s path encodes a '.', '/' or '\\' (%2e, %2f, %5c)")
-    if any(segment in (".", "..") for segment in unquote(path).split("/")):
-        raise EndpointError(f"the {what}'s path has '.' or '..' segments")
+    for text in (written, path):
+        if _ENCODED_SEPARATOR.search(text):
+            raise EndpointError(f"the {what}'s path encodes a '.', '/' or '\\' (%2e, %2f, %5c)")
+        if any(segment in (".", "..") for segment in unquote(text).split("/")):
+            raise EndpointError(f"the {what}'s path has '.' or '..' segments")
     return Target(scheme, host, port or _SCHEMES[scheme], port is not None, path)
 
 

@@ -29,8 +29,10 @@ Messages are settled by their own ack subject; nothing is acked before the appli
 answered 2xx. What the runner held when it stops (or its process dies) and did not settle is
 delivered again by the server after ``ack_wait``: at least once, never lost. While the
 application works on a message, in-progress acks (``+WPI``) sent by one sweeper per runner
-keep the server from redelivering it: every message held for half of ``ack_wait`` since it
-was delivered (or last reported) gets one.
+keep the server from redelivering it: every message held for a third of ``ack_wait`` since
+the server sent it (or since its last one) gets one, so that one goes out before half of
+``ack_wait`` has passed. When it was sent is bounded from below by the consume: no earlier
+than the oldest pull still owed a message, counting messages in the order they came.
 """
 
 from __future__ import annotations
@@ -49,6 +51,7 @@ import httpx
 import nats.errors
 import orjson
 from nats.aio.msg import Msg
+from nats.aio.subscription import Subscription as NatsSubscription
 
 from app import __version__, errors
 from app.durations import NS_PER_SECOND
@@ -65,9 +68,10 @@ from app.nats.consume import (
 )
 from app.nats.jsapi import JetStreamApi
 from app.nats.pool import NatsPool
-from app.nats.pull import PullRequest
+from app.nats.pull import PullRequest, unsubscribe
 from app.publish.service import Publisher
 from app.push import deadletter, mapping, outcome
+from app.push.clients import HttpClients
 from app.push.mapping import Delivery
 from app.push.outcome import Kind, Verdict
 from app.push.schemas import Subscription
@@ -114,7 +118,7 @@ class Deps:
     pool: NatsPool
     js: JetStreamApi
     publisher: Publisher
-    http: httpx.AsyncClient
+    http: HttpClients
     metrics: Metrics
 
 
@@ -131,7 +135,8 @@ class Counts:
 class _Held:
     delivery: Delivery
     touched: float
-    """When the server last learnt of it (delivered, or an in-progress ack), loop time."""
+    """When the server last learnt of it (sent it, at the earliest, or got an in-progress ack
+    for it), in the event loop's time."""
 
 
 @dataclass(slots=True)
@@ -198,7 +203,6 @@ class Runner:
 
     def start(self) -> None:
         self._task = self._loop.create_task(self._run(), name=f"push-{self.name}")
-        self._sweeper = self._loop.create_task(self._sweep(), name=f"push-wpi-{self.name}")
 
     async def stop(self, grace: float) -> None:
         """Stop pulling at once; let the POSTs under way finish within ``grace`` seconds, then
@@ -256,6 +260,10 @@ class Runner:
             started = self._loop.time()
             try:
                 await self._learn_terms()
+                if self._sweeper is None:  # paced by the consumer's ack_wait: known now
+                    self._sweeper = self._loop.create_task(
+                        self._sweep(), name=f"push-wpi-{self.name}"
+                    )
                 self.running = True
                 await self._session()
             except errors.GatewayError as exc:
@@ -308,6 +316,7 @@ class Runner:
             self.deps.pool, self._api_subject, options, check=self._consumer_info, room=self._room
         )
         events = session.events()
+        resumed = await self._on_resume(template.group)
         try:
             while True:
                 while len(self._held) >= self._capacity:
@@ -318,7 +327,7 @@ class Runner:
                 except StopAsyncIteration:
                     return
                 if isinstance(event, Delivered):
-                    self._take(event.msg)
+                    self._take(event.msg, event.sent_after)
                 elif isinstance(event, Failed):
                     raise event.error
                 elif isinstance(event, Warn):
@@ -326,16 +335,51 @@ class Runner:
                 elif isinstance(event, Pinned | Unpinned):
                     log.info("subscription %r: %s", self.name, type(event).__name__.lower())
         finally:
+            if resumed is not None:
+                await unsubscribe(resumed)
             await events.aclose()
 
-    def _take(self, msg: Msg) -> None:
+    async def _on_resume(self, group: str | None) -> NatsSubscription | None:
+        """Wake the consumer when it is resumed: nats-server ends a pause asked for through
+        its API without looking at the pulls that wait (a pause that runs out does), so they
+        would wait for their next heartbeat. A pull to an inbox nobody listens on wakes it:
+        the waiting pulls are served, and that one, without interest, is dropped unserved
+        (with max_bytes 1, no message would fit it anyway)."""
+        config = self.config
+        subject = f"$JS.EVENT.ADVISORY.CONSUMER.PAUSE.{config.stream}.{config.consumer}"
+        wake = PullRequest(batch=1, max_bytes=1, expires_ns=NS_PER_SECOND, group=group)
+        try:
+            client = self.deps.pool.pick()
+        except errors.Unavailable:
+            return None
+
+        async def advised(msg: Msg) -> None:
+            try:
+                paused = orjson.loads(msg.data).get("paused")
+            except (orjson.JSONDecodeError, AttributeError):
+                return
+            if paused is False:
+                with contextlib.suppress(nats.errors.Error):
+                    await client.publish(
+                        self._api_subject, wake.payload(), reply=client.new_inbox()
+                    )
+
+        try:
+            return await client.subscribe(subject, cb=advised)
+        except nats.errors.Error:
+            return None
+
+    def _take(self, msg: Msg, sent_after: float) -> None:
         meta = acks.parse_ack_subject(msg.reply or "")
         if meta is None or meta.stream != self.config.stream:
             self._error(
                 f"the server delivered a message without a valid ack subject: {msg.reply!r}"
             )
             return
-        held = _Held(Delivery(msg, meta), self._loop.time())
+        # Its ack_wait runs from when the server sent it, which may be a while before it is
+        # taken (it waits in the NATS client while this process is busy): counted from the
+        # earliest it can have been sent.
+        held = _Held(Delivery(msg, meta), sent_after)
         self._held[msg.reply] = held
         self._metrics.in_flight.inc()
         self._ready.append(held)
@@ -404,8 +448,8 @@ class Runner:
             extensions={"timeout": self._timeouts},
         )
         try:
-            async with asyncio.timeout(timeout):
-                response = await self.deps.http.send(post, stream=True)
+            async with self.deps.http.slot() as client, asyncio.timeout(timeout):
+                response = await client.send(post, stream=True)
                 try:
                     status = response.status_code
                     body = await _body(response) if 200 <= status < 300 else b""
@@ -532,13 +576,15 @@ class Runner:
     # -- in-progress acks ------------------------------------------------------------------
 
     async def _sweep(self) -> None:
-        """Every quarter of ack_wait (at most 5 s), an in-progress ack for each message held
-        for half of it; the consumer's terms are read again every so often."""
+        """Every sixth of ack_wait (at most every second), an in-progress ack for each
+        message held for a third of it since it was sent (or last reported): it goes out
+        before half of ack_wait has passed. The consumer's terms are read again every so
+        often."""
         refreshed = self._loop.time()
         while True:
-            await asyncio.sleep(min(max(self.terms.ack_wait / 4, 0.05), 5.0))
+            await asyncio.sleep(min(max(self.terms.ack_wait / 6, 0.05), 1.0))
             now = self._loop.time()
-            due = [h for h in self._held.values() if now - h.touched >= self.terms.ack_wait / 2]
+            due = [h for h in self._held.values() if now - h.touched >= self.terms.ack_wait / 3]
             if due:
                 await self._progress(due, now)
             if now - refreshed >= CONSUMER_REFRESH:

@@ -22,7 +22,6 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-import httpx
 import orjson
 
 from app import errors
@@ -40,6 +39,7 @@ from app.nats.pool import NatsPool
 from app.publish.service import Publisher
 from app.push import declared as declared_file
 from app.push.allowlist import Allowlist
+from app.push.clients import HttpClients
 from app.push.registry import Entry, Registry
 from app.push.runner import Deps, Runner
 from app.push.schemas import Subscription
@@ -76,16 +76,7 @@ class PushService:
             if settings.subscriptions is not None
             else {}
         )
-        # One client for every subscription of the process: redirects are never followed,
-        # the environment's proxies are not used (the endpoints are the pod's own), and the
-        # connections it keeps are bounded by the runners' concurrency, not by a pool limit
-        # (a request waiting for a pooled connection would count against its timeout).
-        self.http = httpx.AsyncClient(
-            follow_redirects=False,
-            trust_env=False,
-            timeout=None,
-            limits=httpx.Limits(max_connections=None, max_keepalive_connections=None),
-        )
+        self.http = HttpClients()
         deps = Deps(pool, js, publisher, self.http, metrics)
 
         def runner(name: str, config: Subscription, source: str) -> Runner:
