@@ -1,15 +1,13 @@
 """The console's push subscriptions in a real browser: a subscription made through the API
-delivers to a small HTTP application, the view shows its deliveries, and pausing and resuming
-from the view stop and restart them.
+delivers to a small HTTP application (tests/push_app.py), the view shows its deliveries, and
+pausing and resuming from the view stop and restart them.
 
 Here a console error or a failed request fails the test too, not only a JavaScript error.
 """
 
 from __future__ import annotations
 
-import threading
 from collections.abc import AsyncIterator, Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import httpx
@@ -18,49 +16,20 @@ from playwright.async_api import Locator, Page, expect
 
 from app.nats.embedded import EmbeddedServer
 from tests.helpers import gateway_settings, served_gateway
+from tests.push_app import Answer, PushApp, Received
 
 pytestmark = pytest.mark.server("2.11")  # the consumer's pause
 
 
-class Application:
-    """A small HTTP application on a free loopback port: 204 to each POST, 422 to a body
-    that starts with ``bad``; it counts the POSTs it answered 204."""
-
-    def __init__(self) -> None:
-        self.taken = 0
-        app = self
-
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def do_POST(self) -> None:  # http.server's naming
-                body = self.rfile.read(int(self.headers["Content-Length"]))
-                status = 422 if body.startswith(b"bad") else 204
-                if status == 204:
-                    app.taken += 1
-                self.send_response(status)
-                self.send_header("Content-Length", "0")
-                self.end_headers()
-
-            def log_message(self, *args: object) -> None:
-                pass
-
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self._server.server_address[1]}/orders"
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
-        self._thread.join(5)
+def refuses_bad_orders(request: Received) -> Answer:
+    """204 to each POST, 422 to a body that starts with ``bad``."""
+    return Answer(422) if request.body.startswith(b"bad") else Answer(204)
 
 
 @pytest.fixture
-def application() -> Iterator[Application]:
-    app = Application()
-    yield app
-    app.stop()
+async def application() -> AsyncIterator[PushApp]:
+    async with PushApp(refuses_bad_orders) as app:
+        yield app
 
 
 @pytest.fixture
@@ -97,7 +66,7 @@ async def publish(http: httpx.AsyncClient, subject: str, bodies: list[bytes]) ->
 
 
 async def test_subscriptions_view_shows_deliveries_and_pauses(
-    push_url: str, application: Application, strict_page: Page, name: str, screenshots: Path
+    push_url: str, application: PushApp, strict_page: Page, name: str, screenshots: Path
 ) -> None:
     page = strict_page
     subject = name.lower()
@@ -133,7 +102,7 @@ async def test_subscriptions_view_shows_deliveries_and_pauses(
         await expect(cell("last_error")).to_contain_text("HTTP 422")
         await expect(row).to_contain_text(f"{name}/orders-app")
         await expect(row).to_contain_text(application.url)
-        assert application.taken == 10
+        assert len(application.ok) == 10
         await page.screenshot(path=screenshots / "console-subscriptions.png", full_page=True)
 
         # Paused from the view: the consumer's pause, so nothing more reaches the application.
@@ -145,14 +114,14 @@ async def test_subscriptions_view_shows_deliveries_and_pauses(
         assert info["paused"] is True
         await publish(http, f"{subject}.orders", [b'{"n": %d}' % i for i in range(10, 15)])
         await expect(cell("num_pending")).to_have_text("5")  # the view refreshes by itself
-        assert application.taken == 10
+        assert len(application.ok) == 10
 
         await row.get_by_role("button", name="Resume").click()
         await expect(page.locator("#flash")).to_contain_text(f"Resumed {name}")
         await expect(cell("acked")).to_have_text("15")
         await expect(cell("num_pending")).to_have_text("0")
         await expect(cell("state")).to_have_text("running")
-        assert application.taken == 15
+        assert len(application.ok) == 15
 
         # The subscription's own page: its figures and config.
         await row.get_by_role("link", name=name, exact=True).click()
