@@ -147,16 +147,14 @@ def mounted_content(path: str, volume: Doc, docs: list[Doc]) -> str | None:
     """The content of a mounted file when this render holds its Secret or ConfigMap (None
     for one the user provides)."""
     if "secret" in volume:
-        kind, name, field = "Secret", volume["secret"]["secretName"], "data"
-        items = volume["secret"]["items"]
+        kind, name, items = "Secret", volume["secret"]["secretName"], volume["secret"]["items"]
     else:
-        kind, name, field = "ConfigMap", volume["configMap"]["name"], "data"
-        items = volume["configMap"]["items"]
+        kind, name, items = "ConfigMap", volume["configMap"]["name"], volume["configMap"]["items"]
     (item,) = [i for i in items if path.endswith("/" + i["path"])]
     rendered = [d for d in by_kind(docs, kind) if d["metadata"]["name"] == name]
     if not rendered:
         return None
-    value: str = rendered[0][field][item["key"]]
+    value: str = rendered[0]["data"][item["key"]]
     return base64.b64decode(value).decode() if kind == "Secret" else value
 
 
