@@ -6,6 +6,7 @@ kubernetes-validate ships, in strict mode (unknown fields are errors).
 
 from __future__ import annotations
 
+import base64
 import re
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -126,19 +127,35 @@ def assert_restricted(c: Doc, pod_security: Doc | None = None) -> None:
 
 
 def mounted_files(c: Doc, volumes: list[Doc]) -> dict[str, Doc]:
-    """Paths of the files the container sees from Secret volumes -> their volume."""
+    """Paths of the files the container sees from Secret and ConfigMap volumes -> their
+    volume."""
     by_name = {v["name"]: v for v in volumes}
     files: dict[str, Doc] = {}
     for mount in c.get("volumeMounts", []):
         volume = by_name.get(mount["name"])
         assert volume is not None, f"{c['name']} mounts an undefined volume {mount['name']!r}"
-        secret = volume.get("secret")
-        if secret is None:
+        source = volume.get("secret") or volume.get("configMap")
+        if source is None:
             continue
-        assert mount.get("readOnly") is True, f"secret volume {mount['name']} mounted writable"
-        for item in secret.get("items") or []:
+        assert mount.get("readOnly") is True, f"volume {mount['name']} mounted writable"
+        for item in source.get("items") or []:
             files[f"{mount['mountPath'].rstrip('/')}/{item['path']}"] = volume
     return files
+
+
+def mounted_content(path: str, volume: Doc, docs: list[Doc]) -> str | None:
+    """The content of a mounted file when this render holds its Secret or ConfigMap (None
+    for one the user provides)."""
+    if "secret" in volume:
+        kind, name, items = "Secret", volume["secret"]["secretName"], volume["secret"]["items"]
+    else:
+        kind, name, items = "ConfigMap", volume["configMap"]["name"], volume["configMap"]["items"]
+    (item,) = [i for i in items if path.endswith("/" + i["path"])]
+    rendered = [d for d in by_kind(docs, kind) if d["metadata"]["name"] == name]
+    if not rendered:
+        return None
+    value: str = rendered[0]["data"][item["key"]]
+    return base64.b64decode(value).decode() if kind == "Secret" else value
 
 
 def assert_file_settings_mounted(
@@ -152,11 +169,12 @@ def assert_file_settings_mounted(
         "JSGW_NATS_TLS_CERT",
         "JSGW_NATS_TLS_KEY",
         "JSGW_AUTH_FILE",
+        "JSGW_SUBSCRIPTIONS",
     ):
         path = env_values(c).get(name)
         if path is not None:
             assert path in files, (
-                f"{name}={path} is not a file of a mounted Secret ({sorted(files)})"
+                f"{name}={path} is not a file of a mounted Secret or ConfigMap ({sorted(files)})"
             )
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import copy
 import json
 import os
 import shutil
@@ -15,6 +16,10 @@ import yaml
 
 from app.auth.policy import load as load_policy
 from app.config import Settings
+from app.consumers.schemas import ConsumerConfig
+from app.push import declared
+from app.push.allowlist import DEFAULT_ALLOWED, Allowlist
+from app.push.schemas import Subscription
 from tests.helm.conftest import NAMESPACE, RELEASE, Render
 from tests.helm.manifests import (
     CHART,
@@ -28,6 +33,7 @@ from tests.helm.manifests import (
     by_kind,
     container,
     env_values,
+    mounted_content,
     mounted_files,
     one,
     pod_spec,
@@ -37,6 +43,7 @@ from tests.helm.manifests import (
 )
 
 FULLNAME = f"{RELEASE}-jsgw"
+APP_SERVICE = "http://orders.shop.svc.cluster.local:8080/hooks"
 TOKENS_FILE = """\
 tokens:
   - name: orders-service
@@ -71,6 +78,45 @@ VALUE_SETS: dict[str, dict[str, Any]] = {
             "maxReplicas": 12,
             "targetMemoryUtilizationPercentage": 80,
         },
+    },
+    "push": {
+        "config": {"pushAllowedUrls": [APP_SERVICE, "http://127.0.0.1:3000"]},
+        "subscriptions": {
+            "orders": {
+                "stream": "ORDERS",
+                "consumer": "orders-push",
+                "endpoint": f"{APP_SERVICE}/orders",
+                "concurrency": 32,
+                "timeout": "10s",
+                "consumer_config": {
+                    "filter_subject": "orders.>",
+                    "ack_wait": "30s",
+                    "max_deliver": 5,
+                    "backoff": ["1s", "5s", "30s"],
+                },
+                "dead_letter": {"subject": "dlq.orders"},
+            },
+            "audit": {
+                "stream": "AUDIT",
+                "consumer": "audit-push",
+                "endpoint": "http://127.0.0.1:3000/audit",
+                "batch": 50,
+                "format": "raw",
+            },
+        },
+    },
+    "push-sidecar-list": {
+        "mode": "sidecar",
+        "subscriptions": [
+            {
+                "name": "orders",
+                "stream": "ORDERS",
+                "consumer": "orders-push",
+                "endpoint": "http://127.0.0.1:3000/orders",
+                "ordered": True,
+                "consumer_config": {"priority_timeout": "30s"},
+            }
+        ],
     },
     "monitoring": {
         "serviceMonitor": {"enabled": True},
@@ -193,7 +239,7 @@ def test_every_manifest_is_valid_kubernetes(
         assert labels["app.kubernetes.io/name"] == "jsgw"
         assert labels["app.kubernetes.io/instance"] == RELEASE
         assert labels["app.kubernetes.io/managed-by"] == "Helm"
-        assert labels["helm.sh/chart"] == "jsgw-0.2.0"
+        assert labels["helm.sh/chart"] == "jsgw-0.3.0"
 
 
 def test_references_resolve(render: Render, value_set: tuple[str, dict[str, Any]]) -> None:
@@ -208,6 +254,8 @@ def test_references_resolve(render: Render, value_set: tuple[str, dict[str, Any]
     for volume in spec["volumes"]:
         if "secret" in volume:
             assert volume["secret"]["secretName"] in secrets, volume
+        if "configMap" in volume:
+            assert volume["configMap"]["name"] in configmaps, volume
     c = container(spec, "jsgw")
     for source in c.get("envFrom", []):
         assert source["configMapRef"]["name"] in configmaps
@@ -326,11 +374,9 @@ def test_rendered_settings_are_accepted_by_the_gateway(
         c = container(spec, "jsgw")
         for item in c["env"]:
             env[item["name"]] = item.get("value", "secret-from-a-kubernetes-secret")
-        rendered = {d["metadata"]["name"]: d["data"] for d in by_kind(docs, "Secret")}
         for path, volume in mounted_files(c, spec["volumes"]).items():
-            (item,) = [i for i in volume["secret"]["items"] if path.endswith("/" + i["path"])]
-            data = rendered.get(volume["secret"]["secretName"])
-            files[path] = base64.b64decode(data[item["key"]]).decode() if data else "x"
+            content = mounted_content(path, volume, docs)
+            files[path] = "x" if content is None else content
         if (
             "JSGW_AUTH_FILE" in env
             and env["JSGW_AUTH_FILE"] in files
@@ -350,10 +396,14 @@ def test_rendered_settings_are_accepted_by_the_gateway(
         monkeypatch.delenv(key)
     for key, value in env.items():
         monkeypatch.setenv(key, value)
-    settings = Settings()
+    settings = Settings()  # loads the subscriptions file, each endpoint against the allowlist
     assert not settings.embedded
     assert settings.port == values.get("config", {}).get("port", 8080)
     assert settings.listens_on_loopback is (values.get("mode") == "sidecar")
+    allowed = values.get("config", {}).get("pushAllowedUrls") or list(DEFAULT_ALLOWED)
+    assert settings.push_allowed_urls == allowed
+    if values.get("mode") != "sidecar":
+        assert (settings.subscriptions is not None) is bool(values.get("subscriptions"))
 
 
 def test_sidecar_mode_renders_no_workload(render: Render) -> None:
@@ -383,7 +433,7 @@ def _parent_chart(tmp_path: Path, values: dict[str, Any]) -> Path:
     shutil.copytree(CHART, root / "charts" / "jsgw")
     (root / "Chart.yaml").write_text(
         "apiVersion: v2\nname: app\nversion: 0.1.0\n"
-        "dependencies:\n  - name: jsgw\n    version: 0.2.0\n"
+        "dependencies:\n  - name: jsgw\n    version: 0.3.0\n"
     )
     (root / "values.yaml").write_text(yaml.safe_dump(values))
     (root / "templates" / "pod.yaml").write_text(
@@ -538,6 +588,107 @@ def test_config_change_rolls_the_pods(render: Render) -> None:
     assert checksum({}) != checksum({"config": {"logLevel": "debug"}})
 
 
+SUBSCRIPTIONS_FILE = "/etc/jsgw/subscriptions/subscriptions.yaml"
+SUBSCRIPTION = {"stream": "ORDERS", "consumer": "push", "endpoint": "http://127.0.0.1:3000/o"}
+
+
+def subscriptions_file(docs: list[Doc], tmp_path: Path) -> Path:
+    """The subscriptions file the chart renders, written where a test can load it."""
+    name = f"{FULLNAME}-subscriptions"
+    (configmap,) = [d for d in by_kind(docs, "ConfigMap") if d["metadata"]["name"] == name]
+    assert list(configmap["data"]) == ["subscriptions.yaml"]
+    path = tmp_path / "subscriptions.yaml"
+    path.write_text(configmap["data"]["subscriptions.yaml"])
+    return path
+
+
+def test_subscriptions_are_a_mounted_file(render: Render, tmp_path: Path) -> None:
+    """values.subscriptions becomes the file JSGW_SUBSCRIPTIONS names, which the gateway's own
+    loader accepts with the allowlist the chart sets (and refuses without it)."""
+    values = VALUE_SETS["push"]
+    docs = render(values)
+    spec = pod_spec(one(docs, "Deployment"))
+    c = container(spec, "jsgw")
+    assert env_values(c)["JSGW_SUBSCRIPTIONS"] == SUBSCRIPTIONS_FILE
+    assert_file_settings_mounted(c, spec["volumes"])
+    (volume,) = [v for v in spec["volumes"] if v["name"] == "jsgw-subscriptions"]
+    assert volume["configMap"]["name"] == f"{FULLNAME}-subscriptions"
+    data = settings_configmap(docs)["data"]
+    assert data["JSGW_PUSH_ALLOWED_URLS"] == f"{APP_SERVICE},http://127.0.0.1:3000"
+    assert "subscriptions.yaml" not in data  # never an environment variable
+
+    path = subscriptions_file(docs, tmp_path)
+    assert yaml.safe_load(path.read_text()) == values["subscriptions"]
+    loaded = declared.load(path, Allowlist(data["JSGW_PUSH_ALLOWED_URLS"].split(",")))
+    assert sorted(loaded) == ["audit", "orders"]
+    orders = loaded["orders"]
+    assert (orders.endpoint, orders.concurrency, orders.timeout_seconds) == (
+        f"{APP_SERVICE}/orders",
+        32,
+        10.0,
+    )
+    assert orders.consumer_config is not None and orders.consumer_config.max_deliver == 5
+    assert orders.dead_letter is not None and orders.dead_letter.subject == "dlq.orders"
+    assert loaded["audit"].batch == 50
+    # The Service's URL is outside the gateway's default allowlist (the pod's loopback).
+    with pytest.raises(declared.SubscriptionsFileError, match=r"orders.*JSGW_PUSH_ALLOWED_URLS"):
+        declared.load(path, Allowlist(DEFAULT_ALLOWED))
+
+
+def test_subscriptions_as_a_list_in_sidecar_mode(render: Render, tmp_path: Path) -> None:
+    docs = render(VALUE_SETS["push-sidecar-list"])
+    assert sorted((d["kind"], d["metadata"]["name"]) for d in docs) == [
+        ("ConfigMap", FULLNAME),
+        ("ConfigMap", f"{FULLNAME}-subscriptions"),
+        ("Secret", f"{FULLNAME}-ack"),
+        ("Secret", f"{FULLNAME}-auth"),
+    ]
+    assert "JSGW_PUSH_ALLOWED_URLS" not in settings_configmap(docs)["data"]
+    loaded = declared.load(subscriptions_file(docs, tmp_path), Allowlist(DEFAULT_ALLOWED))
+    (orders,) = loaded.values()
+    assert orders.ordered and orders.endpoint == "http://127.0.0.1:3000/orders"
+
+
+def test_no_subscriptions_no_file(render: Render) -> None:
+    docs = render()
+    c = container(pod_spec(one(docs, "Deployment")), "jsgw")
+    assert "JSGW_SUBSCRIPTIONS" not in env_values(c)
+    assert not [m for m in c["volumeMounts"] if m["name"] == "jsgw-subscriptions"]
+    assert [d["metadata"]["name"] for d in by_kind(docs, "ConfigMap")] == [FULLNAME]
+
+
+def test_a_change_of_subscriptions_rolls_the_pods(render: Render) -> None:
+    """The gateway reads the file at start: the pods restart when it changes."""
+
+    def checksum(values: dict[str, Any]) -> str:
+        return one(render(values), "Deployment")["spec"]["template"]["metadata"]["annotations"][
+            "checksum/jsgw-config"
+        ]
+
+    subscriptions = copy.deepcopy(VALUE_SETS["push"]["subscriptions"])
+    assert checksum({"subscriptions": subscriptions}) == checksum({"subscriptions": subscriptions})
+    before = checksum({"subscriptions": subscriptions})
+    subscriptions["orders"]["concurrency"] = 64
+    assert checksum({"subscriptions": subscriptions}) != before
+    assert checksum({}) != before
+
+
+def test_the_subscription_schema_is_the_apis() -> None:
+    """The chart names the fields PUT /v1/subscriptions/{name} takes, with its limits, and
+    those of the ConsumerConfig a consumer is made from."""
+    chart = json.loads((CHART / "values.schema.json").read_text())["definitions"]
+    api = Subscription.model_json_schema()["properties"]
+    assert set(chart["subscription"]["properties"]) == set(Subscription.model_fields)
+    assert chart["subscription"]["required"] == Subscription.model_json_schema()["required"]
+    named = chart["namedSubscription"]["properties"]
+    assert set(named) == {"name", *Subscription.model_fields}
+    assert set(chart["consumerConfig"]["properties"]) == set(ConsumerConfig.model_fields)
+    for field in ("stream", "consumer", "concurrency", "batch", "format", "ordered", "group"):
+        ours = chart["subscription"]["properties"][field]
+        for keyword in ("type", "minimum", "maximum", "pattern", "enum"):
+            assert ours.get(keyword) == api[field].get(keyword), (field, keyword)
+
+
 def test_ack_secret_is_generated_per_install(render: Render) -> None:
     def ack(values: dict[str, Any]) -> bytes:
         secret = next(
@@ -577,6 +728,19 @@ def test_inconsistent_values_fail_to_render(
         ({"config": {"logLevel": "verbose"}}, "logLevel"),
         ({"nats": {"url": "http://nats:4222"}}, "url"),
         ({"pdb": {"minAvailable": "half"}}, "minAvailable"),
+        ({"config": {"pushAllowedUrls": ["ftp://files"]}}, "pushAllowedUrls"),
+        ({"subscriptions": {"orders": {"stream": "ORDERS", "consumer": "c"}}}, "endpoint"),
+        ({"subscriptions": {"orders": {**SUBSCRIPTION, "endpiont": "x"}}}, "endpiont"),
+        ({"subscriptions": {"orders": {**SUBSCRIPTION, "concurrency": 0}}}, "concurrency"),
+        ({"subscriptions": {"orders": {**SUBSCRIPTION, "format": "xml"}}}, "format"),
+        (
+            {"subscriptions": {"orders": {**SUBSCRIPTION, "consumer_config": {"ackwait": 5}}}},
+            "ackwait",
+        ),
+        ({"subscriptions": {"orders": {**SUBSCRIPTION, "dead_letter": {}}}}, "subject"),
+        ({"subscriptions": {"or.ders": SUBSCRIPTION}}, "or.ders"),
+        ({"subscriptions": [SUBSCRIPTION]}, "name"),  # a list entry names itself
+        ({"subscriptions": "orders"}, "subscriptions"),
     ],
 )
 def test_schema_rejects_bad_values(
@@ -601,6 +765,8 @@ def test_schema_is_strict_everywhere() -> None:
                 walk(child, f"{path}.{key}")
 
     walk(schema, "")
+    for name, definition in schema["definitions"].items():
+        walk(definition, f"#/definitions/{name}")
 
 
 def test_values_yaml_is_documented_value_by_value() -> None:

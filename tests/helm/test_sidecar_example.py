@@ -19,6 +19,8 @@ import pytest
 import yaml
 
 from app.config import Settings
+from app.push import declared
+from app.push.allowlist import DEFAULT_ALLOWED, Allowlist
 from tests.helm.conftest import RELEASE, rendered_docs
 from tests.helm.manifests import (
     CHART,
@@ -105,7 +107,12 @@ def test_only_the_apps_workload_is_rendered(docs: list[Doc]) -> None:
     assert by_kind(docs, "Service") == [] and by_kind(docs, "ServiceAccount") == []
     assert sorted(
         (d["kind"], d["metadata"]["name"]) for d in docs if d["kind"] != "Deployment"
-    ) == [("ConfigMap", FULLNAME), ("Secret", f"{FULLNAME}-ack")]
+    ) == [
+        ("ConfigMap", FULLNAME),
+        ("ConfigMap", f"{FULLNAME}-subscriptions"),
+        ("ConfigMap", f"{RELEASE}-orders-app-code"),
+        ("Secret", f"{FULLNAME}-ack"),
+    ]
 
 
 def test_native_sidecar(docs: list[Doc]) -> None:
@@ -129,6 +136,29 @@ def test_native_sidecar(docs: list[Doc]) -> None:
     app = container(spec, "app")
     (port,) = [p["containerPort"] for p in c["ports"]]
     assert env_values(app)["JSGW_URL"] == f"http://127.0.0.1:{port}"
+    assert_restricted(app, spec.get("securityContext"))
+
+
+def test_the_sidecar_pushes_orders_to_the_app(docs: list[Doc], tmp_path: Path) -> None:
+    """The subscription of the values is a file the gateway loads (with its default
+    allowlist: the pod's loopback), whose endpoint is where the app listens; the app's code
+    is files/orders_app.py, mounted where its command runs it."""
+    spec, c = sidecar_of(docs)
+    configmaps = {d["metadata"]["name"]: d["data"] for d in by_kind(docs, "ConfigMap")}
+    path = tmp_path / "subscriptions.yaml"
+    path.write_text(configmaps[f"{FULLNAME}-subscriptions"]["subscriptions.yaml"])
+    (orders,) = declared.load(path, Allowlist(DEFAULT_ALLOWED)).values()
+    assert env_values(c)["JSGW_SUBSCRIPTIONS"] == "/etc/jsgw/subscriptions/subscriptions.yaml"
+
+    app = container(spec, "app")
+    assert orders.endpoint == f"http://127.0.0.1:{env_values(app)['PORT']}/orders"
+    assert orders.dead_letter is not None and orders.consumer_config is not None
+    code = configmaps[f"{RELEASE}-orders-app-code"]["orders_app.py"]
+    assert code == (SIDECAR_EXAMPLE / "files" / "orders_app.py").read_text()
+    (mount,) = app["volumeMounts"]
+    assert app["command"] == ["python", f"{mount['mountPath']}/orders_app.py"]
+    (volume,) = [v for v in spec["volumes"] if v["name"] == mount["name"]]
+    assert volume["configMap"]["name"] == f"{RELEASE}-orders-app-code"
 
 
 def test_sidecar_references_the_subcharts_objects(docs: list[Doc]) -> None:
@@ -155,18 +185,23 @@ def test_gateway_accepts_the_rendered_settings(
     docs: list[Doc], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     _, c = sidecar_of(docs)
-    env = dict(one(docs, "ConfigMap")["data"])
+    configmaps = {d["metadata"]["name"]: d["data"] for d in by_kind(docs, "ConfigMap")}
+    env = dict(configmaps[FULLNAME])
     env.update({e["name"]: e.get("value", "from-a-secret") for e in c["env"]})
     assert_known_env(env)
     creds = tmp_path / "nats.creds"
     creds.write_text("stand-in for the operator's creds file")
     env["JSGW_NATS_CREDS"] = str(creds)
+    subscriptions = tmp_path / "subscriptions.yaml"
+    subscriptions.write_text(configmaps[f"{FULLNAME}-subscriptions"]["subscriptions.yaml"])
+    env["JSGW_SUBSCRIPTIONS"] = str(subscriptions)
     for key in [k for k in os.environ if k.startswith("JSGW_")]:
         monkeypatch.delenv(key)
     for key, value in env.items():
         monkeypatch.setenv(key, value)
-    settings = Settings()
+    settings = Settings()  # loads the subscriptions file (each endpoint against the allowlist)
     assert settings.listens_on_loopback and settings.nats_creds == creds
+    assert settings.subscriptions == subscriptions
     assert settings.nats_url == ["nats://nats.nats.svc.cluster.local:4222"]
 
 

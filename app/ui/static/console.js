@@ -231,7 +231,9 @@ async function overview() {
         h("td.num", {}, bytes(s.bytes)), h("td.num", {}, s.last_seq), h("td.num", {}, s.consumer_count))),
       "No streams.")
     : problemBox(streams.reason);
-  view.replaceChildren(card("KV buckets", buckets), card("Streams", list));
+  view.replaceChildren(card("KV buckets", buckets), card("Streams", list),
+    card("Push subscriptions", h("p", {}, "The gateway POSTs each message of a consumer to an " +
+      "application, whose answer decides the ack. ", link("Subscriptions and their state →", "#/subscriptions"))));
 }
 
 async function bucketView(bucket) {
@@ -668,6 +670,124 @@ async function consumerView(stream, name) {
     card("Configuration", h("pre.value", {}, JSON.stringify(c.config, null, 2))));
 }
 
+// -- push subscriptions ---------------------------------------------------------------------
+
+const SUBSCRIPTIONS_REFRESH_MS = 2000;
+
+/** running / paused / stopped / refused, as a pill. */
+function deliveryPill(state) {
+  if (state.refused) return h("span.pill.bad", { title: state.refused }, "refused");
+  if (state.paused) return h("span.pill.warn", {}, "paused");
+  if (state.running) return h("span.pill.live", {}, "running");
+  return h("span.pill", {}, "stopped");
+}
+
+function lastError(error, max = 80) {
+  if (!error) return h("span.muted", {}, "–");
+  const text = error.detail.length > max ? error.detail.slice(0, max) + "…" : error.detail;
+  return h("span.error-text", { title: `${when(error.time)}: ${error.detail}` }, text);
+}
+
+/** Pause (until resumed) or resume: the consumer's own pause, so every gateway stops. */
+async function pauseSubscription(name, action, after) {
+  try {
+    await api("POST", `v1/subscriptions/${seg(name)}/${action}`);
+    flash(action === "pause"
+      ? `Paused ${name}: no gateway delivers it until it is resumed (the messages out are finished).`
+      : `Resumed ${name}: it delivers again.`, "ok");
+  } catch (err) {
+    flash(describe(err));
+  }
+  after();
+}
+
+function pauseButtons(name, state, after) {
+  return [
+    h("button.quiet", { type: "button", disabled: state.paused,
+      onclick: () => pauseSubscription(name, "pause", after) }, "Pause"),
+    h("button.quiet", { type: "button", disabled: !state.paused,
+      onclick: () => pauseSubscription(name, "resume", after) }, "Resume"),
+  ];
+}
+
+/** The one of Pause and Resume that applies, for a row of the list. */
+function pauseToggle(name, state, after) {
+  const action = state.paused ? "resume" : "pause";
+  return h("button.quiet.small", { type: "button", onclick: () => pauseSubscription(name, action, after) },
+    state.paused ? "Resume" : "Pause");
+}
+
+/** Keep a view's figures current while it is shown. */
+function refreshing(load) {
+  const timer = setInterval(load, SUBSCRIPTIONS_REFRESH_MS);
+  leaving.push(() => clearInterval(timer));
+}
+
+async function subscriptionsView() {
+  crumbs([["Subscriptions", "#/subscriptions"]]);
+  const box = h("div", { id: "subscriptions" });
+  const updated = h("span.muted", {});
+
+  async function load() {
+    try {
+      const { subscriptions } = await api("GET", "v1/subscriptions");
+      fill(box, table(["subscription → endpoint", "consumer", "state", "in flight", "delivered", "acked",
+        "retried", "terminated", "dead-lettered", "pending", "last error"],
+      subscriptions.map(({ name, config, state }) => h("tr", { dataset: { name } },
+        h("td", {}, link(name, `#/subscriptions/${seg(name)}`), h("div.mono.muted", {}, config.endpoint)),
+        h("td.mono", {}, link(`${config.stream}/${config.consumer}`,
+          `#/streams/${seg(config.stream)}/consumers/${seg(config.consumer)}`)),
+        h("td", {}, h("div.stack.tight", {}, h("span", { dataset: { field: "state" } }, deliveryPill(state)),
+          state.refused ? null : pauseToggle(name, state, load))),
+        ["in_flight", "delivered", "acked", "retried", "terminated", "dead_lettered", "num_pending"].map((field) =>
+          h("td.num", { dataset: { field } }, state[field] ?? "–")),
+        h("td", { dataset: { field: "last_error" } }, lastError(state.last_error)))),
+      "No push subscriptions."));
+      updated.textContent = `updated ${new Date().toLocaleTimeString()}`;
+    } catch (err) {
+      box.replaceChildren(problemBox(err));
+    }
+  }
+
+  refreshing(load);
+  view.replaceChildren(card("Push subscriptions",
+    h("p.muted", {}, "The gateway pulls from each consumer and POSTs the messages to the application; " +
+      "its answer decides the ack. The counters are those of the gateway process that answers (the " +
+      "metrics add up every process); pending and paused are the consumer's."),
+    h("div.row", {}, h("button.quiet", { type: "button", onclick: load }, "Refresh"), updated),
+    box));
+  await load();
+}
+
+async function subscriptionView(name) {
+  crumbs([["Subscriptions", "#/subscriptions"], [name, location.hash]]);
+  const box = h("div");
+
+  async function load() {
+    try {
+      const { config, state } = await api("GET", `v1/subscriptions/${seg(name)}`);
+      fill(box,
+        h("div.stats", {}, stat("state", deliveryPill(state)), stat("in flight", state.in_flight),
+          stat("delivered", state.delivered), stat("acked", state.acked), stat("retried", state.retried),
+          stat("terminated", state.terminated), stat("dead-lettered", state.dead_lettered),
+          stat("pending", state.num_pending), stat("ack pending", state.num_ack_pending),
+          stat("declared in", state.source === "file" ? "JSGW_SUBSCRIPTIONS" : "the API")),
+        h("p", {}, "Last error: ", lastError(state.last_error, 400),
+          state.last_error ? h("span.muted", {}, ` (${when(state.last_error.time)})`) : null),
+        h("div.row", {}, pauseButtons(name, state, load),
+          link(`Consumer ${config.stream}/${config.consumer} →`,
+            `#/streams/${seg(config.stream)}/consumers/${seg(config.consumer)}`)),
+        h("pre.value", {}, JSON.stringify(config, null, 2)));
+    } catch (err) {
+      box.replaceChildren(problemBox(err));
+    }
+  }
+
+  refreshing(load);
+  view.replaceChildren(card(`Subscription ${name}`, box));
+  await load();
+}
+
 // -- routing --------------------------------------------------------------------------------
 
 function crumbs(parts) {
@@ -681,6 +801,8 @@ const ROUTES = [
   [/^\/kv\/([^/]+)\/watch$/, watchView],
   [/^\/streams\/([^/]+)$/, streamView],
   [/^\/streams\/([^/]+)\/consumers\/([^/]+)$/, consumerView],
+  [/^\/subscriptions$/, subscriptionsView],
+  [/^\/subscriptions\/([^/]+)$/, subscriptionView],
 ];
 
 async function render() {

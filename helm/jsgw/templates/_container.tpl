@@ -65,6 +65,10 @@ Volume names start with "jsgw-" so that they do not collide with the application
     - name: JSGW_ALLOW_UNAUTHENTICATED
       value: "true"
     {{- end }}
+    {{- if include "jsgw.subscriptionsFile" . }}
+    - name: JSGW_SUBSCRIPTIONS
+      value: /etc/jsgw/subscriptions/subscriptions.yaml
+    {{- end }}
     {{- with .Values.extraEnv }}
     {{- toYaml . | nindent 4 }}
     {{- end }}
@@ -116,6 +120,11 @@ Volume names start with "jsgw-" so that they do not collide with the application
       mountPath: /etc/jsgw/auth
       readOnly: true
     {{- end }}
+    {{- if include "jsgw.subscriptionsFile" . }}
+    - name: jsgw-subscriptions
+      mountPath: /etc/jsgw/subscriptions
+      readOnly: true
+    {{- end }}
 {{- end }}
 
 {{/*
@@ -162,5 +171,13 @@ the fsGroup is the app's, so they are made world-readable within that pod instea
     items:
       - key: {{ .Values.auth.key | quote }}
         path: {{ .Values.auth.key | quote }}
+{{- end }}
+{{- if include "jsgw.subscriptionsFile" . }}
+- name: jsgw-subscriptions
+  configMap:
+    name: {{ include "jsgw.subscriptionsName" . }}
+    items:
+      - key: subscriptions.yaml
+        path: subscriptions.yaml
 {{- end }}
 {{- end }}

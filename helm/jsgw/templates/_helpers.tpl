@@ -64,6 +64,15 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- .Values.ackSecret.existingSecret | default (printf "%s-ack" (include "jsgw.fullname" .)) }}
 {{- end }}
 
+{{- define "jsgw.subscriptionsName" -}}
+{{- printf "%s-subscriptions" (include "jsgw.fullname" .) }}
+{{- end }}
+
+{{/* The file of push subscriptions (JSGW_SUBSCRIPTIONS); empty when none are declared. */}}
+{{- define "jsgw.subscriptionsFile" -}}
+{{- with .Values.subscriptions }}{{ toYaml . }}{{ end }}
+{{- end }}
+
 {{- define "jsgw.hasCreds" -}}
 {{- if or .Values.nats.credsSecret.name .Values.nats.credsSecret.content }}true{{ end }}
 {{- end }}
@@ -98,11 +107,15 @@ JSGW_CORS_ORIGINS: {{ join "," . | quote }}
 {{- with .Values.nats.jsDomain }}
 JSGW_JS_DOMAIN: {{ . | quote }}
 {{- end }}
+{{- with .Values.config.pushAllowedUrls }}
+JSGW_PUSH_ALLOWED_URLS: {{ join "," . | quote }}
+{{- end }}
 {{- end }}
 
-{{/* Pod annotations that restart the pods when the gateway's configuration changes. */}}
+{{/* Pod annotations that restart the pods when the gateway's configuration changes (the
+     subscriptions file too: the gateway reads it at start). */}}
 {{- define "jsgw.checksumAnnotations" -}}
-checksum/jsgw-config: {{ include "jsgw.configData" . | sha256sum }}
+checksum/jsgw-config: {{ print (include "jsgw.configData" .) (include "jsgw.subscriptionsFile" .) | sha256sum }}
 {{- end }}
 
 {{/* The token file generated when auth is on and no tokens are given: one admin token
