@@ -26,16 +26,18 @@ _ADMIN = Need("admin", SUBSCRIPTION, narrowed=True)
     "",
     access=AUTHENTICATED,
     response_model=SubscriptionList,
-    response_model_exclude_none=True,
     response_class=JSON,
+    responses=problems(),
 )
 async def list_subscriptions(push: PushDep, principal: PrincipalDep) -> Any:
     """List the push subscriptions with their state: with auth on, those whose consumer the
     token may consume or administer."""
     if principal.anonymous:
-        return await push.list()
-    return await push.list(
-        visible=lambda config: access.sees_consumer(principal, config.stream, config.consumer)
+        return JSON(await push.list())
+    return JSON(
+        await push.list(
+            visible=lambda config: access.sees_consumer(principal, config.stream, config.consumer)
+        )
     )
 
 
@@ -43,7 +45,6 @@ async def list_subscriptions(push: PushDep, principal: PrincipalDep) -> Any:
     "/{name}",
     access=_ADMIN,
     response_model=SubscriptionInfo,
-    response_model_exclude_none=True,
     response_class=JSON,
     status_code=200,
     responses={
@@ -72,7 +73,6 @@ async def put_subscription(
     "/{name}",
     access=AUTHENTICATED,
     response_model=SubscriptionInfo,
-    response_model_exclude_none=True,
     response_class=JSON,
     responses=problems(errors.Forbidden, errors.NotFound),
 )
@@ -82,7 +82,7 @@ async def get_subscription(name: SubscriptionName, push: PushDep, principal: Pri
     if not principal.anonymous:
         config = await push.subscription(name)
         access.require_sees_consumer(principal, config.stream, config.consumer)
-    return await push.info(name)
+    return JSON(await push.info(name))
 
 
 @router.delete(
@@ -109,7 +109,6 @@ async def delete_subscription(
     "/{name}/pause",
     access=_ADMIN,
     response_model=SubscriptionInfo,
-    response_model_exclude_none=True,
     response_class=JSON,
     responses=problems(errors.Forbidden, errors.NotFound, errors.Unsupported),
 )
@@ -122,14 +121,13 @@ async def pause_subscription(
     """Pause delivery (the consumer's pause: every process stops pulling; messages out are
     finished and acked), until a time, for a duration, or until resumed."""
     await _admin_of(push, principal, name)
-    return await push.pause(name, request.until if request is not None else None)
+    return JSON(await push.pause(name, request.until if request is not None else None))
 
 
 @router.post(
     "/{name}/resume",
     access=_ADMIN,
     response_model=SubscriptionInfo,
-    response_model_exclude_none=True,
     response_class=JSON,
     responses=problems(errors.Forbidden, errors.NotFound, errors.Unsupported),
 )
@@ -138,7 +136,7 @@ async def resume_subscription(
 ) -> Any:
     """Resume a paused subscription's delivery now."""
     await _admin_of(push, principal, name)
-    return await push.resume(name)
+    return JSON(await push.resume(name))
 
 
 def _require_admin(principal: Principal, config: Subscription) -> None:

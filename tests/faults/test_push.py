@@ -254,12 +254,14 @@ async def test_two_workers_both_deliver_a_put_and_stop_on_delete(
             per_worker = _delivered_per_worker(served.home, name)
             assert len(per_worker) == 2 and all(per_worker.values()), per_worker
             assert sum(per_worker.values()) == len(app.received)
-            # Deleted through whichever worker answers: neither delivers any more.
+            # Deleted through whichever worker answers: neither delivers any more (the other
+            # one hears of it through the bucket, a moment later).
             deleted = await http.delete(f"{served.url}/v1/subscriptions/{name}")
             assert deleted.status_code == 204
+            await asyncio.sleep(1)
             before = len(app.received)
             await publish(nc, f"{name}.orders", 200)
-            await asyncio.sleep(2)
+            await asyncio.sleep(1.5)
             assert len(app.received) == before
             left = await http.get(f"{served.url}/v1/streams/{name}/consumers/push")
             assert left.json()["num_pending"] == 200

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import random
+import re
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -20,6 +21,7 @@ from typing import Any
 
 import httpx
 import nats
+import orjson
 import pytest
 
 from app.nats.embedded import EmbeddedServer
@@ -39,6 +41,9 @@ from tests.push_app import (
 
 pytestmark = pytest.mark.server("2.11")  # consumer pause, priority groups
 
+BUCKET = f"subs_{uuid.uuid4().hex[:8]}"
+"""Where the module's gateway stores its subscriptions."""
+
 
 @pytest.fixture(scope="module")
 def served(nats_server: EmbeddedServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
@@ -49,7 +54,7 @@ def served(nats_server: EmbeddedServer, tmp_path_factory: pytest.TempPathFactory
     settings = {
         "JSGW_NATS_URL": nats_server.url,
         "JSGW_PORT": str(port),
-        "JSGW_SUBSCRIPTIONS_BUCKET": f"subs_{uuid.uuid4().hex[:8]}",
+        "JSGW_SUBSCRIPTIONS_BUCKET": BUCKET,
         "JSGW_PUSH_SHUTDOWN_GRACE": "1",
         "JSGW_ACCESS_LOG": "false",
         "JSGW_DATA_DIR": str(home / "data"),
@@ -143,6 +148,29 @@ async def test_an_application_failing_a_fifth_of_the_calls(
     assert seen["terminated"] == seen["dead_lettered"] == seen["in_flight"] == 0, seen
     assert seen["delivered"] == len(app.received) == seen["acked"] + seen["retried"], seen
     assert seen["last_error"]["detail"].endswith(("HTTP 503", "HTTP 500")), seen
+    # The process's metrics say the same, by subscription.
+    metrics = (await gateway.get("/metrics")).text
+    for family, counted in (("delivered", "delivered"), ("acked", "acked"), ("retried", "retried")):
+        assert sample(metrics, f"jsgw_push_{family}_total", name) == seen[counted], family
+    assert sample(metrics, "jsgw_push_in_flight", name) == 0
+    answers = sample(metrics, "jsgw_push_app_latency_seconds_count", name, outcome="success")
+    failures = sum(
+        sample(metrics, "jsgw_push_app_latency_seconds_count", name, outcome=outcome)
+        for outcome in ("retry", "server_error")
+    )
+    assert answers + failures == seen["delivered"] and answers == seen["acked"]
+
+
+def sample(text: str, family: str, subscription: str, **labels: str) -> float:
+    """A sample of a /metrics exposition (0 when the series is not there)."""
+    wanted = {"subscription": subscription, **labels}
+    for line in text.splitlines():
+        if not line.startswith(family + "{"):
+            continue
+        found = dict(re.findall(r'(\w+)="([^"]*)"', line.split("}", 1)[0]))
+        if found == wanted:
+            return float(line.rsplit(" ", 1)[1])
+    return 0.0
 
 
 async def test_an_application_down_for_10_seconds(
@@ -725,3 +753,32 @@ async def test_subscriptions_declared_in_a_file(
             problem(await gw.delete(path), 409, "subscription.declared_in_file")
             # Nothing of it was stored.
             problem(await gw.get(f"/v1/kv/subs_{name}"), 404)
+
+
+async def test_a_stored_subscription_outside_the_allowlist_is_not_delivered(
+    gateway: httpx.AsyncClient, nc: nats.NATS, name: str
+) -> None:
+    """Whoever can write the bucket directly cannot point the gateway elsewhere: what it
+    loads is checked as a PUT is, and shown refused."""
+    await stream(gateway, name)
+    await subscribe(gateway, name, endpoint="http://127.0.0.1:9/hook")  # (makes the bucket)
+    forged = {"stream": name, "consumer": "forged", "endpoint": "http://169.254.169.254/"}
+    written = await gateway.put(f"/v1/kv/{BUCKET}/keys/{name}forged", content=orjson.dumps(forged))
+    assert written.status_code == 200, written.text
+    broken = await gateway.put(f"/v1/kv/{BUCKET}/keys/{name}broken", content=b"{not json")
+    assert broken.status_code == 200
+
+    async def refused() -> bool:
+        listed = (await gateway.get("/v1/subscriptions")).json()["subscriptions"]
+        states = {item["name"]: item["state"] for item in listed}
+        return {f"{name}forged", f"{name}broken"} <= states.keys()
+
+    await until(refused, 10, "the forged entries loaded")
+    shown = (await gateway.get(f"/v1/subscriptions/{name}forged")).json()
+    assert (
+        shown["state"]["running"] is False and "JSGW_PUSH_ALLOWED_URLS" in shown["state"]["refused"]
+    )
+    assert shown["config"]["endpoint"] == "http://169.254.169.254/"
+    broken_state = (await gateway.get("/v1/subscriptions")).json()["subscriptions"]
+    assert any("not JSON" in (s["state"].get("refused") or "") for s in broken_state)
+    problem(await gateway.get(f"/v1/streams/{name}/consumers/forged"), 404)  # nothing pulled
