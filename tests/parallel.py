@@ -1,0 +1,89 @@
+"""How `make test` spreads the suite over processes (pytest-xdist, ``-n 3 --dist loadscope``).
+
+A process takes a *unit* at a time and runs its tests in their order, as a serial run would. A
+unit is a module (its module-scoped servers and gateways are made once), or a package whose
+modules share one fixture of the process: tests/spark (one Spark session, a JVM) and
+tests/faults (one 3-node cluster). tests/faults/test_partitions.py is a unit of its own: it
+builds its own topology per test.
+
+The units that take a minute or more are handed out first, so that the short ones fill in
+around them; the rest go by their number of tests, most first (xdist's own order). The SOLO
+units, whose tests bound a latency tightly enough that the suite's own load would decide
+them, run last, one after the other, when no other test of the run is running.
+
+The grouping is made by the scheduler in the controlling process, from each test's node id
+(``pytest_xdist_make_scheduler`` in tests/conftest.py), not by ``xdist_group`` marks:
+``--dist loadgroup`` passes a test's group by rewriting its node id, which pytest 9.2's node ids
+no longer allow (pytest-xdist issue 1386), and its tests would then silently spread over every
+process. tests/unit/test_parallel.py checks the xdist names used here.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+# Packages whose modules share a fixture of the process.
+SHARED_PACKAGES = ("tests/spark", "tests/faults")
+OWN_UNITS = ("tests/faults/test_partitions.py",)
+# Longest first: a unit handed out late sets the end of the run.
+LONG_UNITS = (
+    "tests/faults/test_partitions.py",
+    "tests/spark",
+    "tests/contract/test_fuzz.py",
+    "tests/faults",
+    "tests/integration/test_metrics_workers.py",
+)
+# Alone at the end: a real browser's page loads and live updates against deadlines of 1 to
+# 5 s, and the gateway's answers (200 ms) while attackers send their largest bodies.
+SOLO_UNITS = (
+    "tests/browser/test_console.py",
+    "tests/browser/test_docs.py",
+    "tests/browser/test_eventsource.py",
+    "tests/security/test_resource_bounds.py",
+)
+
+
+def unit_of(nodeid: str) -> str:
+    """The unit a test runs in: its package in SHARED_PACKAGES, else its module."""
+    module = nodeid.split("::", 1)[0]
+    if module in OWN_UNITS:
+        return module
+    package = module.rsplit("/", 1)[0]
+    return package if package in SHARED_PACKAGES else module
+
+
+def rank(unit: str) -> int:
+    """Where a unit goes in the queue: LONG_UNITS in their order, then the others."""
+    return LONG_UNITS.index(unit) if unit in LONG_UNITS else len(LONG_UNITS)
+
+
+def make_scheduler(config: Any, log: Any) -> Any:
+    """xdist's ``loadscope`` scheduling, with :func:`unit_of` as the scope, LONG_UNITS handed
+    out first and SOLO_UNITS held back until the rest is done."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class UnitScheduling(LoadScopeScheduling):  # type: ignore[misc]
+        _ordered = False
+
+        def _split_scope(self, nodeid: str) -> str:
+            return unit_of(nodeid)
+
+        def _assign_work_unit(self, node: Any) -> None:
+            queue = self.workqueue
+            if not self._ordered:  # the first call: the queue is complete
+                for unit in sorted(queue, key=rank):
+                    queue.move_to_end(unit)
+                for unit in SOLO_UNITS:
+                    if unit in queue:
+                        queue.move_to_end(unit)
+                self._ordered = True
+            unit = next(iter(queue))
+            if unit in SOLO_UNITS:
+                busy = [n for n, work in self.assigned_work.items() if n is not node]
+                if any(self._pending_of(self.assigned_work[n]) for n in busy):
+                    # Left for the last process to finish (its completion asks again);
+                    # this one idles until the run ends.
+                    return
+            super()._assign_work_unit(node)
+
+    return UnitScheduling(config, log)
