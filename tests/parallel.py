@@ -77,13 +77,23 @@ def make_scheduler(config: Any, log: Any) -> Any:
                     if unit in queue:
                         queue.move_to_end(unit)
                 self._ordered = True
-            unit = next(iter(queue))
-            if unit in SOLO_UNITS:
-                busy = [n for n, work in self.assigned_work.items() if n is not node]
-                if any(self._pending_of(self.assigned_work[n]) for n in busy):
-                    # Left for the last process to finish (its completion asks again);
-                    # this one idles until the run ends.
+            if next(iter(queue)) in SOLO_UNITS:
+                others = [n for n in self.assigned_work if n is not node]
+                busy = [n for n in others if self._pending_of(self.assigned_work[n])]
+                if any(not n.shutting_down for n in busy):
+                    # Another process is still at work: the solo units are left to the last
+                    # one. This one stops (a worker holds its last test until it is sent more
+                    # or told to stop).
+                    node.shutdown()
+                    return
+                if busy:  # their last tests: asked again when they are gone (remove_node)
                     return
             super()._assign_work_unit(node)
+
+        def remove_node(self, node: Any) -> Any:
+            crashed = super().remove_node(node)
+            for other in list(self.assigned_work):
+                self._reschedule(other)
+            return crashed
 
     return UnitScheduling(config, log)

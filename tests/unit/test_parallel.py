@@ -44,18 +44,24 @@ def test_units() -> None:
 
 
 class Process:
-    """What the scheduler sees of a pytest-xdist worker."""
+    """What the scheduler sees of a pytest-xdist worker, which runs the tests it is sent in
+    order but holds its last one (for its teardown it must know the next) until it is sent
+    more or told to shut down."""
 
     def __init__(self, name: str) -> None:
         self.gateway = SimpleNamespace(id=name)
         self.shutting_down = False
         self.sent: list[int] = []
+        self.ran = 0
 
     def send_runtest_some(self, indices: list[int]) -> None:
         self.sent.extend(indices)
 
     def shutdown(self) -> None:
         self.shutting_down = True
+
+    def runnable(self) -> bool:
+        return self.ran < len(self.sent) - (0 if self.shutting_down else 1)
 
 
 COLLECTION = [
@@ -70,17 +76,18 @@ COLLECTION = [
     "tests/faults/test_cluster_kv.py::test_9",
     "tests/faults/test_replicas.py::test_10",
     "tests/security/test_resource_bounds.py::test_11",
+    "tests/integration/test_kv_watch.py::test_12",
+    "tests/unit/test_wire.py::test_13",
 ]
 
 
-@pytest.fixture
-def run() -> tuple[object, list[Process]]:
+def started(speeds: list[int]) -> tuple[object, list[Process]]:
     config = SimpleNamespace(
-        getvalue=lambda name: {"tx": ["3*popen"]}[name],
+        getvalue=lambda name: {"tx": [f"{len(speeds)}*popen"]}[name],
         option=SimpleNamespace(loadscopereorder=True),
     )
     scheduler = make_scheduler(config, None)
-    processes = [Process(f"gw{n}") for n in range(3)]
+    processes = [Process(f"gw{n}") for n in range(len(speeds))]
     for process in processes:
         scheduler.add_node(process)
     for process in processes:
@@ -89,49 +96,59 @@ def run() -> tuple[object, list[Process]]:
     return scheduler, processes
 
 
+def run(speeds: list[int]) -> tuple[list[Process], dict[int, int]]:
+    """The run to its end, each process running ``speeds[n]`` tests per tick; the tick each
+    test ended at. Fails if the run stops with tests left (each process waiting)."""
+    scheduler, processes = started(speeds)
+    ended: dict[int, int] = {}
+    tick = 0
+    while any(p.ran < len(p.sent) for p in processes) or not scheduler.tests_finished:  # type: ignore[attr-defined]
+        if scheduler.tests_finished:  # type: ignore[attr-defined]
+            for process in processes:  # (xdist's DSession then stops every process)
+                process.shutdown()
+        tick += 1
+        assert tick < 1000, f"the run hangs: {[(p.sent, p.ran) for p in processes]}"
+        for process, speed in zip(processes, speeds, strict=True):
+            for _ in range(speed):
+                if not process.runnable():
+                    break
+                index = process.sent[process.ran]
+                process.ran += 1
+                ended[index] = tick
+                scheduler.mark_test_complete(process, index)  # type: ignore[attr-defined]
+            gone = process.shutting_down and not process.runnable()
+            if gone and process in scheduler.nodes:  # type: ignore[attr-defined]
+                scheduler.remove_node(process)  # type: ignore[attr-defined]
+    return processes, ended
+
+
 def units(process: Process) -> list[str]:
     return list(dict.fromkeys(unit_of(COLLECTION[i]) for i in process.sent))
 
 
-def finish(scheduler: object, process: Process) -> None:
-    """The process runs what it was sent, one test after the other."""
-    done = 0
-    while done < len(process.sent):
-        scheduler.mark_test_complete(process, process.sent[done])  # type: ignore[attr-defined]
-        done += 1
-
-
-def test_long_units_first_and_shared_fixtures_in_one_process(
-    run: tuple[object, list[Process]],
-) -> None:
-    scheduler, (a, b, c) = run
-    assert [units(p)[0] for p in (a, b, c)] == [
+def test_long_units_first_and_shared_fixtures_in_one_process() -> None:
+    _, processes = started([1, 1, 1])
+    assert [units(p)[0] for p in processes] == [
         "tests/faults/test_partitions.py",
         "tests/spark",
         "tests/faults",
     ]
-    # A unit's tests go to one process, in their order.
-    spark = [COLLECTION.index(n) for n in COLLECTION if n.startswith("tests/spark/")]
-    assert [i for i in b.sent if i in spark] == spark
-    for process in (a, b, c):
-        finish(scheduler, process)
-    everything = sorted(a.sent + b.sent + c.sent)
-    assert everything == list(range(len(COLLECTION))), "a test ran twice or not at all"
+
+
+@pytest.mark.parametrize("speeds", [[1, 1, 1], [1, 2, 3], [3, 1, 1], [1, 1, 5], [2, 2]])
+def test_every_test_once_units_whole_solo_last(speeds: list[int]) -> None:
+    processes, ended = run(speeds)
+    assert sorted(ended) == list(range(len(COLLECTION))), "a test ran twice or not at all"
     for unit in {unit_of(n) for n in COLLECTION}:
-        holders = [p for p in (a, b, c) if unit in units(p)]
+        holders = [p for p in processes if unit in units(p)]
         assert len(holders) == 1, f"{unit} was spread over {len(holders)} processes"
-    assert scheduler.tests_finished  # type: ignore[attr-defined]
-
-
-def test_solo_units_wait_for_everything_else(run: tuple[object, list[Process]]) -> None:
-    scheduler, (a, b, c) = run
-    finish(scheduler, a)  # partitions done; spark and faults still running elsewhere
-    finish(scheduler, a)  # a takes what is left that is not solo, and ends it
+        tests = [COLLECTION.index(n) for n in COLLECTION if unit_of(n) == unit]
+        sent = [i for p in holders for i in p.sent if i in tests]
+        assert sent == tests, f"{unit}: its tests out of their order"
     solo = [i for i, n in enumerate(COLLECTION) if unit_of(n) in SOLO_UNITS]
-    assert not any(i in solo for i in a.sent + b.sent + c.sent), "a solo unit ran alongside"
-    finish(scheduler, b)
-    assert not any(i in solo for i in b.sent), "a solo unit started while c was running"
-    finish(scheduler, c)  # the last one to finish takes them all, one after the other
-    assert sorted(i for i in c.sent if i in solo) == solo
-    assert not any(i in solo for i in a.sent + b.sent)
-    assert scheduler.tests_finished  # type: ignore[attr-defined]
+    others = [i for i in ended if i not in solo]
+    assert min(ended[i] for i in solo) > max(ended[i] for i in others), (
+        "a solo test ran alongside another"
+    )
+    runners = [p for p in processes if any(i in solo for i in p.sent)]
+    assert len(runners) == 1, "the solo units ran in more than one process"
