@@ -4,7 +4,8 @@ A process takes a *unit* at a time and runs its tests in their order, as a seria
 unit is a module (its module-scoped servers and gateways are made once), or a package whose
 modules share one fixture of the process: tests/spark (one Spark session, a JVM) and
 tests/faults (one 3-node cluster). tests/faults/test_partitions.py is a unit of its own: it
-builds its own topology per test.
+builds its own topology per test. The tests of tests/contract/test_fuzz.py (one per operation,
+minutes in all, each with its own examples) are units each, so that they spread.
 
 The units that take a minute or more are handed out first, so that the short ones fill in
 around them; the rest go by their number of tests, most first (xdist's own order). The SOLO
@@ -25,11 +26,12 @@ from typing import Any
 # Packages whose modules share a fixture of the process.
 SHARED_PACKAGES = ("tests/spark", "tests/faults")
 OWN_UNITS = ("tests/faults/test_partitions.py",)
+# Modules whose tests are units each.
+SPLIT_MODULES = ("tests/contract/test_fuzz.py",)
 # Longest first: a unit handed out late sets the end of the run.
 LONG_UNITS = (
     "tests/faults/test_partitions.py",
     "tests/spark",
-    "tests/contract/test_fuzz.py",
     "tests/faults",
     "tests/integration/test_metrics_workers.py",
 )
@@ -44,10 +46,13 @@ SOLO_UNITS = (
 
 
 def unit_of(nodeid: str) -> str:
-    """The unit a test runs in: its package in SHARED_PACKAGES, else its module."""
+    """The unit a test runs in: its package in SHARED_PACKAGES, else its module (or itself,
+    in SPLIT_MODULES)."""
     module = nodeid.split("::", 1)[0]
     if module in OWN_UNITS:
         return module
+    if module in SPLIT_MODULES:
+        return nodeid
     package = module.rsplit("/", 1)[0]
     return package if package in SHARED_PACKAGES else module
 
@@ -67,6 +72,18 @@ def make_scheduler(config: Any, log: Any) -> Any:
 
         def _split_scope(self, nodeid: str) -> str:
             return unit_of(nodeid)
+
+        def add_node_collection(self, node: Any, collection: list[str]) -> None:
+            # loadscope keys a unit's tests by node id, and would run one test of several
+            # that share one: under pytest 9.2 the tests schemathesis makes of one function
+            # (one per operation, tests/contract/test_fuzz.py) all have the function's node
+            # id. Each repeat is told apart by its place in the collection.
+            seen: dict[str, int] = {}
+            unique = []
+            for nodeid in collection:
+                seen[nodeid] = seen.get(nodeid, 0) + 1
+                unique.append(nodeid if seen[nodeid] == 1 else f"{nodeid}#{seen[nodeid]}")
+            super().add_node_collection(node, unique)
 
         def _assign_work_unit(self, node: Any) -> None:
             queue = self.workqueue
