@@ -22,10 +22,16 @@ COMPAT_RELEASES := 2.10.26 2.11.11 2.12.8 2.14.6
 # all of tests/integration against each release.
 OLDEST_TESTS := tests/integration/test_kv*.py tests/integration/test_server_releases.py
 
-# --durations: each run ends with its slowest tests, so that the suite's time stays in view.
+# -n 3: in three processes (pytest-xdist); most tests wait on servers, sockets and timers, so
+# three keep two cores busy. A module, or a package that shares a Spark session or a cluster,
+# runs in one process in its order; the tests with tight latency bounds run alone at the end
+# (tests/parallel.py). --durations: each run ends with its slowest tests, so that the suite's
+# time stays in view.
+PARALLEL := -n 3 --dist loadscope
 test: $(STAMP) chromium lint
-	$(BIN)/pytest -q --durations=20
-	$(BIN)/pytest -q --durations=10 $(OLDEST_TESTS) --nats-server $(firstword $(COMPAT_RELEASES))
+	$(BIN)/pytest -q $(PARALLEL) --durations=20
+	$(BIN)/pytest -q $(PARALLEL) --durations=10 $(OLDEST_TESTS) \
+		--nats-server $(firstword $(COMPAT_RELEASES))
 
 compat: $(STAMP)
 	@for release in $(COMPAT_RELEASES); do \

@@ -5,6 +5,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import nats
@@ -12,8 +13,10 @@ import pytest
 
 from app.nats.embedded import EmbeddedServer
 from app.nats.features import release
+from tests import parallel
 from tests.helpers import gateway_settings, running_gateway
 from tests.releases import running_release, running_text, server_binary
+from tests.security.tally import WORKER_OUTPUT, Tally, report
 
 # The domain of each test module, by its name, so that `pytest -m kv` runs every test of one
 # domain (unit, integration, cluster, security and Spark alike). A module of a new domain adds
@@ -71,6 +74,40 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
                         reason=f"needs nats-server {mark.args[0]}+ ({running_text(running)} runs)"
                     )
                 )
+
+
+@pytest.hookimpl(optionalhook=True)  # a hook of pytest-xdist: `make test` runs with -n
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object | None:
+    """``--dist loadscope``: a module, or a package sharing a fixture, per process at a
+    time (tests/parallel.py)."""
+    if config.getoption("dist") != "loadscope":
+        return None
+    return parallel.make_scheduler(config, log)
+
+
+# What the processes of a parallel run handed back (tests/security/tally.py).
+HOSTILE_TALLIES = pytest.StashKey[list[Tally]]()
+
+
+@pytest.hookimpl(optionalhook=True)  # a hook of pytest-xdist: a process of the run ended
+def pytest_testnodedown(node: Any, error: object) -> None:
+    output = getattr(node, "workeroutput", {}).get(WORKER_OUTPUT)
+    if output is not None:
+        node.config.stash.setdefault(HOSTILE_TALLIES, []).append(Tally.from_output(output))
+
+
+def pytest_terminal_summary(
+    terminalreporter: pytest.TerminalReporter, config: pytest.Config
+) -> None:
+    tallies = config.stash.get(HOSTILE_TALLIES, [])
+    if tallies:  # (a serial run prints its own, tests/security/conftest.py)
+        total = Tally()
+        for tally in tallies:
+            total.executed += tally.executed
+            total.auth_executed += tally.auth_executed
+            for status, ids in tally.statuses.items():
+                total.statuses.setdefault(status, []).extend(ids)
+        report(terminalreporter, total)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

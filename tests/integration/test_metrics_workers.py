@@ -43,6 +43,8 @@ class Gateway:
     url: str
     tmp: Path  # the gateway's TMPDIR: its metrics directory is made there
     log: Path
+    # Keeps no connection: each request opens its own (see _get).
+    http: httpx.Client
 
     def metrics_dir(self) -> Path:
         (folder,) = self.tmp.glob("jsgw-metrics-*")
@@ -83,8 +85,11 @@ def gateway(nats_server: EmbeddedServer, tmp_path: Path) -> Iterator[Gateway]:
         "PROMETHEUS_MULTIPROC_DIR": str(tmp_path),
     }
     log = tmp_path / "gateway.log"
-    with jsgw_serve(settings, log, ready=None, environ=environ) as proc:
-        gateway = Gateway(proc, f"http://127.0.0.1:{port}", tmp, log)
+    with (
+        jsgw_serve(settings, log, ready=None, environ=environ) as proc,
+        httpx.Client(timeout=10, limits=httpx.Limits(max_keepalive_connections=0)) as http,
+    ):
+        gateway = Gateway(proc, f"http://127.0.0.1:{port}", tmp, log, http)
         _wait_for_workers(gateway, 2)
         yield gateway
     assert proc.returncode == 0, log.read_text()
@@ -92,19 +97,44 @@ def gateway(nats_server: EmbeddedServer, tmp_path: Path) -> Iterator[Gateway]:
     assert not list(tmp_path.glob("*.db")), "an inherited PROMETHEUS_MULTIPROC_DIR was used"
 
 
+# What a worker sets as its lifespan starts, with its value: the view sums them.
+STARTED_GAUGES = {
+    "jsgw_nats_pool_size": POOL_SIZE,
+    "jsgw_nats_pool_connections_up": POOL_SIZE,
+    "jsgw_sse_streams_limit": 5000,
+    "jsgw_kv_watches_limit": 10_000,
+}
+
+
 def _wait_for_workers(gateway: Gateway, count: int, exclude: frozenset[int] = frozenset()) -> None:
-    """Until ``count`` workers (none of ``exclude``) have started and the gateway is ready."""
+    """Until ``count`` workers (none of ``exclude``) have started and the gateway is ready.
+
+    A worker's files are made before its lifespan runs, and /readyz may be answered by
+    another: started means its start-up gauges are in the view too (``count`` workers' worth,
+    or more: a dead worker's left in, which the tests then catch)."""
     deadline = time.monotonic() + 60
     while True:
         assert gateway.proc.poll() is None, gateway.log.read_text()
         assert time.monotonic() < deadline, gateway.log.read_text()
         try:
             live = [pid for pid in gateway.worker_pids() if pid not in exclude and _alive(pid)]
-            if len(live) >= count and _get(gateway.url + "/readyz").status_code == 200:
+            if (
+                len(live) >= count
+                and _get(gateway, "/readyz").status_code == 200
+                and _started(_scrape(gateway), count)
+            ):
                 return
         except (ValueError, httpx.HTTPError):  # (no directory yet; not listening yet)
             pass
         time.sleep(0.2)
+
+
+def _started(text: str, count: int) -> bool:
+    for name, value in STARTED_GAUGES.items():
+        match = re.search(rf"^{name} (\S+)$", text, re.MULTILINE)
+        if match is None or float(match.group(1)) < count * value:
+            return False
+    return True
 
 
 def _alive(pid: int) -> bool:
@@ -115,10 +145,10 @@ def _alive(pid: int) -> bool:
     return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
 
 
-def _get(url: str) -> httpx.Response:
-    # A client per request: a new connection every time.
-    with httpx.Client(timeout=10) as client:
-        return client.get(url, headers={"Connection": "close"})
+def _get(gateway: Gateway, path: str) -> httpx.Response:
+    # A new connection every time: the client keeps none, and the gateway closes it. (One
+    # client for all: a new one per request costs more than the request, its TLS context.)
+    return gateway.http.get(gateway.url + path, headers={"Connection": "close"})
 
 
 def _sample(text: str, name: str, labels: str = "") -> float:
@@ -128,7 +158,7 @@ def _sample(text: str, name: str, labels: str = "") -> float:
 
 
 def _scrape(gateway: Gateway) -> str:
-    answer = _get(gateway.url + "/metrics")
+    answer = _get(gateway, "/metrics")
     assert answer.status_code == 200
     return answer.text
 
@@ -143,7 +173,7 @@ def _requests(text: str) -> float:
 def _send(gateway: Gateway, count: int, seen: list[float]) -> None:
     """``count`` requests, a scrape after every tenth; every count read goes to ``seen``."""
     for i in range(count):
-        assert _get(gateway.url + ROUTE).status_code == 200
+        assert _get(gateway, ROUTE).status_code == 200
         if i % 10 == 9:
             seen.append(_requests(_scrape(gateway)))
 

@@ -6,20 +6,21 @@ import sys
 
 import pytest
 
+from tests.security.tally import WORKER_OUTPUT, Tally, report
+
+
+def _tally() -> Tally | None:
+    module = sys.modules.get("tests.security.test_hostile_inputs")
+    return getattr(module, "TALLY", None)
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    # In a process of a parallel run: handed to the controlling one, which prints it.
+    output = getattr(session.config, "workeroutput", None)
+    tally = _tally()
+    if output is not None and tally is not None:
+        output[WORKER_OUTPUT] = tally.as_output()
+
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
-    module = sys.modules.get("tests.security.test_hostile_inputs")
-    tally = getattr(module, "TALLY", None)
-    if tally is None or not (tally.executed or tally.auth_executed):
-        return
-    statuses = ", ".join(f"{s}: {len(ids)}" for s, ids in sorted(tally.statuses.items()))
-    terminalreporter.write_sep("-", "hostile inputs")
-    terminalreporter.write_line(
-        f"{tally.executed} hostile requests without auth ({statuses}); "
-        f"{tally.auth_executed} with auth on"
-    )
-    if terminalreporter.verbosity > 0:  # which requests got something else than a 400
-        for status, ids in sorted(tally.statuses.items()):
-            if status != 400:
-                for case_id in ids:
-                    terminalreporter.write_line(f"  {status} {case_id}")
+    report(terminalreporter, _tally())

@@ -14,7 +14,7 @@ import base64
 import json
 import re
 from collections.abc import AsyncIterator, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import httpx
@@ -26,6 +26,7 @@ from app.nats.embedded import EmbeddedServer
 from tests.helpers import gateway_settings, running_gateway
 from tests.security import hostile_cases as hc
 from tests.security.hostile_cases import NOTHING, Case
+from tests.security.tally import Tally
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
@@ -49,15 +50,6 @@ AUTH_POLICY = {
         }
     ]
 }
-
-
-@dataclass
-class Tally:
-    """What ran, for the summary line (tests/security/conftest.py prints it)."""
-
-    executed: int = 0
-    auth_executed: int = 0
-    statuses: dict[int, list[str]] = field(default_factory=dict)  # case ids by status
 
 
 TALLY = Tally()
