@@ -106,7 +106,8 @@ def on(gw: Gateway) -> httpx.AsyncClient:
 async def setup(http: httpx.AsyncClient, url: str, name: str, count: int, nc: nats.NATS) -> None:
     made = await http.put(f"{url}/v1/streams/{name}", json={"subjects": [f"{name}.>"]})
     assert made.status_code == 201, made.text
-    await publish(nc, f"{name}.orders", count)
+    if count:
+        await publish(nc, f"{name}.orders", count)
 
 
 async def subscribe(http: httpx.AsyncClient, url: str, name: str, **body: Any) -> None:
@@ -122,6 +123,11 @@ def delivered_by(text: str, name: str) -> float:
         rf'^jsgw_push_delivered_total{{subscription="{name}"}} (\S+)$', text, re.MULTILINE
     )
     return float(match.group(1)) if match else 0.0
+
+
+async def running(http: httpx.AsyncClient, url: str, name: str) -> bool:
+    response = await http.get(f"{url}/v1/subscriptions/{name}")
+    return response.status_code == 200 and bool(response.json()["state"]["running"])
 
 
 async def state(http: httpx.AsyncClient, url: str, name: str) -> dict[str, Any]:
@@ -173,13 +179,19 @@ async def test_two_replicas_share_the_consumer(
         gateway(nats_server.url, bucket, tmp_path / "a") as a,
         gateway(nats_server.url, bucket, tmp_path / "b") as b,
     ):
-        await setup(http, a.url, name, count, nc)
+        await setup(http, a.url, name, 0, nc)
         async with (
             PushApp(lambda _: Answer(204, delay=0.005)) as app,
             AckWatch.on(nc, name, "push") as watch,
         ):
-            # Made through A; B delivers it too (it watches the same bucket).
+            # Made through A; B delivers it too (it watches the same bucket): once both
+            # pull, the messages come.
             await subscribe(http, a.url, name, endpoint=app.url, concurrency=16)
+            for replica in (a, b):
+                await until(
+                    lambda r=replica: running(http, r.url, name), 10, f"{replica.home.name} pulls"
+                )
+            await publish(nc, f"{name}.orders", count)
             async with on(b) as client:
                 await drained(client, name, "push", timeout=40)
             assert all(app.ok[seq] >= 1 for seq in range(1, count + 1))
@@ -241,12 +253,16 @@ async def test_two_workers_both_deliver_a_put_and_stop_on_delete(
 ) -> None:  # fmt: skip
     count = 2000
     with gateway(nats_server.url, bucket, tmp_path / "w", JSGW_WORKERS="2") as served:
-        await setup(http, served.url, name, count, nc)
+        await setup(http, served.url, name, 0, nc)
         async with (
             PushApp(lambda _: Answer(204, delay=0.005)) as app,
             AckWatch.on(nc, name, "push") as watch,
         ):
             await subscribe(http, served.url, name, endpoint=app.url, concurrency=8)
+            # The worker that did not answer hears of it through the bucket (no way to ask
+            # it alone: give it the moment that takes), then the messages come.
+            await asyncio.sleep(1)
+            await publish(nc, f"{name}.orders", count)
             async with on(served) as client:
                 await drained(client, name, "push", timeout=40)
             assert all(app.ok[seq] >= 1 for seq in range(1, count + 1))
