@@ -36,12 +36,15 @@ LONG_UNITS = (
     "tests/integration/test_metrics_workers.py",
 )
 # Alone at the end: a real browser's page loads and live updates against deadlines of 1 to
-# 5 s, and the gateway's answers (200 ms) while attackers send their largest bodies.
+# 5 s, the gateway's answers (200 ms) while attackers send their largest bodies, the time of
+# a deep page against a shallow one, and slow heads closed within their timeout + 1.5 s.
 SOLO_UNITS = (
     "tests/browser/test_console.py",
     "tests/browser/test_docs.py",
     "tests/browser/test_eventsource.py",
     "tests/security/test_resource_bounds.py",
+    "tests/integration/test_kv_keys.py",
+    "tests/integration/test_slow_clients.py",
 )
 
 
