@@ -22,12 +22,13 @@ COMPAT_RELEASES := 2.10.26 2.11.11 2.12.8 2.14.6
 # all of tests/integration against each release.
 OLDEST_TESTS := tests/integration/test_kv*.py tests/integration/test_server_releases.py
 
-# -n 3: in three processes (pytest-xdist); most tests wait on servers, sockets and timers, so
-# three keep two cores busy. A module, or a package that shares a Spark session or a cluster,
-# runs in one process in its order; the tests with tight latency bounds run alone at the end
-# (tests/parallel.py). --durations: each run ends with its slowest tests, so that the suite's
-# time stays in view.
-PARALLEL := -n 3 --dist loadscope
+# The suite runs in one process by default: in three (`make test PARALLEL="-n 3 --dist
+# loadscope"`, tests/parallel.py) it took 10-12.5 min instead of 19, but one run of three was
+# green, the others failing on latency bounds (partitions, slow clients, SSE bursts) under the
+# load of other work; until those tests hold with the suite's own load beside them, CI runs
+# serially. --durations: each run ends with its slowest tests, so that the suite's time stays
+# in view.
+PARALLEL ?=
 test: $(STAMP) chromium lint
 	$(BIN)/pytest -q $(PARALLEL) --durations=20
 	$(BIN)/pytest -q $(PARALLEL) --durations=10 $(OLDEST_TESTS) \
