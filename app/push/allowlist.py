@@ -16,8 +16,9 @@ of URL prefixes, matched on the parsed URL, never on the text:
 An endpoint with user information (``http://a@b``), with whitespace, control characters or a
 backslash anywhere, with dot segments or encoded dots and slashes in its path, or with a
 fragment, is refused outright: each is a way to make one parser read another host or path
-than the next. Endpoints are parsed by httpx, the client that calls them, so what is checked
-is what is called (it also removes ``.``/``..`` segments before sending: checked after that).
+than the next. Endpoints are parsed by httpx's URL parser, as the delivery client
+(app/push/transport.py) parses them, so what is checked is what is called (the parser also
+removes ``.``/``..`` segments: checked after that).
 """
 
 from __future__ import annotations
@@ -87,8 +88,8 @@ def parse(url: str, *, what: str = "endpoint") -> Target:
     port = parsed.port
     if port is not None and not 1 <= port <= 65535:
         raise EndpointError(f"the {what}'s port {port} is not from 1 to 65535")
-    # The path as written (httpx would remove dot segments before sending: refused anyway,
-    # as a server behind the endpoint may read it otherwise) and as httpx sends it.
+    # The path as written (the parser removes dot segments: refused anyway, as a server
+    # behind the endpoint may read it otherwise) and as the delivery client sends it.
     written = re.split(r"[?#]", url.partition("//")[2], maxsplit=1)[0]
     written = written[len(_authority(url)) :]
     path = parsed.raw_path.decode("ascii").split("?", 1)[0] or "/"

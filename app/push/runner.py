@@ -47,7 +47,6 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-import httpx
 import nats.errors
 import orjson
 from nats.aio.msg import Msg
@@ -74,7 +73,7 @@ from app.push import deadletter, mapping, outcome
 from app.push.mapping import Delivery
 from app.push.outcome import Kind, Verdict
 from app.push.schemas import Subscription
-from app.push.transport import AnswerTooLarge
+from app.push.transport import AnswerTooLarge, Client, Endpoint, TransportError
 
 log = logging.getLogger("jsgw.push")
 
@@ -84,13 +83,13 @@ LINGER = 0.05
 """Seconds a partial batch waits for more messages before it is sent as it is."""
 MAX_ANSWER = 1024 * 1024
 """Bytes of an answer's body read (a 2xx's for its status); a longer one is retried."""
+FIXED_HEADERS = (("User-Agent", f"jsgw/{__version__}"), ("Accept", "application/json, */*"))
 CONSUMER_REFRESH = 10.0
 _RESTART_FIRST, _RESTART_MAX = 0.5, 10.0
 _DEAD_LETTER_RETRY = outcome.DEFAULT_SCHEDULE
 _DEFAULT_ACK_WAIT = 30.0
 _MAX_REASON = 1024
 _LOG_EVERY = 5.0
-_FIXED_HEADERS = (("User-Agent", f"jsgw/{__version__}"), ("Accept", "application/json, */*"))
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,7 +118,7 @@ class Deps:
     pool: NatsPool
     js: JetStreamApi
     publisher: Publisher
-    http: httpx.AsyncClient
+    http: Client
     metrics: Metrics
 
 
@@ -195,8 +194,7 @@ class Runner:
         self._task: asyncio.Task[None] | None = None
         self._sweeper: asyncio.Task[None] | None = None
         self._metrics = _Instruments.of(deps.metrics, name)
-        self._url = httpx.URL(config.endpoint)
-        self._timeouts = httpx.Timeout(config.timeout_seconds).as_dict()
+        self._endpoint = Endpoint.parse(config.endpoint)
         self._api_subject = deps.js.subject(
             "CONSUMER", "MSG", "NEXT", config.stream, config.consumer
         )
@@ -444,37 +442,28 @@ class Runner:
             request = mapping.single(deliveries[0], config.consumer, config.format == "cloudevents")
         timeout = config.timeout_seconds
         count = len(deliveries)
-        # Made here rather than by the client's request(), which would merge its base URL,
-        # default headers and cookies (none) into each.
-        post = httpx.Request(
-            "POST",
-            self._url,
-            headers=[*request.headers, *_FIXED_HEADERS],
-            content=request.body,
-            extensions={"timeout": self._timeouts},
-        )
         try:
             async with asyncio.timeout(timeout):
-                response = await self.deps.http.send(post)
-        except (TimeoutError, httpx.TimeoutException):
+                answer = await self.deps.http.post(self._endpoint, request.headers, request.body)
+        except TimeoutError:
             verdict = outcome.failure(f"no answer within {timeout:g} s", "timeout")
             return verdict.label, [verdict] * count
         except AnswerTooLarge as exc:
             verdict = outcome.failure(str(exc), "retry")
             return verdict.label, [verdict] * count
-        except httpx.HTTPError as exc:
+        except TransportError as exc:
             detail = str(exc) or type(exc).__name__
             verdict = outcome.failure(f"cannot reach the endpoint: {detail}", "unreachable")
             return verdict.label, [verdict] * count
-        status, body = response.status_code, response.content
+        status, body, headers = answer.status, answer.body, answer.headers
         now = datetime.now(UTC)
         if config.batch > 1:
             verdicts = outcome.classify_batch(
-                status, response.headers, body, [d.key for d in deliveries], now
+                status, headers, body, [d.key for d in deliveries], now
             )
             label = "success" if 200 <= status < 300 else verdicts[0].label
             return label, verdicts
-        verdict = outcome.classify(status, response.headers, body, now)
+        verdict = outcome.classify(status, headers, body, now)
         return verdict.label, [verdict]
 
     # -- settling --------------------------------------------------------------------------

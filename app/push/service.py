@@ -22,7 +22,6 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-import httpx
 import orjson
 
 from app import errors
@@ -41,9 +40,9 @@ from app.publish.service import Publisher
 from app.push import declared as declared_file
 from app.push.allowlist import Allowlist
 from app.push.registry import Entry, Registry
-from app.push.runner import MAX_ANSWER, Deps, Runner
+from app.push.runner import FIXED_HEADERS, MAX_ANSWER, Deps, Runner
 from app.push.schemas import Subscription
-from app.push.transport import LeanTransport
+from app.push.transport import Client
 
 log = logging.getLogger("jsgw.push")
 
@@ -78,14 +77,9 @@ class PushService:
             else {}
         )
         # One client for every subscription of the process: redirects are never followed,
-        # the environment's proxy settings are not used (the endpoints are the pod's own),
-        # each request has its subscription's timeout (and the runner's deadline).
-        self.http = httpx.AsyncClient(
-            transport=LeanTransport(max_body=MAX_ANSWER),
-            follow_redirects=False,
-            trust_env=False,
-            timeout=None,
-        )
+        # no proxy is used (the endpoints are the pod's own), each request has its
+        # subscription's timeout.
+        self.http = Client(MAX_ANSWER, FIXED_HEADERS)
         deps = Deps(pool, js, publisher, self.http, metrics)
 
         def runner(name: str, config: Subscription, source: str) -> Runner:

@@ -1,4 +1,4 @@
-"""The push deliveries' HTTP/1.1 transport (app/push/transport.py) against real servers on
+"""The push deliveries' HTTP/1.1 client (app/push/transport.py) against real servers on
 loopback sockets: a plain asyncio server that answers what each test scripts, byte for byte."""
 
 from __future__ import annotations
@@ -8,11 +8,18 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 
-import httpx
 import pytest
 
 from app.push import transport as lean
-from app.push.transport import AnswerTooLarge, LeanTransport
+from app.push.transport import (
+    Answer,
+    AnswerTooLarge,
+    Client,
+    ConnectFailed,
+    ConnectionBroke,
+    Endpoint,
+    NotHttp,
+)
 from tests.push_app import free_port
 
 
@@ -79,11 +86,12 @@ async def serving(script: Script) -> AsyncIterator[Server]:
 
 
 @asynccontextmanager
-async def client(max_body: int = 1024) -> AsyncIterator[httpx.AsyncClient]:
-    async with httpx.AsyncClient(
-        transport=LeanTransport(max_body), follow_redirects=False, timeout=None
-    ) as http:
+async def client(max_body: int = 1024) -> AsyncIterator[Client]:
+    http = Client(max_body, [("User-Agent", "t/1")])
+    try:
         yield http
+    finally:
+        await http.aclose()
 
 
 def ok(body: bytes = b"done", *extra: bytes) -> bytes:
@@ -91,21 +99,21 @@ def ok(body: bytes = b"done", *extra: bytes) -> bytes:
     return head + b"\r\n" + body
 
 
-async def post(http: httpx.AsyncClient, url: str, body: bytes = b"payload") -> httpx.Response:
-    request = httpx.Request("POST", url, content=body, headers=[("X-A", "1"), ("X-A", "2")])
-    return await http.send(request)
+async def post(http: Client, url: str, body: bytes = b"payload") -> Answer:
+    return await http.post(Endpoint.parse(url), [("X-A", "1"), ("X-A", "2")], body)
 
 
 async def test_connections_are_kept_and_requests_sent_as_given() -> None:
     async with serving(lambda n, _: ok(b"answer %d" % n)) as server, client() as http:
         for n in range(1, 21):
             answer = await post(http, server.url)
-            assert (answer.status_code, answer.content) == (200, b"answer %d" % n)
+            assert (answer.status, answer.body) == (200, b"answer %d" % n)
         assert server.connections == 1
     first = server.requests[0]
     assert first.startswith(b"POST /in?x=1 HTTP/1.1\r\n")
     assert f"Host: {server.url.split('/')[2]}\r\n".encode() in first
     assert b"X-A: 1\r\nX-A: 2\r\n" in first and b"Content-Length: 7\r\n" in first
+    assert b"User-Agent: t/1\r\n" in first
     assert first.endswith(b"\r\n\r\npayload")
 
 
@@ -117,11 +125,11 @@ async def test_chunked_and_close_delimited_answers() -> None:
     answers = {1: chunked, 2: until_close}
     async with serving(lambda n, _: answers.get(n, ok())) as server, client() as http:
         first = await post(http, server.url)
-        assert (first.status_code, first.content) == (200, b"abcde")
+        assert (first.status, first.body) == (200, b"abcde")
         second = await post(http, server.url)
-        assert (second.status_code, second.content) == (202, b"to the end")
+        assert (second.status, second.body) == (202, b"to the end")
         third = await post(http, server.url)  # a new connection: the last one was closed
-        assert third.status_code == 200
+        assert third.status == 200
         assert server.connections == 2
 
 
@@ -130,29 +138,29 @@ async def test_an_answer_over_the_limit_is_refused_and_its_connection_dropped() 
     async with serving(lambda n, _: big if n == 1 else ok()) as server, client(1024) as http:
         with pytest.raises(AnswerTooLarge):
             await post(http, server.url)
-        assert (await post(http, server.url)).status_code == 200
+        assert (await post(http, server.url)).status == 200
         assert server.connections == 2
 
 
 @pytest.mark.parametrize(
     ("answer", "error"),
     [
-        (None, httpx.ReadError),  # closed without a word
-        (Close(b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nshort"), httpx.ReadError),
-        (b"SMTP ready\r\n\r\n", httpx.RemoteProtocolError),
+        (None, ConnectionBroke),  # closed without a word (a new connection: not sent again)
+        (Close(b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nshort"), ConnectionBroke),
+        (b"SMTP ready\r\n\r\n", NotHttp),
     ],
 )
 async def test_broken_answers(answer: bytes | None, error: type[Exception]) -> None:
     async with serving(lambda n, _: answer if n == 1 else ok()) as server, client() as http:
         with pytest.raises(error):
             await asyncio.wait_for(post(http, server.url), 5)
-        assert (await post(http, server.url)).status_code == 200
+        assert (await post(http, server.url)).status == 200
         assert server.connections == 2
 
 
 async def test_a_refused_connection() -> None:
     async with client() as http:
-        with pytest.raises(httpx.ConnectError):
+        with pytest.raises(ConnectFailed):
             await post(http, f"http://127.0.0.1:{free_port()}/in")
 
 
@@ -161,7 +169,7 @@ async def test_a_cancelled_request_closes_its_connection() -> None:
         with pytest.raises(TimeoutError):
             async with asyncio.timeout(0.2):
                 await post(http, server.url)
-        assert (await post(http, server.url)).status_code == 200
+        assert (await post(http, server.url)).status == 200
         assert server.connections == 2
 
 
@@ -173,3 +181,28 @@ async def test_an_idle_connection_is_not_used_again(monkeypatch: pytest.MonkeyPa
         await asyncio.sleep(0.2)
         await post(http, server.url)
         assert server.connections == 2
+
+
+async def test_a_request_on_a_connection_closed_under_it_goes_once_more_on_a_new_one() -> None:
+    """The server closes a kept connection without reading the request that went out on it
+    (as a server closing idle connections does): the request is sent again on a new
+    connection, once; a connection that said something of an answer is not retried."""
+    async with serving(lambda n, _: None if n == 2 else ok(b"%d" % n)) as server, client() as h:
+        assert (await post(h, server.url)).body == b"1"
+        # request 2: read, then the connection closed with nothing said; 3 on a new one
+        assert (await post(h, server.url)).body == b"3"
+        assert server.connections == 2 and len(server.requests) == 3
+    half = Close(b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nshort")
+    async with serving(lambda n, _: half if n == 2 else ok()) as server, client() as h:
+        await post(h, server.url)
+        with pytest.raises(ConnectionBroke):
+            await post(h, server.url)
+        assert len(server.requests) == 2
+
+
+async def test_answers_headers_by_lower_case_name_and_utf8_values_sent() -> None:
+    answer = ok(b"", b"Retry-After: 3\r\n", b"X-B: 1\r\n", b"x-b: 2\r\n")
+    async with serving(lambda n, _: answer) as server, client() as http:
+        got = await http.post(Endpoint.parse(server.url), [("X-Name", "caf\u00e9")], b"")
+        assert got.headers["retry-after"] == "3" and got.headers["x-b"] == "1, 2"
+    assert "X-Name: café\r\n".encode() in server.requests[0]
