@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import pytest
 
+from app.push import declared
+from app.push.allowlist import DEFAULT_ALLOWED, Allowlist
 from tests.helm.manifests import (
     REPO,
     Doc,
@@ -27,8 +30,12 @@ from tests.helm.probes import run_probe, stub_server
 K8S = REPO / "deploy" / "k8s"
 
 
+def read(name: str) -> str:
+    return (K8S / name).read_text()
+
+
 def docs_of(name: str) -> list[Doc]:
-    return load_yaml_docs((K8S / name).read_text())
+    return load_yaml_docs(read(name))
 
 
 def secrets_created_in_comments(name: str) -> set[str]:
@@ -89,6 +96,41 @@ def test_sidecar() -> None:
         port
     )
     assert referenced_secrets(spec) == secrets_created_in_comments("sidecar.yaml")
+
+
+def test_sidecar_pushes_to_the_app(tmp_path: Path) -> None:
+    """The subscriptions ConfigMap is the file JSGW_SUBSCRIPTIONS names, the gateway's own
+    loader accepts it with the default allowlist, and its endpoint is where the app listens:
+    the example application of the sidecar chart, from the ConfigMap the header creates."""
+    docs = docs_of("sidecar.yaml")
+    spec = pod_spec(one(docs, "Deployment"))
+    gateway, app = container(spec, "jsgw", init=True), container(spec, "app")
+    env = env_values(gateway)
+    assert "JSGW_PUSH_ALLOWED_URLS" not in env
+    volumes = {v["name"]: v for v in spec["volumes"]}
+    (configmap,) = [d for d in docs if d["kind"] == "ConfigMap"]
+    mount = next(m for m in gateway["volumeMounts"] if m["name"] == "jsgw-subscriptions")
+    assert volumes["jsgw-subscriptions"]["configMap"]["name"] == configmap["metadata"]["name"]
+    # (mounted whole: each key of the ConfigMap, and the creds Secret's key, is a file)
+    files = [f"{mount['mountPath']}/{key}" for key in configmap["data"]]
+    assert_file_settings_mounted(gateway, spec["volumes"], [*files, env["JSGW_NATS_CREDS"]])
+    assert env["JSGW_SUBSCRIPTIONS"] == f"{mount['mountPath']}/subscriptions.yaml"
+    path = tmp_path / "subscriptions.yaml"
+    path.write_text(configmap["data"]["subscriptions.yaml"])
+    (orders,) = declared.load(path, Allowlist(DEFAULT_ALLOWED)).values()
+    assert orders.endpoint == f"http://127.0.0.1:{env_values(app)['PORT']}/orders"
+    assert orders.dead_letter is not None
+    # The app's code: the chart example's, in the ConfigMap the header tells how to create.
+    code = next(m for m in app["volumeMounts"] if m["name"] == "app-code")
+    assert app["command"] == ["python", f"{code['mountPath']}/orders_app.py"]
+    created = re.findall(r"kubectl create configmap (\S+) --from-file=(\S+)", read("sidecar.yaml"))
+    assert created == [
+        (
+            volumes["app-code"]["configMap"]["name"],
+            "deploy/helm-sidecar-example/files/orders_app.py",
+        )
+    ]
+    assert (REPO / created[0][1]).is_file()
 
 
 def test_sidecar_probes_run_inside_the_pod() -> None:
