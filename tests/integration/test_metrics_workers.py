@@ -273,6 +273,10 @@ def _streams_open(gateway: Gateway) -> float:
 def test_open_streams_are_summed_over_the_workers(gateway: Gateway, name: str) -> None:
     with httpx.Client(base_url=gateway.url, timeout=10) as http:
         assert http.put(f"/v1/kv/{name}", json={}).status_code == 201
+    # Both workers started before the test; one replaced since (uvicorn replaces a worker that
+    # misses its health check, as on a loaded machine) is missing from the view until its
+    # lifespan has run again.
+    _wait_for_workers(gateway, 2)
     text = _scrape(gateway)
     assert _sample(text, "jsgw_sse_streams_limit") == 2 * 5000  # JSGW_SSE_MAX_STREAMS each
     assert _sample(text, "jsgw_kv_watches_limit") == 2 * 10_000
