@@ -145,6 +145,10 @@ class Timeline:
         return now
 
 
+def _since(moment: float | None) -> float | None:
+    return None if moment is None else round(time.monotonic() - moment, 1)
+
+
 def _entry_value(body: dict) -> dict:
     return json.loads(base64.b64decode(body["value"]))
 
@@ -185,7 +189,8 @@ class Workload:
         self._stopped = False
         # publishes
         self.acked: dict[str, int] = {}  # msg id -> seq
-        self.ack_detail: dict[str, tuple[int, bool]] = {}  # msg id -> (tries, duplicate)
+        # msg id -> (tries, duplicate, the PubAck's stream, seconds after the fault, if any)
+        self.ack_detail: dict[str, tuple[int, bool, str, float | None]] = {}
         self.acked_order: list[tuple[int, str, float]] = []  # (seq, id, answered at)
         self.dup_first: list[str] = []
         # CAS
@@ -355,7 +360,12 @@ class Workload:
                     if ack.get("duplicate") and tries == 1:
                         self.dup_first.append(msg_id)
                     self.acked[msg_id] = ack["seq"]
-                    self.ack_detail[msg_id] = (tries, bool(ack.get("duplicate")))
+                    self.ack_detail[msg_id] = (
+                        tries,
+                        bool(ack.get("duplicate")),
+                        str(ack.get("stream")),
+                        _since(self.timeline.fault_at),
+                    )
                     self.acked_order.append((ack["seq"], msg_id, time.monotonic()))
                     break
                 await self._sleep(0.1)
@@ -708,7 +718,8 @@ class Workload:
         f.duplicate_first_acks = len(self.dup_first)
         at_seq = {m["seq"]: (m["headers"] or {}).get("Nats-Msg-Id") for m in published}
         f.examples += [
-            f"acked publish lost: {i} acked at seq {s} (tries, duplicate: "
+            f"acked publish lost: {i} acked at seq {s} (tries, duplicate, stream, s after the "
+            "fault: "
             f"{self.ack_detail.get(i)}); stored at {stored_ids.get(i, [])}, seq "
             f"{s} holds {at_seq.get(s)!r}; stream has {len(published)} messages up to "
             f"{max(at_seq, default=0)}"
