@@ -133,6 +133,9 @@ class Settings(BaseSettings):
     subscriptions: Path | None = None
     subscriptions_bucket: str = "jsgw_subscriptions"
     push_shutdown_grace: float = Field(default=5.0, ge=0, le=300)
+    # The CA certificates (PEM) that https:// endpoints' certificates are verified against,
+    # instead of the system's (an application with a certificate of a private CA).
+    push_ca: Path | None = None
 
     @field_validator(
         "nats_url",
@@ -240,6 +243,7 @@ class Settings(BaseSettings):
         "tls_key",
         "tls_client_ca",
         "subscriptions",
+        "push_ca",
     )
     @classmethod
     def _file_exists(cls, path: Path | None) -> Path | None:

@@ -79,7 +79,8 @@ class PushService:
         # One client for every subscription of the process: redirects are never followed,
         # no proxy is used (the endpoints are the pod's own), each request has its
         # subscription's timeout.
-        self.http = Client(MAX_ANSWER, FIXED_HEADERS)
+        ca = str(settings.push_ca) if settings.push_ca is not None else None
+        self.http = Client(MAX_ANSWER, FIXED_HEADERS, ca_file=ca)
         deps = Deps(pool, js, publisher, self.http, metrics)
 
         def runner(name: str, config: Subscription, source: str) -> Runner:

@@ -12,7 +12,8 @@ parser) for the answers.
 
 What it does: one request at a time per connection; the connections of an origin kept for
 the next request (the last used first); HTTP/1.1 keep-alive as the answer says; TLS for
-``https://`` with the default context (certificates verified). Redirects are answers like
+``https://`` with certificates verified against the system's CA certificates, or those of
+``ca_file`` (``JSGW_PUSH_CA``). Redirects are answers like
 any other (never followed), no proxy is used, no cookie kept. Timeouts are the caller's (a
 cancelled request closes its connection). An answer's body is read whole, up to
 ``max_body`` bytes: past it the connection is closed and :class:`AnswerTooLarge` raised.
@@ -205,12 +206,19 @@ class _Connection(asyncio.Protocol):
 class Client:
     """POSTs, with the connections of each origin kept between them."""
 
-    def __init__(self, max_body: int, fixed_headers: Iterable[tuple[str, str]] = ()) -> None:
+    def __init__(
+        self,
+        max_body: int,
+        fixed_headers: Iterable[tuple[str, str]] = (),
+        ca_file: str | None = None,
+    ) -> None:
         self._max_body = max_body
+        # Made now when the CA file is given, so that a file that is not PEM certificates
+        # stops the start-up rather than every delivery.
+        self._tls = ssl.create_default_context(cafile=ca_file) if ca_file else None
         self._fixed = b"".join(_field(name, value) for name, value in fixed_headers)
         self._idle: dict[tuple[str, str, int], list[_Connection]] = {}
         self._open: set[_Connection] = set()
-        self._tls: ssl.SSLContext | None = None
 
     async def post(
         self, endpoint: Endpoint, headers: Iterable[tuple[str, str]], body: bytes

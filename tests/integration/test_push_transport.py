@@ -4,9 +4,12 @@ loopback sockets: a plain asyncio server that answers what each test scripts, by
 from __future__ import annotations
 
 import asyncio
+import shutil
+import ssl
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import pytest
 
@@ -20,6 +23,7 @@ from app.push.transport import (
     Endpoint,
     NotHttp,
 )
+from tests.integration.test_tls import issue, openssl
 from tests.push_app import free_port
 
 
@@ -54,9 +58,9 @@ async def _read_request(reader: asyncio.StreamReader) -> bytes | None:
 
 
 @asynccontextmanager
-async def serving(script: Script) -> AsyncIterator[Server]:
+async def serving(script: Script, tls: ssl.SSLContext | None = None) -> AsyncIterator[Server]:
     port = free_port()
-    server = Server(f"http://127.0.0.1:{port}/in?x=1")
+    server = Server(f"{'https' if tls else 'http'}://127.0.0.1:{port}/in?x=1")
 
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         server.connections += 1
@@ -78,7 +82,7 @@ async def serving(script: Script) -> AsyncIterator[Server]:
         finally:
             writer.close()
 
-    listening = await asyncio.start_server(handle, "127.0.0.1", port)
+    listening = await asyncio.start_server(handle, "127.0.0.1", port, ssl=tls)
     try:
         yield server
     finally:
@@ -86,8 +90,8 @@ async def serving(script: Script) -> AsyncIterator[Server]:
 
 
 @asynccontextmanager
-async def client(max_body: int = 1024) -> AsyncIterator[Client]:
-    http = Client(max_body, [("User-Agent", "t/1")])
+async def client(max_body: int = 1024, ca_file: str | None = None) -> AsyncIterator[Client]:
+    http = Client(max_body, [("User-Agent", "t/1")], ca_file=ca_file)
     try:
         yield http
     finally:
@@ -206,3 +210,29 @@ async def test_answers_headers_by_lower_case_name_and_utf8_values_sent() -> None
         got = await http.post(Endpoint.parse(server.url), [("X-Name", "caf\u00e9")], b"")
         assert got.headers["retry-after"] == "3" and got.headers["x-b"] == "1, 2"
     assert "X-Name: café\r\n".encode() in server.requests[0]
+
+
+@pytest.fixture
+def app_pki(tmp_path: Path) -> Path:
+    """A private CA and an application certificate it issued (for 127.0.0.1 and localhost)."""
+    if shutil.which("openssl") is None:
+        pytest.skip("openssl is needed to make test certificates")
+    args = ("-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key", "-subj", "/CN=app-ca")
+    openssl("req", "-x509", *args, "-days", "2", "-out", "ca.pem", cwd=tmp_path)
+    issue(tmp_path, "ca", "app", "/CN=localhost", server=True)
+    return tmp_path
+
+
+async def test_https_endpoints_are_verified_against_the_configured_ca(app_pki: Path) -> None:
+    """JSGW_PUSH_CA: an application whose certificate a private CA issued is reached with that
+    CA's certificate, and refused without it (the system's CAs do not know it)."""
+    tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    tls.load_cert_chain(app_pki / "app.pem", app_pki / "app.key")
+    async with serving(lambda n, _: ok(b"secure"), tls) as server:
+        async with client(ca_file=str(app_pki / "ca.pem")) as http:
+            assert (await post(http, server.url)).body == b"secure"
+        async with client() as http:
+            with pytest.raises(ConnectFailed, match="CERTIFICATE_VERIFY_FAILED"):
+                await post(http, server.url)
+    with pytest.raises(ssl.SSLError):
+        Client(1024, ca_file=str(app_pki / "app.key"))  # not certificates: refused at once
