@@ -22,13 +22,13 @@ COMPAT_RELEASES := 2.10.26 2.11.11 2.12.8 2.14.6
 # all of tests/integration against each release.
 OLDEST_TESTS := tests/integration/test_kv*.py tests/integration/test_server_releases.py
 
-# The suite runs in one process by default: in three (`make test PARALLEL="-n 3 --dist
-# loadscope"`, tests/parallel.py) it took 10-12.5 min instead of 19, but one run of three was
-# green, the others failing on latency bounds (partitions, slow clients, SSE bursts) under the
-# load of other work; until those tests hold with the suite's own load beside them, CI runs
-# serially. --durations: each run ends with its slowest tests, so that the suite's time stays
-# in view.
-PARALLEL ?=
+# The suite runs in two processes (pytest-xdist, tests/parallel.py): a module's tests stay
+# together in one process, and the tests whose latency bounds the suite's own load could
+# decide (browsers, partitions, slow clients, attackers' bodies) run alone at the end. One
+# run on a machine loaded by other work: 18.8 min, against 21.5 serially with less load
+# beside it. `make test PARALLEL=` runs it serially. --durations: each run ends with its
+# slowest tests, so that the suite's time stays in view.
+PARALLEL ?= -n 2 --dist loadscope
 test: $(STAMP) chromium lint
 	$(BIN)/pytest -q $(PARALLEL) --durations=20
 	$(BIN)/pytest -q $(PARALLEL) --durations=10 $(OLDEST_TESTS) \

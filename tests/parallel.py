@@ -1,4 +1,4 @@
-"""How `make test` spreads the suite over processes (pytest-xdist, ``-n 3 --dist loadscope``).
+"""How `make test` spreads the suite over processes (pytest-xdist, ``-n 2 --dist loadscope``).
 
 A process takes a *unit* at a time and runs its tests in their order, as a serial run would. A
 unit is a module (its module-scoped servers and gateways are made once), or a package whose
@@ -30,14 +30,14 @@ OWN_UNITS = ("tests/faults/test_partitions.py",)
 SPLIT_MODULES = ("tests/contract/test_fuzz.py",)
 # Longest first: a unit handed out late sets the end of the run.
 LONG_UNITS = (
-    "tests/faults/test_partitions.py",
     "tests/spark",
     "tests/faults",
     "tests/integration/test_metrics_workers.py",
 )
 # Alone at the end: a real browser's page loads and live updates against deadlines of 1 to
 # 5 s, the gateway's answers (200 ms) while attackers send their largest bodies, the time of
-# a deep page against a shallow one, and slow heads closed within their timeout + 1.5 s.
+# a deep page against a shallow one, slow heads closed within their timeout + 1.5 s, and the
+# partitions' answers within the request timeout + margin while nodes are cut off.
 SOLO_UNITS = (
     "tests/browser/test_console.py",
     "tests/browser/test_docs.py",
@@ -46,6 +46,7 @@ SOLO_UNITS = (
     "tests/security/test_resource_bounds.py",
     "tests/integration/test_kv_keys.py",
     "tests/integration/test_slow_clients.py",
+    "tests/faults/test_partitions.py",
 )
 
 
