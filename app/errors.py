@@ -740,6 +740,10 @@ class ErrorCode(StrEnum):
     OBJ_RANGE_NOT_SATISFIABLE = "obj.range_not_satisfiable", RangeNotSatisfiable, (
         "The Range asks for bytes past the object's end (Content-Range says its size)."
     )
+    OBJ_BUCKET_FULL = "obj.bucket_full", PayloadTooLarge, (
+        "The object does not fit in what the bucket's max_bytes leaves: nothing of the upload "
+        "is kept; delete objects or raise max_bytes."
+    )
     # -- 423, 429, 431 ---------------------------------------------------------------------
     CONSUMER_PIN_MISMATCH = "consumer.pin_mismatch", Locked, (
         "The pin id is no longer the group's pinned client: drop it and pull without a "

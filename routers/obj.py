@@ -10,7 +10,6 @@ from typing import Annotated, Any
 
 from fastapi import Header, Path, Query, Request
 from sse_starlette import EventSourceResponse
-from starlette.requests import ClientDisconnect
 from starlette.responses import Response, StreamingResponse
 
 from app import errors, validation
@@ -251,11 +250,9 @@ async def put_object(
                 counter.inc(len(piece))
                 yield piece
 
-    try:
-        info = await obj.put(bucket, name, body(), upload, condition, current)
-    except ClientDisconnect:
-        # Nothing of the upload stays (the service purged it); nobody reads this answer.
-        return Response(status_code=400)
+    # A client gone midway raises ClientDisconnect out of the body: the service has purged
+    # the upload's chunks by then, and app.problems logs it as the ordinary event it is.
+    info = await obj.put(bucket, name, body(), upload, condition, current)
     created = current is None or current.deleted
     return JSON(info.to_json(), status_code=201 if created else 200, headers={"ETag": info.etag})
 
@@ -356,12 +353,9 @@ async def get_object(
             counter.inc(len(piece))
             yield piece
 
-    return StreamingResponse(
-        content(),
-        status_code=status,
-        headers=headers,
-        media_type=target.content_type or "application/octet-stream",
-    )
+    # The stored type as it was given (a media_type would get a charset added to text/*).
+    headers["Content-Type"] = target.content_type or "application/octet-stream"
+    return StreamingResponse(content(), status_code=status, headers=headers)
 
 
 @router.head(

@@ -246,7 +246,10 @@ class ObjService:
             max_chunk_size=self.chunk_size,
         )
         try:
-            size, chunks, digest = await self._write_chunks(subject, body)
+            try:
+                size, chunks, digest = await self._write_chunks(subject, body)
+            except errors.Unavailable:
+                raise await self._why_refused(bucket) from None
             info.size, info.chunks, info.digest = size, chunks, model.digest_of(digest)
             info.mtime = model.now_rfc3339()
             headers = dict(model.ROLLUP)
@@ -324,6 +327,21 @@ class ObjService:
             ) from None
         return parse_response(reply.data)
 
+    async def _why_refused(self, bucket: str) -> errors.GatewayError:
+        """A chunk refused as unavailable (JetStream's store error): a full bucket when its
+        max_bytes has no room for another chunk, else the error as it was."""
+        info = await self._stream_info(bucket)
+        limit = int((info.get("config") or {}).get("max_bytes") or -1)
+        used = int((info.get("state") or {}).get("bytes") or 0)
+        if 0 < limit < used + self.chunk_size + 1024:
+            return errors.PayloadTooLarge(
+                ErrorCode.OBJ_BUCKET_FULL,
+                f"the object does not fit in bucket {bucket!r} (max_bytes {limit})",
+            )
+        return errors.Unavailable(
+            ErrorCode.STREAM_UNAVAILABLE, "the bucket's stream did not store a chunk"
+        )
+
     async def _purge(self, stream: str, subject: str) -> None:
         await self.js.call(
             "stream.purge", "STREAM", "PURGE", stream, body={"filter": subject}, write=True
@@ -380,13 +398,16 @@ class ObjService:
         stream = model.stream_name(info.bucket)
         subject = model.chunk_subject(info.bucket, info.nuid)
         whole = span is None or (span.start == 0 and span.end == info.size - 1)
-        start_seq, skip = 1, 0
-        if span is not None and span.start > 0:
-            start_seq, skip = await self._locate(stream, subject, info, span.start)
+        start_seq, skip, limit, contiguous = 1, 0, info.chunks, False
+        if span is not None and not whole:
+            start_seq, skip, size = await self._locate(stream, subject, info, span.start)
+            if size is not None:  # only the chunks that hold the span
+                limit, contiguous = span.end // size - span.start // size + 1, True
         wanted = span.length if span is not None else info.size
         sha = hashlib.sha256() if whole else None
         seen = 0
-        async for data in self._chunks(stream, subject, start_seq, info.chunks):
+        chunks = self._chunks(stream, subject, start_seq, limit, contiguous)
+        async for data in chunks:
             seen += len(data)
             if sha is not None:
                 sha.update(data)
@@ -409,30 +430,36 @@ class ObjService:
             )
 
     async def _chunks(
-        self, stream: str, subject: str, seq: int, limit: int
+        self, stream: str, subject: str, seq: int, limit: int, contiguous: bool = False
     ) -> AsyncIterator[bytes]:
-        """The chunk subject's messages from ``seq`` on (at most ``limit``), a batch ahead."""
+        """The chunk subject's messages from ``seq`` on (at most ``limit``), a batch ahead.
+        ``contiguous``: they must be at ``seq``, ``seq + 1``, ... (a gap is a lost chunk)."""
 
-        async def batch(start: int) -> list[StoredMessage]:
+        async def batch(start: int, count: int) -> list[StoredMessage]:
             found: list[StoredMessage] = []
             async for page in self.direct.batch(
-                stream, seq=start, next_by_subj=subject, limit=READ_BATCH
+                stream, seq=start, next_by_subj=subject, limit=count
             ):
                 if isinstance(page, list):
                     found.extend(page)
             return found
 
-        ahead: asyncio.Task[list[StoredMessage]] | None = asyncio.ensure_future(batch(seq))
+        asked = min(READ_BATCH, limit)
+        ahead: asyncio.Task[list[StoredMessage]] | None = asyncio.ensure_future(batch(seq, asked))
         sent = 0
         try:
             while ahead is not None:
                 messages = await ahead
                 ahead = None
-                if messages and sent + len(messages) < limit and len(messages) == READ_BATCH:
-                    ahead = asyncio.ensure_future(batch(messages[-1].seq + 1))
+                if messages and asked < limit and len(messages) == min(READ_BATCH, limit):
+                    count = min(READ_BATCH, limit - asked)
+                    ahead = asyncio.ensure_future(batch(messages[-1].seq + 1, count))
+                    asked += count
                 for message in messages:
-                    if sent >= limit:
-                        return
+                    if contiguous and message.seq != seq + sent:
+                        raise errors.UpstreamError(
+                            ErrorCode.OBJ_CORRUPT, "a chunk of the object is missing"
+                        )
                     sent += 1
                     yield message.data
                 del messages
@@ -444,19 +471,18 @@ class ObjService:
 
     async def _locate(
         self, stream: str, subject: str, info: ObjectInfo, offset: int
-    ) -> tuple[int, int]:
-        """Where a read from byte ``offset`` starts: a stream sequence, and the bytes to skip
-        from there."""
+    ) -> tuple[int, int, int | None]:
+        """Where a read from byte ``offset`` starts: a stream sequence, the bytes to skip
+        from there, and the chunk size when the chunks are laid out regularly (chunk ``k`` at
+        the first one's sequence + ``k``); None: read from the first chunk and skip."""
         with _bucket_errors(info.bucket):
             first = await self.direct.get(stream, {"seq": 1, "next_by_subj": subject})
-            if info.chunks < 2:
-                return first.seq, offset
-            last = await self.direct.last_for(stream, subject)
+            last = first if info.chunks < 2 else await self.direct.last_for(stream, subject)
         size = _regular(info, first, last)
         if size is None:
-            return first.seq, offset
+            return first.seq, offset, None
         index = offset // size
-        return first.seq + index, offset - index * size
+        return first.seq + index, offset - index * size, size
 
 
 def _regular(info: ObjectInfo, first: StoredMessage, last: StoredMessage) -> int | None:
@@ -470,6 +496,8 @@ def _regular(info: ObjectInfo, first: StoredMessage, last: StoredMessage) -> int
     ``(chunks-2)*M`` and none is over M, so each is M.
     """
     most = info.max_chunk_size
+    if info.chunks == 1:
+        return int(most or len(first.data)) if len(first.data) == info.size else None
     if not most or last.seq - first.seq + 1 != info.chunks:
         return None
     if len(first.data) != most or len(last.data) != info.size - (info.chunks - 1) * most:
