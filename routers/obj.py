@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import datetime as dt
 import email.utils
+import logging
 import re
 from collections.abc import AsyncIterator
 from typing import Annotated, Any
 
+import anyio
 from fastapi import Header, Path, Query, Request
 from sse_starlette import EventSourceResponse
-from starlette.responses import Response, StreamingResponse
+from starlette.responses import Response
+from starlette.types import Receive, Scope, Send
 
 from app import errors, validation
 from app.auth.access import AUTHENTICATED, OBJ_BUCKET, OBJECT, Need, require
@@ -27,6 +30,50 @@ from app.routing import Router
 from app.sse import sse_response
 
 router = Router(prefix="/v1/obj", tags=["obj"])
+log = logging.getLogger("jsgw.obj")
+
+
+class ObjectStream(Response):
+    """An object's content, streamed; stopped when the client goes (as Starlette's
+    StreamingResponse is). Content that turns out corrupt on the way (a digest mismatch,
+    a missing chunk) ends the response *incomplete*: short of its Content-Length, without
+    its last chunk, so that the server closes the connection and the client sees the
+    download fail rather than corrupt bytes. That is logged once, as an error."""
+
+    def __init__(
+        self, content: AsyncIterator[bytes], status_code: int, headers: dict[str, str]
+    ) -> None:
+        super().__init__(status_code=status_code, headers=headers)
+        self.content = content
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        async with anyio.create_task_group() as group:
+
+            async def stream() -> None:
+                await self._stream(scope, send)
+                group.cancel_scope.cancel()
+
+            group.start_soon(stream)
+            while (await receive())["type"] != "http.disconnect":
+                pass
+            group.cancel_scope.cancel()
+
+    async def _stream(self, scope: Scope, send: Send) -> None:
+        content = self.content
+        await send(
+            {"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers}
+        )
+        try:
+            async for piece in content:
+                await send({"type": "http.response.body", "body": piece, "more_body": True})
+        except errors.GatewayError as exc:
+            log.error("%s %s: %s: the download is cut off", scope["method"], scope["path"], exc)
+            return
+        finally:
+            with anyio.CancelScope(shield=True):
+                await content.aclose()  # type: ignore[attr-defined]
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
+
 
 Bucket = Annotated[
     str,
@@ -316,7 +363,7 @@ def _answer(
 @router.get(
     _OBJECT_PATH,
     access=Need("read", OBJECT),
-    response_class=StreamingResponse,
+    response_class=Response,
     responses={
         200: _CONTENT,
         206: {"description": "The range asked for (Content-Range)", **_CONTENT},
@@ -355,7 +402,7 @@ async def get_object(
 
     # The stored type as it was given (a media_type would get a charset added to text/*).
     headers["Content-Type"] = target.content_type or "application/octet-stream"
-    return StreamingResponse(content(), status_code=status, headers=headers)
+    return ObjectStream(content(), status, headers)
 
 
 @router.head(
