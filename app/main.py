@@ -130,6 +130,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                 "KV-Revision",
                 "KV-Created",
                 "KV-Operation",
+                "Content-Range",
             ],
         )
     app.add_middleware(BodyLimitMiddleware, limit=settings.max_body, streamed=_streamed_bodies(app))
