@@ -275,7 +275,7 @@ class ObjService:
     async def _write_chunks(
         self, subject: str, body: AsyncIterator[bytes]
     ) -> tuple[int, int, bytes]:
-        size = max_chunk = self.chunk_size
+        size = self.chunk_size
         pending: deque[asyncio.Task[dict[str, Any]]] = deque()
         buffer = bytearray()
         sha = hashlib.sha256()
@@ -297,9 +297,9 @@ class ObjService:
                     await send(piece)
                     continue
                 buffer += piece
-                while len(buffer) >= max_chunk:
-                    chunk = bytes(buffer[:max_chunk])
-                    del buffer[:max_chunk]
+                while len(buffer) >= size:
+                    chunk = bytes(buffer[:size])
+                    del buffer[:size]
                     await send(chunk)
             if buffer:
                 await send(bytes(buffer))
