@@ -470,8 +470,15 @@ class ErrorCode(StrEnum):
         "The subscription cannot be delivered as given (its consumer_config does not ack "
         "explicitly, or contradicts what an ordered subscription needs): `detail` says what."
     )
+    OBJ_BUCKET_INVALID = "obj.bucket_invalid", InvalidInput, (
+        "Not a valid object bucket name: use 1-251 letters, digits, '-' or '_' (the stream "
+        "OBJ_<bucket> has at most 255 characters)."
+    )
     OBJ_NAME_INVALID = "obj.name_invalid", InvalidInput, (
-        "Not a valid object name: 1 to 1024 bytes of UTF-8 without control characters."
+        "Not a valid object name: 1 to 512 characters without control characters."
+    )
+    OBJ_LAST_EVENT_ID_INVALID = "obj.last_event_id_invalid", InvalidInput, (
+        "Last-Event-ID of an object watch is the sequence of an event it sent (digits)."
     )
     OBJ_PRECONDITION_INVALID = "obj.precondition_invalid", InvalidInput, (
         "The If-Match / If-None-Match headers of an upload do not fit: If-Match takes one "

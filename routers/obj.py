@@ -20,13 +20,14 @@ from app.auth.access import AUTHENTICATED, OBJ_BUCKET, OBJECT, Need, require
 from app.auth.policy import Principal, Resource
 from app.deps import ObjDep, PrincipalDep, RuntimeDep, SseSlotsDep
 from app.errors import ErrorCode
-from app.http import JSON, problems
+from app.http import JSON, merged, problems
 from app.obj import model
 from app.obj.model import ObjectInfo
 from app.obj.ranges import span_of
 from app.obj.schemas import ObjBucketList, ObjConfig, ObjectInfoModel, ObjectList, ObjStatus
 from app.obj.service import Precondition, Span, Upload
 from app.routing import Router
+from app.schemas import exclusive, rules
 from app.sse import sse_response
 
 router = Router(prefix="/v1/obj", tags=["obj"])
@@ -79,14 +80,14 @@ Bucket = Annotated[
     str,
     Path(
         description="Object bucket name (letters, digits, '-', '_')",
-        json_schema_extra=validation.SCHEMAS["bucket"],
+        json_schema_extra=model.BUCKET_SCHEMA,
     ),
 ]
 Name = Annotated[
     str,
     Path(
-        description="Object name: 1 to 1024 bytes of UTF-8, no control characters ('/' allowed)",
-        json_schema_extra={"minLength": 1, "maxLength": model.MAX_NAME_BYTES},
+        description="Object name: 1 to 512 characters, no control characters ('/' allowed)",
+        json_schema_extra=model.NAME_SCHEMA,
     ),
 ]
 _OBJECT_PATH = "/{bucket}/objects/{name:text}"
@@ -107,7 +108,7 @@ _CONTENT = {
 }
 _RAW_BODY = {
     "requestBody": {
-        "required": True,
+        "description": "the object's content (none: an empty object)",
         "content": {"application/octet-stream": {"schema": {"type": "string", "format": "binary"}}},
     }
 }
@@ -259,7 +260,7 @@ def _bad_precondition() -> errors.InvalidInput:
         200: {"description": "Replaced", "headers": _INFO_HEADERS},
         **problems(errors.NotFound, errors.PreconditionFailed, errors.Conflict),
     },
-    openapi_extra=_RAW_BODY,
+    openapi_extra=merged(_RAW_BODY, rules(exclusive("If-Match", "If-None-Match"))),
 )
 async def put_object(
     bucket: Bucket,
@@ -268,13 +269,21 @@ async def put_object(
     obj: ObjDep,
     runtime: RuntimeDep,
     if_match: Annotated[
-        str | None, Header(description='"<digest>": replace only that version')
+        str | None,
+        Header(
+            description='"<digest>": replace only that version (empty: not given)',
+            json_schema_extra={"pattern": '^("[^"]+")?$'},
+        ),
     ] = None,
     if_none_match: Annotated[
         str | None, Header(description="*: create only", json_schema_extra={"enum": ["*"]})
     ] = None,
     x_object_description: Annotated[
-        str | None, Header(description="kept as the object's description")
+        str | None,
+        Header(
+            description="kept as the object's description",
+            json_schema_extra=validation.SCHEMAS["header_value"],
+        ),
     ] = None,
 ) -> Response:
     """Upload an object: the raw body, streamed into 128 KiB chunks (never buffered whole).
@@ -286,7 +295,8 @@ async def put_object(
     does not apply (the bucket's max_bytes does, enforced by the server).
     """
     model.object_name(name)
-    condition = _precondition(if_match, if_none_match)
+    # An empty If-Match names no version: it is not given (as the spec's pattern says).
+    condition = _precondition(if_match or None, if_none_match)
     upload = _upload(request)
     current = await obj.check(bucket, name, condition)
     counter = runtime.metrics.obj_bytes.labels("in", _route(request))
@@ -478,7 +488,13 @@ async def watch_objects(
     runtime: RuntimeDep,
     request: Request,
     updates_only: Annotated[bool, Query(description="no current infos, only changes")] = False,
-    last_event_id: Annotated[str | None, Header(description="resume after this sequence")] = None,
+    last_event_id: Annotated[
+        str | None,
+        Header(
+            description="resume after this sequence",
+            json_schema_extra={"pattern": "^[0-9]{1,19}$"},
+        ),
+    ] = None,
 ) -> Response:
     """Watch the bucket's object infos as server-sent events (ADR-20 watch).
 
@@ -489,7 +505,7 @@ async def watch_objects(
     if last_event_id is not None:
         if not last_event_id.isdigit() or len(last_event_id) > 19:
             raise errors.InvalidInput(
-                ErrorCode.KV_LAST_EVENT_ID_INVALID, "Last-Event-ID is a sequence number"
+                ErrorCode.OBJ_LAST_EVENT_ID_INVALID, "Last-Event-ID is a sequence number"
             )
         since = int(last_event_id)
     await obj.status(bucket)

@@ -23,16 +23,23 @@ from typing import Any
 
 import orjson
 
-from app import errors, validation
+from app import errors
 from app.errors import ErrorCode
 
 STREAM_PREFIX = "OBJ_"
 CHUNK_SIZE = 128 * 1024  # ADR-20's default chunk size
 DIGEST_PREFIX = "SHA-256="
 ROLLUP = {"Nats-Rollup": "sub"}
-MAX_NAME_BYTES = 1024
 # Object names are free text (they are base64-encoded into the subject): refuse only what no
-# client could mean, control characters.
+# client could mean, control characters, and names so long that the subject of a Direct Get of
+# their meta message (base64 of up to 2 KiB, two bucket names) would pass nats-server's
+# 4 KiB protocol line.
+MAX_NAME_LENGTH = 512
+NAME_SCHEMA: dict[str, Any] = {
+    "pattern": "^[^\\x00-\\x1f\\x7f]+$",
+    "minLength": 1,
+    "maxLength": MAX_NAME_LENGTH,
+}
 _NAME = re.compile(r"^[^\x00-\x1f\x7f]+$")
 
 
@@ -72,17 +79,31 @@ def decode_name(token: str) -> str | None:
 
 
 def object_name(name: str) -> str:
-    """A valid object name, or 400: 1 to 1024 bytes of UTF-8, no control characters."""
-    if not name or len(name.encode()) > MAX_NAME_BYTES or _NAME.fullmatch(name) is None:
+    """A valid object name, or 400: 1 to 512 characters, no control characters."""
+    if not name or len(name) > MAX_NAME_LENGTH or _NAME.fullmatch(name) is None:
         raise errors.InvalidInput(
             ErrorCode.OBJ_NAME_INVALID,
-            f"object names are 1 to {MAX_NAME_BYTES} bytes of UTF-8 without control characters",
+            f"object names are 1 to {MAX_NAME_LENGTH} characters without control characters",
         )
     return name
 
 
+# A bucket is the stream OBJ_<bucket>, and stream names have at most 255 characters.
+BUCKET_SCHEMA: dict[str, Any] = {
+    "pattern": r"^[a-zA-Z0-9_-]{1,251}$",
+    "minLength": 1,
+    "maxLength": 251,
+}
+_BUCKET = re.compile(BUCKET_SCHEMA["pattern"])
+
+
 def bucket_name(bucket: str) -> str:
-    return validation.bucket_name(bucket)
+    if _BUCKET.fullmatch(bucket) is None:
+        raise errors.InvalidInput(
+            ErrorCode.OBJ_BUCKET_INVALID,
+            f"invalid object bucket name {bucket!r}: use 1-251 letters, digits, '-' or '_'",
+        )
+    return bucket
 
 
 def digest_of(sha256: bytes) -> str:
