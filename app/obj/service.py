@@ -8,6 +8,12 @@ a refused precondition, an error from NATS) purges the new version's chunk subje
 orphaned chunks stay. Once the meta message is stored, the previous version's chunks are
 purged (as nats-py does).
 
+Two uploads of one name without a condition both succeed, the later meta message winning; as
+with nats-py, each purges the version it replaced, so the chunks of the one that lost may stay
+until the object is replaced or deleted. ``If-Match`` / ``If-None-Match`` uploads cannot race
+so: their meta message is written only over the one they checked
+(``Nats-Expected-Last-Subject-Sequence``), else nothing of them stays.
+
 Downloads read the chunks with batched Direct Gets (ADR-31) of a few chunks at a time, the
 next batch asked for while the current one is handed on: memory per download is two batches.
 A range starts at the chunk that holds its first byte when the object's chunks can be shown to
