@@ -8,10 +8,11 @@ a refused precondition, an error from NATS) purges the new version's chunk subje
 orphaned chunks stay. Once the meta message is stored, the previous version's chunks are
 purged (as nats-py does).
 
-Two uploads of one name without a condition both succeed, the later meta message winning; as
-with nats-py, each purges the version it replaced, so the chunks of the one that lost may stay
-until the object is replaced or deleted. ``If-Match`` / ``If-None-Match`` uploads cannot race
-so: their meta message is written only over the one they checked
+Two uploads of one name without a condition both succeed, the later meta message winning, and
+each purges the version it read just before writing its own meta message. Only when both read
+it before either wrote (their meta messages within a round trip of each other) do the chunks
+of the one that lost stay behind, as with nats-py. ``If-Match`` / ``If-None-Match`` uploads
+cannot race so: their meta message is written only over the one they checked
 (``Nats-Expected-Last-Subject-Sequence``), else nothing of them stays.
 
 Downloads read the chunks with batched Direct Gets (ADR-31) of a few chunks at a time, the
@@ -263,6 +264,10 @@ class ObjService:
                 # The meta subject must still be where check() saw it: no other writer in
                 # between (412 otherwise, and this upload's chunks go).
                 headers["Nats-Expected-Last-Subject-Sequence"] = str(current.seq if current else 0)
+            else:
+                # What this version replaces is what is there now, not what was there when
+                # the upload began (another may have been stored meanwhile).
+                current = await self.current(bucket, name)
             try:
                 ack = await self._publish(model.meta_subject(bucket, name), info.wire(), headers)
             except errors.PreconditionFailed:

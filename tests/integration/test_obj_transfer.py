@@ -272,3 +272,32 @@ async def test_memory_stays_flat_for_a_large_object(client: httpx.AsyncClient, n
         f"(upload {up_peak / MiB:.0f}), +{grew:.1f} MiB for {size // MiB} MiB up and down"
     )
     assert grew < 48, grew
+
+
+async def test_an_upload_replaces_what_is_there_when_it_is_stored(
+    client: httpx.AsyncClient, nc: nats.NATS, name: str
+) -> None:
+    """Another version stored while an upload streams is the one it replaces: its chunks go,
+    and only the last version's stay."""
+    await make_bucket(client, name)
+    path = f"/v1/obj/{name}/objects/x"
+    await client.put(path, content=b"v0")
+    halfway = asyncio.Event()
+    go_on = asyncio.Event()
+
+    async def slow() -> AsyncIterator[bytes]:
+        yield os.urandom(CHUNK)
+        halfway.set()
+        await go_on.wait()
+        yield os.urandom(CHUNK)
+
+    async with httpx.AsyncClient(base_url=str(client.base_url), timeout=30) as other:
+        upload = asyncio.ensure_future(other.put(path, content=slow()))
+        await asyncio.wait_for(halfway.wait(), 10)
+        meanwhile = await client.put(path, content=b"v1")
+        assert meanwhile.status_code == 200
+        go_on.set()
+        last = await upload
+    assert last.status_code == 200 and last.json()["size"] == 2 * CHUNK
+    info = await nc.jetstream().stream_info(f"OBJ_{name}", subjects_filter=f"$O.{name}.C.>")
+    assert info.state.subjects == {f"$O.{name}.C.{last.json()['nuid']}": 2}
