@@ -70,7 +70,7 @@ def why(winner: Rule, loser: Rule) -> str:
 
 # -- pattern containment -----------------------------------------------------------------------
 
-_PLURAL = {"kv": "buckets", "stream": "streams", "consumer": "consumers"}
+_PLURAL = {"kv": "buckets", "stream": "streams", "consumer": "consumers", "obj": "object buckets"}
 _PLAIN_GLOB = re.compile(r"[^?\[\]]*")
 _ANY = "\0"  # stands for what a '*' matches; no name contains it
 
