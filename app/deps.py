@@ -21,6 +21,7 @@ from app.kv.service import KVService
 from app.lifespan import Runtime
 from app.nats.direct import DirectGet
 from app.nats.pool import NatsPool
+from app.obj.service import ObjService
 from app.publish.service import Publisher
 from app.push.service import PushService
 from app.sse import SseSlots
@@ -75,6 +76,10 @@ async def get_push(runtime: RuntimeDep) -> PushService:
     return runtime.push
 
 
+async def get_obj(runtime: RuntimeDep) -> ObjService:
+    return runtime.obj
+
+
 SettingsDep = Annotated[Settings, Depends(get_settings)]
 
 
@@ -97,6 +102,7 @@ FROM_RUNTIME: dict[Callable[..., Awaitable[Any]], str | None] = {
     get_consumers: "consumers",
     get_counters: "counters",
     get_push: "push",
+    get_obj: "obj",
     get_sse_slots: "sse_slots",
 }
 
@@ -112,6 +118,7 @@ KVDep = Annotated[KVService, Depends(get_kv)]
 ConsumersDep = Annotated[ConsumerService, Depends(get_consumers)]
 CountersDep = Annotated[CounterService, Depends(get_counters)]
 PushDep = Annotated[PushService, Depends(get_push)]
+ObjDep = Annotated[ObjService, Depends(get_obj)]
 
 
 async def _stream_name(

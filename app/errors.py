@@ -25,6 +25,7 @@ that carries it (and so its status) and what it means. The hierarchy::
     │   └── TtlDisabled            publish.ttl_disabled
     ├── PreconditionFailed         412
     ├── PayloadTooLarge            413
+    ├── RangeNotSatisfiable        416
     ├── Locked                     423
     ├── HeadTooLarge               431
     ├── TooManyRequests            429
@@ -158,6 +159,10 @@ class PreconditionFailed(GatewayError):
 
 class PayloadTooLarge(GatewayError):
     status = 413
+
+
+class RangeNotSatisfiable(GatewayError):
+    status = 416
 
 
 class Locked(GatewayError):
@@ -465,6 +470,20 @@ class ErrorCode(StrEnum):
         "The subscription cannot be delivered as given (its consumer_config does not ack "
         "explicitly, or contradicts what an ordered subscription needs): `detail` says what."
     )
+    OBJ_BUCKET_INVALID = "obj.bucket_invalid", InvalidInput, (
+        "Not a valid object bucket name: use 1-251 letters, digits, '-' or '_' (the stream "
+        "OBJ_<bucket> has at most 255 characters)."
+    )
+    OBJ_NAME_INVALID = "obj.name_invalid", InvalidInput, (
+        "Not a valid object name: 1 to 512 characters without control characters."
+    )
+    OBJ_LAST_EVENT_ID_INVALID = "obj.last_event_id_invalid", InvalidInput, (
+        "Last-Event-ID of an object watch is the sequence of an event it sent (digits)."
+    )
+    OBJ_PRECONDITION_INVALID = "obj.precondition_invalid", InvalidInput, (
+        "The If-Match / If-None-Match headers of an upload do not fit: If-Match takes one "
+        'entity tag ("SHA-256=..."), If-None-Match only *, and not both.'
+    )
     # -- 401, 403 --------------------------------------------------------------------------
     AUTH_REQUIRED = "auth.required", Unauthorized, (
         "No valid bearer token: send `Authorization: Bearer <token>`."
@@ -522,6 +541,13 @@ class ErrorCode(StrEnum):
     )
     SUBSCRIPTION_NOT_FOUND = "subscription.not_found", NotFound, (
         "No push subscription of this name: check the name, or create it with PUT."
+    )
+    OBJ_BUCKET_NOT_FOUND = "obj.bucket_not_found", NotFound, (
+        "The object bucket does not exist: check its name, or create it."
+    )
+    OBJ_NOT_FOUND = "obj.not_found", NotFound, (
+        "The bucket has no object of this name (never stored, or deleted), or a link points "
+        "to one that is gone."
     )
     # -- 405, 406 --------------------------------------------------------------------------
     ROUTE_METHOD_NOT_ALLOWED = "route.method_not_allowed", MethodNotAllowed, (
@@ -655,6 +681,13 @@ class ErrorCode(StrEnum):
         "A stream of the mirror's name exists and is not a mirror of this bucket: it is left "
         "alone; choose another name."
     )
+    OBJ_NOT_A_BUCKET = "obj.not_a_bucket", Conflict, (
+        "A stream OBJ_<bucket> exists but is not an object bucket (its subjects are not "
+        "$O.<bucket>.C.> and $O.<bucket>.M.>)."
+    )
+    OBJ_LINK_TO_BUCKET = "obj.link_to_bucket", Conflict, (
+        "The object is a link to a whole bucket (ADR-20), which has no content to download."
+    )
     # -- 412 -------------------------------------------------------------------------------
     PUBLISH_WRONG_STREAM = "publish.wrong_stream", PreconditionFailed, (
         "The subject is not in the stream named by Nats-Expected-Stream: not stored."
@@ -672,6 +705,13 @@ class ErrorCode(StrEnum):
     KV_REVISION_MISMATCH = "kv.revision_mismatch", PreconditionFailed, (
         "The key is not at the revision If-Match expected (`revision` says where it is): "
         "not written; read and retry."
+    )
+    OBJ_EXISTS = "obj.exists", PreconditionFailed, (
+        "If-None-Match: * but the object exists: not stored (nothing of the upload is kept)."
+    )
+    OBJ_CHANGED = "obj.changed", PreconditionFailed, (
+        "The object is not the version If-Match named (or changed during the upload): not "
+        "stored (nothing of the upload is kept); read its ETag and retry."
     )
     # -- 413 -------------------------------------------------------------------------------
     REQUEST_TOO_LARGE = "request.too_large", PayloadTooLarge, (
@@ -703,6 +743,13 @@ class ErrorCode(StrEnum):
     DIRECT_TOO_MANY_SUBJECTS = "direct.too_many_subjects", PayloadTooLarge, (
         "More subjects (keys) than one multi-read takes, or filters matching more than 1024: "
         "narrow them or split the request."
+    )
+    OBJ_RANGE_NOT_SATISFIABLE = "obj.range_not_satisfiable", RangeNotSatisfiable, (
+        "The Range asks for bytes past the object's end (Content-Range says its size)."
+    )
+    OBJ_BUCKET_FULL = "obj.bucket_full", PayloadTooLarge, (
+        "The object does not fit in what the bucket's max_bytes leaves: nothing of the upload "
+        "is kept; delete objects or raise max_bytes."
     )
     # -- 423, 429, 431 ---------------------------------------------------------------------
     CONSUMER_PIN_MISMATCH = "consumer.pin_mismatch", Locked, (
@@ -773,6 +820,13 @@ class ErrorCode(StrEnum):
     )
     CONSUMER_PULL_FAILED = "consumer.pull_failed", UpstreamError, (
         "The server ended the pull with an unexpected status: `nats.description` says which."
+    )
+    OBJ_META_INVALID = "obj.meta_invalid", UpstreamError, (
+        "The object's meta message in the stream is not ADR-20 object info."
+    )
+    OBJ_CORRUPT = "obj.corrupt", UpstreamError, (
+        "The object's chunks do not match its size or digest: the download is cut off "
+        "rather than served corrupt."
     )
     # -- 503 -------------------------------------------------------------------------------
     NATS_UNAVAILABLE = "nats.unavailable", Unavailable, (

@@ -29,6 +29,7 @@ from app.nats.direct import DirectGet
 from app.nats.embedded import EmbeddedServer
 from app.nats.jsapi import JetStreamApi
 from app.nats.pool import NatsPool
+from app.obj.service import ObjService
 from app.publish.service import Publisher
 from app.push.service import PushService
 from app.sse import SseSlots
@@ -51,6 +52,7 @@ class Runtime:
     consumers: ConsumerService
     counters: CounterService
     push: PushService
+    obj: ObjService
     ack_secret: bytes
     auth: Authenticator
     sse_slots: SseSlots
@@ -115,6 +117,7 @@ def make_lifespan(
                 consumers=consumers,
                 counters=CounterService(js, direct, direct_service, streams, publisher),
                 push=push,
+                obj=ObjService(js, direct),
                 ack_secret=ack_secret,
                 auth=auth,
                 sse_slots=SseSlots(

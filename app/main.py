@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from fastapi import Depends, FastAPI
@@ -25,6 +26,7 @@ from routers import (
     counters,
     direct,
     kv,
+    obj,
     publish,
     streams,
     subscriptions,
@@ -102,6 +104,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(consumers.router)
     app.include_router(counters.router)
     app.include_router(subscriptions.router)
+    app.include_router(obj.router)
     # Static pages, not API routes: without access rules, public; their data comes through
     # the API above.
     ui.install(app)
@@ -127,12 +130,27 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                 "KV-Revision",
                 "KV-Created",
                 "KV-Operation",
+                "Content-Range",
             ],
         )
-    app.add_middleware(BodyLimitMiddleware, limit=settings.max_body)
+    app.add_middleware(BodyLimitMiddleware, limit=settings.max_body, streamed=_streamed_bodies(app))
     app.add_middleware(RequestContextMiddleware, metrics=metrics, access_log=access_log)
     app.openapi = lambda: _openapi(app)  # type: ignore[method-assign]
     return app
+
+
+# The routes whose request body is streamed to NATS as it arrives, never held whole: past
+# JSGW_MAX_BODY (their bound is the bucket's max_bytes, which the server enforces).
+STREAMED_BODIES = (obj.put_object,)
+
+
+def _streamed_bodies(app: FastAPI) -> tuple[tuple[str, re.Pattern[str]], ...]:
+    return tuple(
+        (method, mounted.path_regex)
+        for mounted in routing.api_routes(app)
+        if getattr(mounted.route, "endpoint", None) in STREAMED_BODIES
+        for method in mounted.methods
+    )
 
 
 # FastAPI's OpenAPI models hold minimum/maximum as floats: 2^64-1 comes out as 2^64, 2^63-1

@@ -447,6 +447,14 @@ class Metrics:
             registry=self.registry,
         )
 
+        self.obj_bytes = Counter(
+            "jsgw_obj_bytes_total",
+            "Object content bytes moved through the gateway, by direction (in: uploads, out: "
+            "downloads) and route template.",
+            ["direction", "route"],
+            registry=self.registry,
+        )
+
         self.access_log_dropped = Counter(
             "jsgw_access_log_dropped_total",
             "Access log lines dropped because stderr took them slower than requests came: "

@@ -196,15 +196,22 @@ class BodyLimitMiddleware:
     Closed, what was not read is not read (uvicorn stops reading a body nobody takes at 64 KiB).
     """
 
-    def __init__(self, app: ASGIApp, limit: int) -> None:
+    def __init__(
+        self, app: ASGIApp, limit: int, streamed: tuple[tuple[str, re.Pattern[str]], ...] = ()
+    ) -> None:
         self.app = app
         self.limit = limit
+        # (method, path pattern) of the routes that stream their body to NATS as it arrives
+        # (object uploads): the limit does not apply to them; the rest of this still does.
+        self.streamed = streamed
 
     def __call__(self, scope: Scope, receive: Receive, send: Send) -> Awaitable[None]:
         # A plain function: a request passed on untouched costs no coroutine of its own (the
         # caller awaits the inner app's directly).
         if scope["type"] != "http":
             return self.app(scope, receive, send)
+        if self.streamed and self._is_streamed(scope):
+            return self._counted(scope, receive, send, False, limit=None)
         declared = chunked = malformed = empty = False
         for name, value in scope.get("headers", []):
             if name == b"content-length":
@@ -224,7 +231,14 @@ class BodyLimitMiddleware:
             return self.app(scope, receive, send)
         return self._counted(scope, receive, send, empty and not chunked)
 
-    async def _counted(self, scope: Scope, receive: Receive, send: Send, empty: bool) -> None:
+    def _is_streamed(self, scope: Scope) -> bool:
+        method, path = scope.get("method"), scope.get("path", "")
+        return any(m == method and p.fullmatch(path) for m, p in self.streamed)
+
+    async def _counted(
+        self, scope: Scope, receive: Receive, send: Send, empty: bool, limit: int | None = -1
+    ) -> None:
+        limit = self.limit if limit == -1 else limit
         received = 0
         complete = empty  # the body has been received whole
 
@@ -233,7 +247,7 @@ class BodyLimitMiddleware:
             message = await receive()
             if message["type"] == "http.request":
                 received += len(message.get("body", b""))
-                if received > self.limit:
+                if limit is not None and received > limit:
                     # Starlette's HTTPException passes through body parsing untouched.
                     raise HTTPException(413, self._detail())
                 if not message.get("more_body", False):

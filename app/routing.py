@@ -16,7 +16,8 @@ A route's handler admits the request (:func:`app.auth.access.admit`: authenticat
 access decision, from the head alone) before FastAPI reads or decodes anything of its body,
 so that a refused request costs the reading of its head; a route that takes a JSON body then
 reads it within ``JSGW_MAX_JSON_BODY`` (:func:`app.middleware.read_json_body`) before FastAPI
-decodes and validates it. Routes that read their raw body themselves keep ``JSGW_MAX_BODY``.
+decodes and validates it. Routes that read their raw body themselves keep ``JSGW_MAX_BODY``,
+but for those that stream it to NATS as it arrives (``app.main.STREAMED_BODIES``).
 """
 
 from __future__ import annotations

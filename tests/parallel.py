@@ -43,6 +43,7 @@ SOLO_UNITS = (
     "tests/browser/test_docs.py",
     "tests/browser/test_eventsource.py",
     "tests/browser/test_subscriptions.py",
+    "tests/browser/test_objects.py",
     "tests/security/test_resource_bounds.py",
     "tests/integration/test_kv_keys.py",
     "tests/integration/test_slow_clients.py",

@@ -85,6 +85,14 @@ def _key(p: Params, _: Request) -> Resource:
     return Resource("kv", p["bucket"], p["key"])
 
 
+def _obj_bucket(p: Params, _: Request) -> Resource:
+    return Resource("obj", p["bucket"])
+
+
+def _object(p: Params, _: Request) -> Resource:
+    return Resource("obj", p["bucket"], p["name"])
+
+
 def _consumer(p: Params, _: Request) -> Resource:
     return Resource("consumer", f"{p['stream']}/{p['consumer']}")
 
@@ -106,6 +114,8 @@ STREAM_FILTER = Target("stream:{stream}/{subject}", _stream_filter)
 BUCKET = Target("kv:{bucket}", _bucket)
 KEY = Target("kv:{bucket}/{key}", _key)
 CONSUMER = Target("consumer:{stream}/{consumer}", _consumer)
+OBJ_BUCKET = Target("obj:{bucket}", _obj_bucket)
+OBJECT = Target("obj:{bucket}/{name}", _object)
 SUBSCRIPTION = Target("consumer:{subscription's stream}/{subscription's consumer}", _subscription)
 
 AUTHENTICATED = Need("authenticated")

@@ -15,7 +15,8 @@ tokens:
 ```
 
 Resources: ``kv:<bucket>[/<key-prefix>]``, ``stream:<name>[/<subject-prefix>]``,
-``consumer:<stream>/<consumer>``; names may use ``*`` (any characters), prefixes are plain.
+``consumer:<stream>/<consumer>``, ``obj:<bucket>[/<object-name-prefix>]`` (object buckets);
+names may use ``*`` (any characters), prefixes are plain.
 Tokens are stored as SHA-256 hex digests (or ``token`` in clear text, for tests and demos).
 """
 
@@ -37,7 +38,7 @@ log = logging.getLogger("jsgw.auth")
 
 Action = Literal["read", "write", "admin", "consume"]
 ACTIONS: frozenset[str] = frozenset({"read", "write", "admin", "consume"})
-KINDS = ("kv", "stream", "consumer")
+KINDS = ("kv", "stream", "consumer", "obj")
 
 
 class PolicyError(ValueError):
@@ -99,7 +100,9 @@ class Pattern:
 def parse_pattern(resource: str) -> Pattern:
     kind, sep, rest = resource.partition(":")
     if not sep or kind not in KINDS or not rest:
-        raise PolicyError(f"resource {resource!r}: expected kv:, stream: or consumer: and a name")
+        raise PolicyError(
+            f"resource {resource!r}: expected kv:, stream:, consumer: or obj: and a name"
+        )
     if kind == "consumer":
         stream, slash, consumer = rest.partition("/")
         if not slash or not stream or not consumer:
@@ -139,13 +142,23 @@ class Rule:
 
 
 KV_STREAM_PREFIX = "KV_"  # a bucket's data is also stream KV_<bucket>, subjects $KV.<bucket>.<key>
+OBJ_STREAM_PREFIX = "OBJ_"  # an object bucket's is stream OBJ_<bucket>, subjects $O.<bucket>.>
+BUCKET_STREAMS = (KV_STREAM_PREFIX, OBJ_STREAM_PREFIX)
 
 
 def kv_twins(rules: tuple[Rule, ...], stream: str) -> list[Rule]:
     """The kv: rules that concern the bucket behind ``stream`` (``KV_<bucket>``), as rules on
     the stream: ``kv:USERS/1234.`` becomes ``stream:KV_USERS/$KV.USERS.1234.``. A bucket's
     keys are reachable as that stream's messages too (Direct Get, consumers, stream admin),
-    and what the kv: rules deny must stay denied there."""
+    and what the kv: rules deny must stay denied there.
+
+    The same for object buckets (``OBJ_<bucket>``): ``obj:FILES`` becomes
+    ``stream:OBJ_FILES``. Object names are base64 in the subjects and an object's chunks do
+    not carry its name, so a rule on some objects (``obj:FILES/private/``) cannot be
+    translated; it becomes a rule that denies every subject of the stream (reachable through
+    the obj routes only)."""
+    if stream.startswith(OBJ_STREAM_PREFIX):
+        return _obj_twins(rules, stream[len(OBJ_STREAM_PREFIX) :])
     if not stream.startswith(KV_STREAM_PREFIX):
         return []
     bucket = stream[len(KV_STREAM_PREFIX) :]
@@ -156,6 +169,19 @@ def kv_twins(rules: tuple[Rule, ...], stream: str) -> list[Rule]:
             prefix = None if p.prefix is None else f"$KV.{bucket}.{p.prefix}"
             name = KV_STREAM_PREFIX + p.name
             twins.append(Rule(Pattern("stream", name, prefix), rule.actions, origin=p))
+    return twins
+
+
+def _obj_twins(rules: tuple[Rule, ...], bucket: str) -> list[Rule]:
+    twins = []
+    for rule in rules:
+        p = rule.pattern
+        if p.kind == "obj" and fnmatch.fnmatchcase(bucket, p.name):
+            name = OBJ_STREAM_PREFIX + p.name
+            if p.prefix is None:
+                twins.append(Rule(Pattern("stream", name, None), rule.actions, origin=p))
+            else:
+                twins.append(Rule(Pattern("stream", name, f"$O.{bucket}."), frozenset(), origin=p))
     return twins
 
 
@@ -184,7 +210,7 @@ class Principal:
         best = decisive(self.rules, resource)
         if best is None or action not in best.actions:
             return False
-        if resource.kind == "stream" and resource.name.startswith(KV_STREAM_PREFIX):
+        if resource.kind == "stream" and resource.name.startswith(BUCKET_STREAMS):
             twin = decisive(kv_twins(self.rules, resource.name), resource)
             return twin is None or action in twin.actions
         return True

@@ -70,7 +70,7 @@ def why(winner: Rule, loser: Rule) -> str:
 
 # -- pattern containment -----------------------------------------------------------------------
 
-_PLURAL = {"kv": "buckets", "stream": "streams", "consumer": "consumers"}
+_PLURAL = {"kv": "buckets", "stream": "streams", "consumer": "consumers", "obj": "object buckets"}
 _PLAIN_GLOB = re.compile(r"[^?\[\]]*")
 _ANY = "\0"  # stands for what a '*' matches; no name contains it
 
@@ -208,7 +208,7 @@ def parse_resource(text: str) -> Resource:
     """``kv:USERS/1234.name``, ``stream:ORDERS``, ``consumer:ORDERS/worker-3``."""
     kind, sep, rest = text.partition(":")
     if not sep or kind not in KINDS or not rest:
-        raise PolicyError(f"resource {text!r}: expected kv:, stream: or consumer: and a name")
+        raise PolicyError(f"resource {text!r}: expected kv:, stream:, consumer: or obj: and a name")
     if kind == "consumer":
         if rest.count("/") != 1 or rest.startswith("/") or rest.endswith("/"):
             raise PolicyError(f"resource {text!r}: expected consumer:<stream>/<consumer>")

@@ -31,8 +31,13 @@ from schemathesis.config import SchemathesisConfig
 
 SPEC = Path(__file__).resolve().parents[2] / "openapi" / "openapi.json"
 # SSE feeds never end by themselves, so each fuzzed call would wait for its timeout: they are
-# left to their own tests (tests/integration/test_kv_watch.py, test_consumers_consume.py).
-SSE_PATHS = ("/v1/kv/{bucket}/watch", "/v1/streams/{stream}/consumers/{consumer}/consume")
+# left to their own tests (tests/integration/test_kv_watch.py, test_consumers_consume.py,
+# test_obj_watch.py).
+SSE_PATHS = (
+    "/v1/kv/{bucket}/watch",
+    "/v1/streams/{stream}/consumers/{consumer}/consume",
+    "/v1/obj/{bucket}/watch",
+)
 
 # Statuses a valid request may get besides 2xx/3xx/401/403/404/409/429/5xx (schemathesis's
 # defaults): the answers that depend on what is stored, not on the request's form.

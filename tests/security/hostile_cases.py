@@ -38,6 +38,11 @@ SECRET_BUCKET, SECRET_KEY = "SEC", "secret"  # the other bucket
 DENIED_KEY = "pub.secret"  # in BUCKET, denied to the auth suite's reader token
 DENIED_SUBJECT = "host.secret.1"  # in STREAM, denied to the reader token
 
+# Object buckets: OBJ_BUCKET holds objects OBJ_NAME and OBJ_DENIED (denied to the reader),
+# OBJ_SECRET_BUCKET holds OBJ_NAME with SECRET_VALUE.
+OBJ_BUCKET, OBJ_SECRET_BUCKET, OBJ_NAME = "OPUB", "OSEC", "o"
+OBJ_DENIED = "private/plan"
+
 # Values no answer may ever contain (another bucket's key, keys and subjects denied by auth).
 SECRET_VALUE = b"S3CR3T-other-bucket-9f2c41d7"
 DENIED_VALUE = b"D3N13D-same-bucket-5be03a88"
@@ -244,6 +249,79 @@ def _bucket_endpoints(b: str) -> list[tuple[str, str, dict[str, Any]]]:
     ]
 
 
+def _obj_endpoints(b: str) -> list[tuple[str, str, dict[str, Any]]]:
+    return [
+        ("GET", f"/v1/obj/{b}", {}),
+        ("PUT", f"/v1/obj/{b}", {"body": {}}),
+        ("DELETE", f"/v1/obj/{b}", {}),
+        ("GET", f"/v1/obj/{b}/objects", {}),
+        ("GET", f"/v1/obj/{b}/objects/{OBJ_NAME}", {}),
+        ("HEAD", f"/v1/obj/{b}/objects/{OBJ_NAME}", {}),
+        ("PUT", f"/v1/obj/{b}/objects/{OBJ_NAME}", {"content": b"hostile"}),
+        ("DELETE", f"/v1/obj/{b}/objects/{OBJ_NAME}", {}),
+        ("GET", f"/v1/obj/{b}/info/{OBJ_NAME}", {}),
+        ("GET", f"/v1/obj/{b}/watch", {"sse": True}),
+    ]
+
+
+# Object names are free text (base64 in the subject): only control characters and names over
+# 512 characters are refused, so every method may be tried with these.
+OBJ_NAME_VARIANTS: list[tuple[str, str]] = [
+    ("nul", "o%00"),
+    ("crlf-injection", "o%0D%0AX-Injected:%201"),
+    ("trailing-lf", "o%0A"),
+    ("tab", "o%09"),
+    ("del", "o%7F"),
+    ("overlong-513", "N" * 513),
+    ("overlong-5000", "N" * 5000),
+]
+
+
+def path_object_cases() -> Iterator[Case]:
+    base = f"/v1/obj/{OBJ_BUCKET}"
+    for label, name in OBJ_NAME_VARIANTS:
+        for method in ("GET", "HEAD", "DELETE"):
+            yield _case(f"/objects/{{name}} name={label}", method, f"{base}/objects/{name}")
+        yield _case(
+            f"/objects/{{name}} name={label}", "PUT", f"{base}/objects/{name}", content=b"x"
+        )
+        yield _case(f"/info/{{name}} name={label}", "GET", f"{base}/info/{name}")
+    # Valid names that are not there: 404, and never the other bucket's object.
+    for name in ("OSEC%2Fo", "%2E%2E%2FOSEC%2Fo", "missing"):
+        yield _case(f"/objects/{{name}} name={name}", "GET", f"{base}/objects/{name}")
+    obj = f"{base}/objects/{OBJ_NAME}"
+    for label, headers in [
+        ("If-Match unquoted", [("If-Match", "SHA-256=abc")]),
+        ("If-Match wrong", [("If-Match", '"SHA-256=wrong"')]),
+        ("If-None-Match not star", [("If-None-Match", '"x"')]),
+        ("If-None-Match star (exists)", [("If-None-Match", "*")]),
+        ("both conditions", [("If-Match", '"x"'), ("If-None-Match", "*")]),
+        ("meta name with dot", [("X-Object-Meta-a.b", "v")]),
+        ("meta value with lf", [("X-Object-Meta-a", b"v\nX: 1")]),
+        ("description nul", [("X-Object-Description", b"d\x00")]),
+    ]:
+        yield _case(f"/objects/{{name}} {label}", "PUT", obj, headers=tuple(headers), content=b"x")
+    yield _case("/objects/{name} range beyond", "GET", obj, headers=(("Range", "bytes=999999-"),))
+    yield _case("/objects include_deleted=maybe", "GET", f"{base}/objects?include_deleted=maybe")
+    yield _case(
+        "/watch Last-Event-ID=abc",
+        "GET",
+        f"{base}/watch",
+        headers=(("Last-Event-ID", "abc"),),
+        sse=True,
+    )
+    for label, body in [
+        ("ttl negative", {"ttl": -1}),
+        ("ttl text", {"ttl": "forever"}),
+        ("replicas 9", {"replicas": 9}),
+        ("storage tape", {"storage": "tape"}),
+        ("unknown field", {"history": 5}),
+        ("max_bytes 2^64", {"max_bytes": 2**64}),
+        ("array", []),
+    ]:
+        yield _case(f"/v1/obj/{{bucket}} body={label}", "PUT", f"/v1/obj/{NEW_BUCKET}", body=body)
+
+
 def _consumer_endpoints(c: str) -> list[tuple[str, str, dict[str, Any]]]:
     base = f"/v1/streams/{STREAM}/consumers/{c}"
     return [
@@ -279,6 +357,7 @@ def path_name_cases() -> Iterator[Case]:
     slots = [
         ("stream", STREAM, f"KV_{SECRET_BUCKET}", _stream_endpoints),
         ("bucket", BUCKET, SECRET_BUCKET, _bucket_endpoints),
+        ("obj bucket", OBJ_BUCKET, OBJ_SECRET_BUCKET, _obj_endpoints),
         ("consumer", CONSUMER, OTHER_CONSUMER, _consumer_endpoints),
         ("subscription", SUBSCRIPTION, OTHER_SUBSCRIPTION, _subscription_endpoints),
     ]
@@ -1302,6 +1381,7 @@ def all_cases() -> list[Case]:
     for source in (
         path_name_cases,
         path_key_cases,
+        path_object_cases,
         subject_cases,
         sequence_cases,
         query_cases,

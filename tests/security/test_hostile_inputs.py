@@ -46,6 +46,8 @@ AUTH_POLICY = {
                 {"resource": f"kv:{hc.BUCKET}/{hc.DENIED_KEY}", "actions": []},
                 {"resource": f"stream:{hc.STREAM}", "actions": ["read"]},
                 {"resource": f"stream:{hc.STREAM}/host.secret.", "actions": []},
+                {"resource": f"obj:{hc.OBJ_BUCKET}", "actions": ["read"]},
+                {"resource": f"obj:{hc.OBJ_BUCKET}/private/", "actions": []},
             ],
         }
     ]
@@ -110,6 +112,13 @@ async def _populate(gw: httpx.AsyncClient) -> tuple[dict[str, str], int]:
     await _ok(await gw.put(f"/v1/kv/{b}/keys/{hc.DENIED_KEY}", content=hc.DENIED_VALUE))
     secret = f"/v1/kv/{hc.SECRET_BUCKET}/keys/{hc.SECRET_KEY}"
     await _ok(await gw.put(secret, content=hc.SECRET_VALUE))
+    for bucket in (hc.OBJ_BUCKET, hc.OBJ_SECRET_BUCKET):
+        await _ok(await gw.put(f"/v1/obj/{bucket}"), 201)
+    await _ok(await gw.put(f"/v1/obj/{hc.OBJ_BUCKET}/objects/{hc.OBJ_NAME}", content=b"obj-o"), 201)
+    denied = f"/v1/obj/{hc.OBJ_BUCKET}/objects/{hc.OBJ_DENIED}"
+    await _ok(await gw.put(denied, content=hc.DENIED_VALUE), 201)
+    secret_obj = f"/v1/obj/{hc.OBJ_SECRET_BUCKET}/objects/{hc.OBJ_NAME}"
+    await _ok(await gw.put(secret_obj, content=hc.SECRET_VALUE), 201)
     return tokens, revision["revision"]
 
 
@@ -381,6 +390,8 @@ _EXISTS = {
     "consumer": hc.CONSUMER,
     "seq": "4",
     "kv_subject": f"$KV.{hc.SECRET_BUCKET}.{hc.SECRET_KEY}",
+    "object": hc.OBJ_DENIED,
+    "obj_bucket": hc.OBJ_SECRET_BUCKET,
 }
 _MISSING = {
     "bucket": "NO_SUCH_BUCKET",
@@ -390,9 +401,24 @@ _MISSING = {
     "consumer": "NO_SUCH_CONSUMER",
     "seq": "99999",
     "kv_subject": "$KV.NO_SUCH_BUCKET.secret",
+    "object": "private/none",
+    "obj_bucket": "NO_SUCH_BUCKET",
 }
 _DENIED: list[tuple[str, str, Any]] = [
     # (method, path template over the names above, body)
+    ("GET", "/v1/obj/{obj_bucket}", NOTHING),
+    ("PUT", "/v1/obj/{obj_bucket}", {}),
+    ("DELETE", "/v1/obj/{obj_bucket}", NOTHING),
+    ("GET", "/v1/obj/{obj_bucket}/objects", NOTHING),
+    ("GET", "/v1/obj/{obj_bucket}/objects/o", NOTHING),
+    ("HEAD", "/v1/obj/{obj_bucket}/objects/o", NOTHING),
+    ("PUT", "/v1/obj/{obj_bucket}/objects/o", b"x"),
+    ("DELETE", "/v1/obj/{obj_bucket}/objects/o", NOTHING),
+    ("GET", "/v1/obj/{obj_bucket}/watch", NOTHING),
+    ("GET", f"/v1/obj/{hc.OBJ_BUCKET}/objects/{{object}}", NOTHING),
+    ("GET", f"/v1/obj/{hc.OBJ_BUCKET}/info/{{object}}", NOTHING),
+    ("PUT", f"/v1/obj/{hc.OBJ_BUCKET}/objects/{{object}}", b"x"),
+    ("GET", "/v1/streams/OBJ_{obj_bucket}/messages/1", NOTHING),
     ("GET", "/v1/kv/{bucket}", NOTHING),
     ("PUT", "/v1/kv/{bucket}", {}),
     ("DELETE", "/v1/kv/{bucket}", NOTHING),
@@ -499,6 +525,9 @@ _NARROWED: list[tuple[str, str, Any]] = [
     ("POST", f"/v1/streams/{hc.STREAM}/direct/multi", {"subjects": ["host.secret.>", "host.*.*"]}),
     ("GET", "/v1/kv", NOTHING),
     ("GET", "/v1/streams", NOTHING),
+    ("GET", "/v1/obj", NOTHING),
+    ("GET", f"/v1/obj/{hc.OBJ_BUCKET}/objects", NOTHING),
+    ("GET", f"/v1/obj/{hc.OBJ_BUCKET}/objects?include_deleted=true", NOTHING),
 ]
 
 

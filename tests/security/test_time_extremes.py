@@ -199,6 +199,7 @@ INPUTS: dict[tuple[str, str], Sender] = {
         (f"KVConfig.{field}", DURATION): _put_then_delete("/v1/kv/{name}", f'{{"{field}": @}}')
         for field in ("ttl", "limit_marker_ttl")
     },
+    ("ObjConfig.ttl", DURATION): _put_then_delete("/v1/obj/{name}", '{"ttl": @}'),
     ("KVMirrorConfig.ttl", DURATION): _put_then_delete(
         f"/v1/kv/{BUCKET}/mirrors/{{name}}", '{"ttl": @}'
     ),

@@ -90,6 +90,8 @@ BUILDS_ON: dict[str, set[str]] = {
     # Push delivery pulls from consumers, keeps its subscriptions in a KV bucket and
     # publishes dead letters.
     "push": {"consumers", "kv", "publish"},
+    # Object buckets create their streams as the streams domain does.
+    "obj": {"streams"},
     "streams": set(),
     "publish": set(),
     "direct": set(),

@@ -150,7 +150,7 @@ async function api(method, path, { body, json, headers = {}, accept = "applicati
     init.headers["Content-Type"] = "application/json";
   } else if (body !== undefined) {
     init.body = body;
-    init.headers["Content-Type"] = "application/octet-stream";
+    if (!init.headers["Content-Type"]) init.headers["Content-Type"] = "application/octet-stream";
   }
   let res;
   try {
@@ -233,7 +233,9 @@ async function overview() {
     : problemBox(streams.reason);
   view.replaceChildren(card("KV buckets", buckets), card("Streams", list),
     card("Push subscriptions", h("p", {}, "The gateway POSTs each message of a consumer to an " +
-      "application, whose answer decides the ack. ", link("Subscriptions and their state →", "#/subscriptions"))));
+      "application, whose answer decides the ack. ", link("Subscriptions and their state →", "#/subscriptions"))),
+    card("Object buckets", h("p", {}, "Files of any size in ADR-20 object buckets. ",
+      link("Object buckets →", "#/obj"))));
 }
 
 async function bucketView(bucket) {
@@ -788,6 +790,88 @@ async function subscriptionView(name) {
   await load();
 }
 
+// -- object buckets (ADR-20) ----------------------------------------------------------------
+
+async function objBucketsView() {
+  crumbs([["Object buckets", "#/obj"]]);
+  const { buckets } = await api("GET", "v1/obj");
+  view.replaceChildren(card("Object buckets", table(["bucket", "size", "ttl", "storage", "description"],
+    buckets.map((b) => h("tr", { dataset: { bucket: b.bucket } },
+      h("td", {}, link(b.bucket, `#/obj/${seg(b.bucket)}`)), h("td.num", {}, bytes(b.size)),
+      h("td", {}, seconds(b.ttl)), h("td", {}, b.storage), h("td", {}, b.description || ""))),
+    "No object buckets.")));
+}
+
+async function objBucketView(bucket) {
+  crumbs([["Object buckets", "#/obj"], [bucket, `#/obj/${seg(bucket)}`]]);
+  const box = h("div", { id: "objects" });
+  const base = `v1/obj/${seg(bucket)}/objects/`;
+
+  async function load() {
+    try {
+      const { objects } = await api("GET", `v1/obj/${seg(bucket)}/objects`);
+      fill(box, table(["name", "size", "type", "modified", "digest", ""], objects.map((o) =>
+        h("tr", { dataset: { name: o.name } }, h("td.mono", {}, o.name), h("td.num", {}, bytes(o.size)),
+          h("td", {}, (o.headers["Content-Type"] || [""])[0]), h("td", {}, when(o.mtime)),
+          h("td.mono.muted", {}, o.digest.slice(0, 20) + "…"),
+          h("td", {}, h("div.row", {},
+            h("button.quiet", { type: "button", onclick: () => download(o) }, "Download"),
+            h("button.quiet", { type: "button", onclick: () => remove(o) }, "Delete"))))),
+      "No objects."));
+    } catch (err) {
+      box.replaceChildren(problemBox(err));
+    }
+  }
+
+  // Through fetch, not a plain link: the request carries the token when there is one.
+  async function download(o) {
+    try {
+      const res = await api("GET", base + keyPath(o.name), { accept: "*/*", raw: true });
+      const url = URL.createObjectURL(await res.blob());
+      const a = h("a", { href: url, download: o.name.split("/").pop() });
+      document.body.append(a);
+      a.click();
+      a.remove();
+      setTimeout(() => URL.revokeObjectURL(url), 10000);
+    } catch (err) {
+      flash(describe(err));
+    }
+  }
+
+  async function remove(o) {
+    try {
+      await api("DELETE", base + keyPath(o.name));
+      flash(`Deleted ${o.name}`, "ok");
+      await load();
+    } catch (err) {
+      flash(describe(err));
+    }
+  }
+
+  const file = h("input", { type: "file", name: "file", required: true });
+  const name = h("input", { type: "text", name: "name", placeholder: "object name (default: the file's)", size: 30 });
+  const form = h("form.row", {
+    onsubmit: async (e) => {
+      e.preventDefault();
+      const chosen = file.files[0];
+      if (!chosen) return;
+      const target = name.value.trim() || chosen.name;
+      try {
+        // The file is the body as it is: the gateway streams it into chunks.
+        const info = await api("PUT", base + keyPath(target), { body: chosen,
+          headers: { "Content-Type": chosen.type || "application/octet-stream" } });
+        flash(`Uploaded ${info.name} (${bytes(info.size)})`, "ok");
+        form.reset();
+        await load();
+      } catch (err) {
+        flash(describe(err));
+      }
+    },
+  }, file, name, h("button", { type: "submit" }, "Upload"));
+  view.replaceChildren(card(`Object bucket ${bucket}`, form, box));
+  await load();
+}
+
 // -- routing --------------------------------------------------------------------------------
 
 function crumbs(parts) {
@@ -803,6 +887,8 @@ const ROUTES = [
   [/^\/streams\/([^/]+)\/consumers\/([^/]+)$/, consumerView],
   [/^\/subscriptions$/, subscriptionsView],
   [/^\/subscriptions\/([^/]+)$/, subscriptionView],
+  [/^\/obj$/, objBucketsView],
+  [/^\/obj\/([^/]+)$/, objBucketView],
 ];
 
 async function render() {

@@ -1,0 +1,567 @@
+"""Object buckets (ADR-20): buckets, streamed uploads and downloads, links, deletes, listings.
+
+Uploads are streamed: the body is cut into chunks of :data:`CHUNK_SIZE` as it arrives and each
+chunk is published (a few at a time, on one connection so that they stay in order) while the
+next one is read; the digest is computed on the way. Nothing of the upload is visible until
+its meta message is stored, and anything that stops an upload before that (the client gone,
+a refused precondition, an error from NATS) purges the new version's chunk subject, so no
+orphaned chunks stay. Once the meta message is stored, the previous version's chunks are
+purged (as nats-py does).
+
+Two uploads of one name without a condition both succeed, the later meta message winning, and
+each purges the version it read just before writing its own meta message. Only when both read
+it before either wrote (their meta messages within a round trip of each other) do the chunks
+of the one that lost stay behind, as with nats-py. ``If-Match`` / ``If-None-Match`` uploads
+cannot race so: their meta message is written only over the one they checked
+(``Nats-Expected-Last-Subject-Sequence``), else nothing of them stays.
+
+Downloads read the chunks with batched Direct Gets (ADR-31) of a few chunks at a time, the
+next batch asked for while the current one is handed on: memory per download is two batches.
+A range starts at the chunk that holds its first byte when the object's chunks can be shown to
+be laid out regularly (:func:`_regular`); otherwise the chunks before it are read and skipped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+from collections import deque
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import anyio
+from nats.nuid import NUID
+
+from app import errors
+from app.errors import ErrorCode
+from app.nats.direct import DirectGet, StoredMessage
+from app.nats.jsapi import JetStreamApi, parse_response
+from app.obj import model
+from app.obj.model import CHUNK_SIZE, ObjectInfo
+from app.obj.schemas import ObjConfig
+from app.obj.watch import watch_events
+from app.streams.service import create_or_update, every_stream
+
+PUBLISH_WINDOW = 4  # chunks published and not yet acknowledged, per upload
+READ_BATCH = 8  # chunks per Direct Get batch of a download
+
+
+@dataclass(frozen=True, slots=True)
+class Precondition:
+    """An upload's condition: ``create`` (If-None-Match: *) or ``digest`` (If-Match)."""
+
+    create: bool = False
+    digest: str | None = None
+
+    @property
+    def given(self) -> bool:
+        return self.create or self.digest is not None
+
+
+@dataclass(slots=True)
+class Upload:
+    """What an upload says about the object besides its content."""
+
+    description: str | None = None
+    headers: dict[str, list[str]] = field(default_factory=dict)
+    metadata: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class Span:
+    """Bytes ``start`` to ``end`` (inclusive) of an object."""
+
+    start: int
+    end: int
+
+    @property
+    def length(self) -> int:
+        return self.end - self.start + 1
+
+
+def _bucket_missing(bucket: str) -> errors.NotFound:
+    return errors.NotFound(
+        ErrorCode.OBJ_BUCKET_NOT_FOUND, f"object bucket {bucket!r} does not exist"
+    )
+
+
+def _object_missing(bucket: str, name: str) -> errors.NotFound:
+    return errors.NotFound(ErrorCode.OBJ_NOT_FOUND, f"bucket {bucket!r} has no object {name!r}")
+
+
+@contextlib.contextmanager
+def _bucket_errors(bucket: str) -> Any:
+    try:
+        yield
+    except (errors.StreamNotFound, errors.StreamNoMatch):
+        raise _bucket_missing(bucket) from None
+
+
+class ObjService:
+    def __init__(self, js: JetStreamApi, direct: DirectGet, chunk_size: int = CHUNK_SIZE) -> None:
+        self.js = js
+        self.direct = direct
+        self.chunk_size = chunk_size
+        self._nuid = NUID()
+
+    # -- buckets ---------------------------------------------------------------------------
+
+    async def list_buckets(self, visible: Callable[[str], bool]) -> list[dict[str, Any]]:
+        out = []
+        async for info in every_stream(self.js):
+            config = info.get("config") or {}
+            bucket = model.bucket_of_stream(str(config.get("name", "")))
+            if bucket and model.is_bucket(bucket, config) and visible(bucket):
+                out.append(_status(bucket, info))
+        return out
+
+    async def _stream_info(self, bucket: str) -> dict[str, Any]:
+        model.bucket_name(bucket)
+        with _bucket_errors(bucket):
+            info = await self.js.call("stream.info", "STREAM", "INFO", model.stream_name(bucket))
+        if not model.is_bucket(bucket, info.get("config") or {}):
+            raise _not_a_bucket(bucket)
+        return info
+
+    async def status(self, bucket: str) -> dict[str, Any]:
+        return _status(bucket, await self._stream_info(bucket))
+
+    async def put_bucket(self, bucket: str, config: ObjConfig) -> tuple[dict[str, Any], bool]:
+        """Create (True) or update (False) a bucket; its stream is always ADR-20's."""
+        model.bucket_name(bucket)
+        stream = model.stream_name(bucket)
+        existing: dict[str, Any] | None = None
+        with contextlib.suppress(errors.NotFound):
+            existing = (await self.js.call("stream.info", "STREAM", "INFO", stream)).get("config")
+        if existing is not None and not model.is_bucket(bucket, existing):
+            raise _not_a_bucket(bucket)
+        body = model.stream_config(bucket, config.model_dump(exclude_none=True))
+        info, created = await create_or_update(
+            self.js, self.direct, stream, body, existing=existing
+        )
+        return _status(bucket, info), created
+
+    async def delete_bucket(self, bucket: str) -> None:
+        await self._stream_info(bucket)
+        stream = model.stream_name(bucket)
+        with _bucket_errors(bucket):
+            await self.js.call("stream.delete", "STREAM", "DELETE", stream, write=True)
+        self.direct.forget(stream)
+
+    # -- infos -----------------------------------------------------------------------------
+
+    async def current(self, bucket: str, name: str) -> ObjectInfo | None:
+        """The object's latest info (deleted ones included), or None when it has none."""
+        model.bucket_name(bucket)
+        model.object_name(name)
+        stream = model.stream_name(bucket)
+        try:
+            message = await self.direct.last_for(stream, model.meta_subject(bucket, name))
+        except (errors.StreamNotFound, errors.StreamNoMatch):
+            raise _bucket_missing(bucket) from None
+        except errors.NotFound:
+            return None
+        return _info_of(message)
+
+    async def info(self, bucket: str, name: str) -> ObjectInfo:
+        """The object's info (404 when it has none or is deleted)."""
+        info = await self.current(bucket, name)
+        if info is None or info.deleted:
+            raise _object_missing(bucket, name)
+        return info
+
+    async def resolve(self, bucket: str, name: str) -> tuple[ObjectInfo, ObjectInfo]:
+        """The object's info and that of the object whose content it has: itself, or the
+        object its link names (ADR-20: a link is followed once; a link to a link is not)."""
+        info = await self.info(bucket, name)
+        if info.link is None:
+            return info, info
+        target_name = info.link.get("name")
+        if not target_name:
+            raise errors.Conflict(
+                ErrorCode.OBJ_LINK_TO_BUCKET,
+                f"{name!r} links to the whole bucket {info.link['bucket']!r}",
+            )
+        try:
+            target = await self.info(info.link["bucket"], target_name)
+        except errors.InvalidInput:
+            raise errors.UpstreamError(
+                ErrorCode.OBJ_META_INVALID, f"{name!r} links to an invalid name"
+            ) from None
+        if target.link is not None:
+            raise _object_missing(info.link["bucket"], target_name)
+        return info, target
+
+    async def list(self, bucket: str, include_deleted: bool = False) -> list[ObjectInfo]:
+        stream = model.stream_name(bucket)
+        info = await self._stream_info(bucket)
+        up_to = int((info.get("state") or {}).get("last_seq", 0))
+        out: list[ObjectInfo] = []
+        if up_to == 0:
+            return out
+        with _bucket_errors(bucket):
+            async for message in self.direct.multi_last(stream, [model.all_meta(bucket)], up_to):
+                item = _info_of(message)
+                if include_deleted or not item.deleted:
+                    out.append(item)
+        out.sort(key=lambda item: item.name)
+        return out
+
+    # -- uploads ---------------------------------------------------------------------------
+
+    async def check(self, bucket: str, name: str, condition: Precondition) -> ObjectInfo | None:
+        """The object's current info, after checking ``condition`` against it (412)."""
+        current = await self.current(bucket, name)
+        live = current is not None and not current.deleted
+        if condition.create and live:
+            raise errors.PreconditionFailed(
+                ErrorCode.OBJ_EXISTS, f"object {name!r} exists", headers=_etag(current)
+            )
+        if condition.digest is not None and (
+            not live or current is None or current.digest != condition.digest
+        ):
+            raise errors.PreconditionFailed(
+                ErrorCode.OBJ_CHANGED,
+                f"object {name!r} is not at the version If-Match names",
+                headers=_etag(current) if live else None,
+            )
+        return current
+
+    async def put(
+        self,
+        bucket: str,
+        name: str,
+        body: AsyncIterator[bytes],
+        upload: Upload,
+        condition: Precondition,
+        current: ObjectInfo | None,
+    ) -> ObjectInfo:
+        """Store ``body`` as the object's new version (``current``: what :meth:`check`
+        found); the previous version's chunks are purged once the new one is stored."""
+        stream = model.stream_name(bucket)
+        nuid = self._nuid.next().decode()
+        subject = model.chunk_subject(bucket, nuid)
+        info = ObjectInfo(
+            bucket=bucket,
+            name=name,
+            nuid=nuid,
+            description=upload.description,
+            headers=upload.headers,
+            metadata=upload.metadata,
+            max_chunk_size=self.chunk_size,
+        )
+        try:
+            try:
+                size, chunks, digest = await self._write_chunks(subject, body)
+            except errors.Unavailable:
+                raise await self._why_refused(bucket) from None
+            info.size, info.chunks, info.digest = size, chunks, model.digest_of(digest)
+            info.mtime = model.now_rfc3339()
+            headers = dict(model.ROLLUP)
+            if condition.given:
+                # The meta subject must still be where check() saw it: no other writer in
+                # between (412 otherwise, and this upload's chunks go).
+                headers["Nats-Expected-Last-Subject-Sequence"] = str(current.seq if current else 0)
+            else:
+                # What this version replaces is what is there now, not what was there when
+                # the upload began (another may have been stored meanwhile).
+                current = await self.current(bucket, name)
+            try:
+                ack = await self._publish(model.meta_subject(bucket, name), info.wire(), headers)
+            except errors.PreconditionFailed:
+                raise errors.PreconditionFailed(
+                    ErrorCode.OBJ_CHANGED, f"object {name!r} changed during the upload"
+                ) from None
+            info.seq = int(ack.get("seq") or 0)
+        except BaseException:
+            with anyio_shield():
+                await self._purge_quietly(stream, subject)
+            raise
+        if current is not None and not current.deleted and current.nuid and current.nuid != nuid:
+            await self._purge(stream, model.chunk_subject(bucket, current.nuid))
+        return info
+
+    async def _write_chunks(
+        self, subject: str, body: AsyncIterator[bytes]
+    ) -> tuple[int, int, bytes]:
+        size = self.chunk_size
+        pending: deque[asyncio.Task[dict[str, Any]]] = deque()
+        buffer = bytearray()
+        sha = hashlib.sha256()
+        total = chunks = 0
+        client = self.js.pool.pick()  # one connection: the chunks stay in order
+
+        async def send(chunk: bytes) -> None:
+            nonlocal chunks
+            sha.update(chunk)
+            while len(pending) >= PUBLISH_WINDOW:
+                await pending.popleft()
+            pending.append(asyncio.ensure_future(self._publish(subject, chunk, None, client)))
+            chunks += 1
+
+        try:
+            async for piece in body:
+                total += len(piece)
+                if not buffer and len(piece) == size:
+                    await send(piece)
+                    continue
+                buffer += piece
+                while len(buffer) >= size:
+                    chunk = bytes(buffer[:size])
+                    del buffer[:size]
+                    await send(chunk)
+            if buffer:
+                await send(bytes(buffer))
+                buffer.clear()
+            while pending:
+                await pending.popleft()
+        finally:
+            for task in pending:
+                task.cancel()
+            for task in pending:
+                with contextlib.suppress(BaseException):
+                    await task
+        return total, chunks, sha.digest()
+
+    async def _publish(
+        self, subject: str, data: bytes, headers: dict[str, str] | None, client: Any = None
+    ) -> dict[str, Any]:
+        try:
+            reply = await self.js.pool.request(
+                subject, data, operation="obj.put", headers=headers, write=True, client=client
+            )
+        except errors.NoResponders:
+            raise errors.Unavailable(
+                ErrorCode.STREAM_UNAVAILABLE, "no stream took the object's chunk"
+            ) from None
+        return parse_response(reply.data)
+
+    async def _why_refused(self, bucket: str) -> errors.GatewayError:
+        """A chunk refused as unavailable (JetStream's store error): a full bucket when its
+        max_bytes has no room for another chunk, else the error as it was."""
+        info = await self._stream_info(bucket)
+        limit = int((info.get("config") or {}).get("max_bytes") or -1)
+        used = int((info.get("state") or {}).get("bytes") or 0)
+        if 0 < limit < used + self.chunk_size + 1024:
+            return errors.PayloadTooLarge(
+                ErrorCode.OBJ_BUCKET_FULL,
+                f"the object does not fit in bucket {bucket!r} (max_bytes {limit})",
+            )
+        return errors.Unavailable(
+            ErrorCode.STREAM_UNAVAILABLE, "the bucket's stream did not store a chunk"
+        )
+
+    async def _purge(self, stream: str, subject: str) -> None:
+        await self.js.call(
+            "stream.purge", "STREAM", "PURGE", stream, body={"filter": subject}, write=True
+        )
+
+    async def _purge_quietly(self, stream: str, subject: str) -> None:
+        with contextlib.suppress(errors.GatewayError):
+            await self._purge(stream, subject)
+
+    # -- deletes ---------------------------------------------------------------------------
+
+    async def delete(self, bucket: str, name: str) -> None:
+        """ADR-20's delete: a meta message marking the object deleted, its chunks purged."""
+        info = await self.info(bucket, name)
+        marker = ObjectInfo(
+            bucket=bucket,
+            name=name,
+            nuid=info.nuid,
+            deleted=True,
+            description=info.description,
+            headers=info.headers,
+            metadata=info.metadata,
+        )
+        stream = model.stream_name(bucket)
+        try:
+            await self._publish(model.meta_subject(bucket, name), marker.wire(), dict(model.ROLLUP))
+        finally:
+            if info.nuid and info.link is None:
+                await self._purge(stream, model.chunk_subject(bucket, info.nuid))
+
+    # -- watches ---------------------------------------------------------------------------
+
+    def watch(
+        self,
+        bucket: str,
+        *,
+        since: int | None,
+        updates_only: bool,
+        visible: Callable[[str], bool],
+    ) -> AsyncIterator[dict[str, Any]]:
+        """The bucket's object infos as events (:mod:`app.obj.watch`)."""
+        return watch_events(
+            self.js, bucket, since=since, updates_only=updates_only, visible=visible
+        )
+
+    # -- downloads -------------------------------------------------------------------------
+
+    async def read(self, info: ObjectInfo, span: Span | None) -> AsyncIterator[bytes]:
+        """The object's content (``span``: only those bytes). A whole read checks the size and
+        the digest and raises :data:`ErrorCode.OBJ_CORRUPT` *before* handing on the last
+        chunk when they do not match, so that corrupt content is never served whole."""
+        if info.size == 0:
+            return
+        stream = model.stream_name(info.bucket)
+        subject = model.chunk_subject(info.bucket, info.nuid)
+        whole = span is None or (span.start == 0 and span.end == info.size - 1)
+        start_seq, skip, limit, contiguous = 1, 0, info.chunks, False
+        if span is not None and not whole:
+            start_seq, skip, size = await self._locate(stream, subject, info, span.start)
+            if size is not None:  # only the chunks that hold the span
+                limit, contiguous = span.end // size - span.start // size + 1, True
+        wanted = span.length if span is not None else info.size
+        sha = hashlib.sha256() if whole else None
+        seen = 0
+        chunks = self._chunks(stream, subject, start_seq, limit, contiguous)
+        async for data in chunks:
+            seen += len(data)
+            if sha is not None:
+                sha.update(data)
+                if seen >= info.size:
+                    _verify(info, seen, sha.digest())
+            if skip:
+                if skip >= len(data):
+                    skip -= len(data)
+                    continue
+                data, skip = data[skip:], 0
+            piece = data[:wanted]
+            wanted -= len(piece)
+            yield piece
+            if wanted <= 0:
+                return
+        if sha is not None or wanted > 0:
+            raise errors.UpstreamError(
+                ErrorCode.OBJ_CORRUPT,
+                f"object {info.name!r} has fewer bytes in its chunks than its size {info.size}",
+            )
+
+    async def _chunks(
+        self, stream: str, subject: str, seq: int, limit: int, contiguous: bool = False
+    ) -> AsyncIterator[bytes]:
+        """The chunk subject's messages from ``seq`` on (at most ``limit``), a batch ahead.
+        ``contiguous``: they must be at ``seq``, ``seq + 1``, ... (a gap is a lost chunk)."""
+
+        async def batch(start: int, count: int) -> list[StoredMessage]:
+            found: list[StoredMessage] = []
+            async for page in self.direct.batch(
+                stream, seq=start, next_by_subj=subject, limit=count
+            ):
+                if isinstance(page, list):
+                    found.extend(page)
+            return found
+
+        asked = min(READ_BATCH, limit)
+        ahead: asyncio.Task[list[StoredMessage]] | None = asyncio.ensure_future(batch(seq, asked))
+        sent = 0
+        try:
+            while ahead is not None:
+                messages = await ahead
+                ahead = None
+                if messages and asked < limit and len(messages) == min(READ_BATCH, limit):
+                    count = min(READ_BATCH, limit - asked)
+                    ahead = asyncio.ensure_future(batch(messages[-1].seq + 1, count))
+                    asked += count
+                for message in messages:
+                    if contiguous and message.seq != seq + sent:
+                        raise errors.UpstreamError(
+                            ErrorCode.OBJ_CORRUPT, "a chunk of the object is missing"
+                        )
+                    sent += 1
+                    yield message.data
+                del messages
+        finally:
+            if ahead is not None:
+                ahead.cancel()
+                with contextlib.suppress(BaseException):
+                    await ahead
+
+    async def _locate(
+        self, stream: str, subject: str, info: ObjectInfo, offset: int
+    ) -> tuple[int, int, int | None]:
+        """Where a read from byte ``offset`` starts: a stream sequence, the bytes to skip
+        from there, and the chunk size when the chunks are laid out regularly (chunk ``k`` at
+        the first one's sequence + ``k``); None: read from the first chunk and skip."""
+        with _bucket_errors(info.bucket):
+            first = await self.direct.get(stream, {"seq": 1, "next_by_subj": subject})
+            last = first if info.chunks < 2 else await self.direct.last_for(stream, subject)
+        size = _regular(info, first, last)
+        if size is None:
+            return first.seq, offset, None
+        index = offset // size
+        return first.seq + index, offset - index * size, size
+
+
+def _regular(info: ObjectInfo, first: StoredMessage, last: StoredMessage) -> int | None:
+    """The chunk size, when chunk ``k`` is provably at stream sequence ``first + k`` and holds
+    bytes ``k*size`` on; None when that cannot be shown.
+
+    The chunks are contiguous in the stream when the first and the last are ``chunks - 1``
+    apart (there are ``chunks`` messages on the subject in between, no room for others). They
+    are all of the writer's ``max_chunk_size`` M but the last when the first is M and the last
+    holds ``size - (chunks-1)*M`` bytes: the chunks in between then add up to
+    ``(chunks-2)*M`` and none is over M, so each is M.
+    """
+    most = info.max_chunk_size
+    if info.chunks == 1:
+        return int(most or len(first.data)) if len(first.data) == info.size else None
+    if not most or last.seq - first.seq + 1 != info.chunks:
+        return None
+    if len(first.data) != most or len(last.data) != info.size - (info.chunks - 1) * most:
+        return None
+    return int(most)
+
+
+def _verify(info: ObjectInfo, seen: int, digest: bytes) -> None:
+    expected = model.digest_bytes(info.digest)
+    if seen != info.size or expected != digest:
+        raise errors.UpstreamError(
+            ErrorCode.OBJ_CORRUPT,
+            f"object {info.name!r} does not match its size or digest: not served",
+        )
+
+
+def _info_of(message: StoredMessage) -> ObjectInfo:
+    return model.parse_info(message.data, message.seq, message.time)
+
+
+def _etag(info: ObjectInfo | None) -> dict[str, str] | None:
+    return {"ETag": info.etag} if info is not None and info.digest else None
+
+
+def _not_a_bucket(bucket: str) -> errors.Conflict:
+    return errors.Conflict(
+        ErrorCode.OBJ_NOT_A_BUCKET,
+        f"stream {model.stream_name(bucket)!r} exists but is not an object bucket",
+    )
+
+
+def _status(bucket: str, info: dict[str, Any]) -> dict[str, Any]:
+    config = info.get("config") or {}
+    state = info.get("state") or {}
+    return {
+        "bucket": bucket,
+        "description": config.get("description"),
+        "ttl": (config.get("max_age") or 0) / 1e9,
+        "storage": config.get("storage", "file"),
+        "replicas": config.get("num_replicas", 1),
+        "sealed": bool(config.get("sealed")),
+        "size": state.get("bytes", 0),
+        "max_bytes": config.get("max_bytes", -1),
+        "compression": config.get("compression", "none") == "s2",
+        "placement": config.get("placement"),
+        "metadata": {
+            k: v for k, v in (config.get("metadata") or {}).items() if not k.startswith("_nats")
+        }
+        or None,
+        "stream": model.stream_name(bucket),
+    }
+
+
+def anyio_shield() -> anyio.CancelScope:
+    """A cancel scope that lets the clean-up of a cancelled upload run to its end."""
+    return anyio.CancelScope(shield=True)
