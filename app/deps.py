@@ -15,6 +15,7 @@ from app.auth.access import authorize
 from app.auth.policy import Principal
 from app.config import Settings
 from app.consumers.service import ConsumerService
+from app.corenats.service import CoreNats
 from app.counters.service import CounterService
 from app.direct.service import DirectService
 from app.kv.service import KVService
@@ -75,6 +76,10 @@ async def get_push(runtime: RuntimeDep) -> PushService:
     return runtime.push
 
 
+async def get_core(runtime: RuntimeDep) -> CoreNats:
+    return runtime.core
+
+
 SettingsDep = Annotated[Settings, Depends(get_settings)]
 
 
@@ -97,6 +102,7 @@ FROM_RUNTIME: dict[Callable[..., Awaitable[Any]], str | None] = {
     get_consumers: "consumers",
     get_counters: "counters",
     get_push: "push",
+    get_core: "core",
     get_sse_slots: "sse_slots",
 }
 
@@ -112,6 +118,7 @@ KVDep = Annotated[KVService, Depends(get_kv)]
 ConsumersDep = Annotated[ConsumerService, Depends(get_consumers)]
 CountersDep = Annotated[CounterService, Depends(get_counters)]
 PushDep = Annotated[PushService, Depends(get_push)]
+CoreDep = Annotated[CoreNats, Depends(get_core)]
 
 
 async def _stream_name(

@@ -29,6 +29,7 @@ DOMAINS: dict[str, tuple[str, ...]] = {
     "consumers": ("test_consumers", "test_pull", "test_acks"),
     "counters": ("test_counters",),
     "push": ("test_push",),
+    "corenats": ("test_core_nats",),
     "pipeline": ("test_pipeline", "test_stream_read", "test_streaming", "test_write"),
 }
 

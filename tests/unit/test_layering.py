@@ -90,6 +90,8 @@ BUILDS_ON: dict[str, set[str]] = {
     # Push delivery pulls from consumers, keeps its subscriptions in a KV bucket and
     # publishes dead letters.
     "push": {"consumers", "kv", "publish"},
+    # Core NATS checks its messages' size and user headers as a publish does.
+    "corenats": {"publish"},
     "streams": set(),
     "publish": set(),
     "direct": set(),
