@@ -1,0 +1,237 @@
+"""Core NATS subscribe over SSE: messages, wildcards, queue groups shared by HTTP clients,
+reserved namespaces, and slow consumers cut off with a bounded backlog."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import socket
+from collections.abc import AsyncIterator, Iterator
+from urllib.parse import quote
+
+import httpx
+import nats
+import orjson
+import pytest
+
+from app.nats.embedded import EmbeddedServer
+from tests.helpers import gateway_settings, problem, served_gateway
+from tests.integration.test_kv_watch import SSE
+
+
+@pytest.fixture
+def served(nats_server: EmbeddedServer) -> Iterator[str]:
+    settings = gateway_settings(nats_server.url, sse_heartbeat=0.5)
+    with served_gateway(settings) as url:
+        yield url
+
+
+@pytest.fixture
+async def http(served: str) -> AsyncIterator[httpx.AsyncClient]:
+    async with httpx.AsyncClient(base_url=served, timeout=10) as client:
+        yield client
+
+
+@contextlib.asynccontextmanager
+async def subscribed(
+    http: httpx.AsyncClient, subject: str, headers: dict[str, str] | None = None, **params: str
+) -> AsyncIterator[SSE]:
+    url = f"/v1/nats/subscribe/{quote(subject)}"
+    async with http.stream("GET", url, params=params, headers=headers) as r:
+        assert r.status_code == 200, (await r.aread()).decode()
+        assert r.headers["content-type"].startswith("text/event-stream")
+        yield SSE(r)
+
+
+async def has_responders(nc: nats.NATS, subject: str) -> bool:
+    """Whether anyone (a subscription of the gateway) listens on ``subject``."""
+    try:
+        await nc.request(subject, b"", timeout=0.2)
+    except nats.errors.NoRespondersError:
+        return False
+    except nats.errors.TimeoutError:
+        return True
+    return True
+
+
+async def settled_responders(nc: nats.NATS, subject: str, expected: bool) -> bool:
+    for _ in range(50):
+        if await has_responders(nc, subject) == expected:
+            return expected
+        await asyncio.sleep(0.05)
+    return not expected
+
+
+async def test_messages_on_a_wildcard_arrive_as_message_json(
+    http: httpx.AsyncClient, nc: nats.NATS, name: str
+) -> None:
+    async with subscribed(http, f"{name}.*.temp") as events:
+        await nc.publish(f"{name}.eu.temp", b"21.5", headers={"X-Trace": "t1"})
+        await nc.publish(f"{name}.eu.humidity", b"no")  # not matched
+        await nc.publish(f"{name}.us.temp", b"\x00\xff")
+        first = await events.next()
+        second = await events.next()
+    assert first.event == "message" and first.id is None
+    body = orjson.loads(first.data)
+    assert set(body) == {"subject", "time", "headers", "data"}  # no stream, no seq
+    assert body["subject"] == f"{name}.eu.temp"
+    assert body["headers"] == {"X-Trace": ["t1"]}
+    assert base64.b64decode(body["data"]) == b"21.5"
+    assert body["time"].endswith("Z")
+    other = orjson.loads(second.data)
+    assert other["subject"] == f"{name}.us.temp"
+    assert base64.b64decode(other["data"]) == b"\x00\xff"
+    assert other["headers"] == {}
+
+
+async def test_what_the_gateway_publishes_reaches_its_own_subscribers(
+    http: httpx.AsyncClient, name: str
+) -> None:
+    async with subscribed(http, f"{name}.>") as events:
+        response = await http.post(
+            f"/v1/nats/publish/{name}.a.b", content=b"x", headers={"Nats-Header-X-A": "1"}
+        )
+        assert response.status_code == 202
+        body = orjson.loads((await events.next()).data)
+    assert body["subject"] == f"{name}.a.b"
+    assert body["headers"] == {"X-A": ["1"]}
+
+
+async def test_leaving_ends_the_nats_subscription(
+    http: httpx.AsyncClient, nc: nats.NATS, name: str
+) -> None:
+    subject = f"{name}.leave"
+    assert not await has_responders(nc, subject)
+    async with subscribed(http, subject) as events:
+        assert await has_responders(nc, subject)
+        await events.next(comments=True)  # a heartbeat: the stream is up
+    assert await settled_responders(nc, subject, False) is False
+
+
+async def test_queue_groups_split_messages_between_http_clients(
+    http: httpx.AsyncClient, nc: nats.NATS, name: str
+) -> None:
+    subject = f"{name}.jobs"
+    count = 200
+    async with (
+        subscribed(http, f"{name}.*", queue="workers") as a,
+        subscribed(http, f"{name}.*", queue="workers") as b,
+        subscribed(http, f"{name}.*") as everyone,
+    ):
+        for i in range(count):
+            await nc.publish(subject, str(i).encode())
+        await nc.flush()
+        got_all = [orjson.loads((await everyone.next()).data)["data"] for _ in range(count)]
+        got: dict[str, list[int]] = {"a": [], "b": []}
+
+        async def drain(label: str, events: SSE) -> None:
+            with contextlib.suppress(TimeoutError):
+                while True:
+                    event = await events.next(timeout=1.0)
+                    got[label].append(int(base64.b64decode(orjson.loads(event.data)["data"])))
+
+        await asyncio.gather(drain("a", a), drain("b", b))
+    assert len(got_all) == count
+    # Each message went to exactly one member; both members had a share.
+    assert sorted(got["a"] + got["b"]) == list(range(count))
+    assert got["a"] and got["b"], got
+
+
+@pytest.mark.parametrize(
+    ("subject", "code"),
+    [
+        (">", "nats.subject_reserved"),
+        ("*.x", "nats.subject_reserved"),
+        ("*", "nats.subject_reserved"),
+        ("$JS.>", "nats.subject_reserved"),
+        ("$JS.API.>", "nats.subject_reserved"),
+        ("$KV.b.>", "nats.subject_reserved"),
+        ("$O.>", "nats.subject_reserved"),
+        ("$SYS.>", "nats.subject_reserved"),
+        ("_INBOX.>", "nats.subject_reserved"),
+        ("_R_.>", "nats.subject_reserved"),
+        ("a.>.b", "subject.filter_invalid"),
+        ("a..b", "subject.filter_invalid"),
+        ("a b", "subject.filter_invalid"),
+        ("a.b*", "subject.filter_invalid"),
+    ],
+)
+async def test_reserved_and_invalid_filters_are_refused(
+    http: httpx.AsyncClient, subject: str, code: str
+) -> None:
+    problem(await http.get(f"/v1/nats/subscribe/{quote(subject)}"), 400, code)
+
+
+async def test_bad_queue_names_are_refused(http: httpx.AsyncClient, name: str) -> None:
+    for queue in ("", "a b", "x" * 129, "q\r\n", "a*"):
+        problem(
+            await http.get(f"/v1/nats/subscribe/{name}.x", params={"queue": queue}),
+            400,
+            "nats.queue_invalid",
+        )
+
+
+def _rss() -> int:
+    with open("/proc/self/statm") as statm:
+        return int(statm.read().split()[1]) * 4096
+
+
+async def test_a_client_that_reads_nothing_is_cut_off_as_a_slow_consumer(
+    nats_server: EmbeddedServer, nc: nats.NATS, name: str
+) -> None:
+    """A client that reads nothing while 64 MiB are published: the gateway holds at most its
+    bounds for it, drops the NATS subscription, and the client, once it reads, gets what
+    was queued, the error, and the end."""
+    settings = gateway_settings(
+        nats_server.url, sse_queue_size=50, nats_subscribe_queue_bytes=512 * 1024
+    )
+    subject = f"{name}.flood"
+    with served_gateway(settings) as url:
+        host, port = url.removeprefix("http://").split(":")
+        sock = socket.socket()
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # fills at once
+        sock.connect((host, int(port)))
+        reader, writer = await asyncio.open_connection(sock=sock)
+        try:
+            writer.write(f"GET /v1/nats/subscribe/{subject} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+            await writer.drain()
+            assert b"200" in await reader.readline()
+            assert await has_responders(nc, subject)
+            before = peak = _rss()
+            payload = b"m" * 32 * 1024
+            published = 0
+            for i in range(2048):  # 64 MiB
+                await nc.publish(subject, payload)
+                published += 1
+                if i % 64 == 63:
+                    await nc.flush()
+                    peak = max(peak, _rss())
+                    if not await has_responders(nc, subject):
+                        break
+            # Cut off: the gateway unsubscribed long before the flood's end.
+            assert not await settled_responders(nc, subject, False)
+            assert published < 2048, "the slow client was never cut off"
+            # More after the cut: the gateway no longer receives them.
+            for _ in range(256):
+                await nc.publish(subject, payload)
+            await nc.flush()
+            peak = max(peak, _rss())
+            assert peak - before < 24 * 1024 * 1024, (peak - before) / 2**20
+            received = b""
+            with contextlib.suppress(TimeoutError):
+                while chunk := await asyncio.wait_for(reader.read(1 << 20), 5):
+                    received += chunk
+                    if received.endswith(b"0\r\n\r\n"):
+                        break
+            assert received.endswith(b"0\r\n\r\n"), received[-300:]  # the stream's end
+            events = received.count(b"event: message")
+            assert 0 < events <= 50 + 30, events  # the queue, and what buffers held
+            tail = received[-3000:].decode(errors="replace")
+            assert "event: error" in tail and "nats.slow_consumer" in tail
+        finally:
+            writer.close()
+        async with httpx.AsyncClient(base_url=url) as http:
+            metrics = (await http.get("/metrics")).text
+    assert "jsgw_core_subscribe_slow_consumers_total 1.0" in metrics
+    assert 'jsgw_sse_streams_open{kind="core_subscribe"} 0.0' in metrics
