@@ -13,7 +13,7 @@ narrow the results to what the principal may read.
 from __future__ import annotations
 
 import fnmatch
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -316,7 +316,8 @@ def subject_reader(
             "token read; a queue group member must read every subject it subscribes to",
         )
     if not any(
-        "read" in r.actions and reaches(filter_subject, r.pattern.prefix or "") for r in rules
+        found is not None and "read" in found.actions
+        for _, found in _subject_classes(rules, filter_subject)
     ):
         raise _forbidden()
 
@@ -330,17 +331,23 @@ def _subject_denial(rules: list[Rule], filter_subject: str) -> tuple[str, Rule |
     """A class of subjects the filter reaches that the rules do not let the token read (its
     prefix, and the rule that decides it: None, no rule), or None. As :func:`_denial`, with
     default deny: a subject no rule matches is not readable."""
+    for prefix, rule in _subject_classes(rules, filter_subject):
+        if rule is None or "read" not in rule.actions:
+            return prefix, rule
+    return None
+
+
+def _subject_classes(rules: list[Rule], filter_subject: str) -> Iterator[tuple[str, Rule | None]]:
+    """The classes of subjects (by the longest rule prefix they start with) that the filter
+    may reach, each with the rule that decides for it (None: none does). May name a class the
+    filter does not reach (:func:`confined` is sound, not complete), never leaves one out."""
     prefixes = sorted({""} | {r.pattern.prefix for r in rules if r.pattern.prefix is not None})
     for prefix in prefixes:
-        rule = decisive(rules, Resource("subject", SUBJECTS, prefix))
-        if rule is not None and "read" in rule.actions:
-            continue
         deeper = [p for p in prefixes if p != prefix and p.startswith(prefix)]
         if reaches(filter_subject, prefix) and not any(
             confined(filter_subject, p, prefix) for p in deeper
         ):
-            return prefix, rule
-    return None
+            yield prefix, decisive(rules, Resource("subject", SUBJECTS, prefix))
 
 
 PRINCIPAL = "jsgw.principal"  # the scope key of the admitted request's principal
