@@ -44,6 +44,7 @@ Subject = Annotated[
 @router.post(
     "/publish/{subject:text}",
     access=Need("write", SUBJECT),
+    lean=True,
     status_code=202,
     response_class=Response,
     responses={
@@ -71,6 +72,7 @@ async def core_publish(subject: Subject, request: Request, core: CoreDep) -> Res
 @router.post(
     "/request/{subject:text}",
     access=Need("write", SUBJECT),
+    lean=True,
     response_class=Response,
     responses={
         200: {

@@ -14,6 +14,8 @@ from nats.aio.msg import Msg
 from tests.helpers import problem
 from tests.integration.test_streams import make_stream
 
+BOTH_PATHS = True  # every test with the gateway fixture runs with JSGW_LEAN_PATHS on and off
+
 RESERVED = [
     "$JS.API.INFO",
     "$JS.API.STREAM.DELETE.X",
