@@ -83,6 +83,35 @@ async def test_messages_on_a_wildcard_arrive_as_message_json(
     assert other["subject"] == f"{name}.us.temp"
     assert base64.b64decode(other["data"]) == b"\x00\xff"
     assert other["headers"] == {}
+    for _ in range(50):  # (a stream is counted once the server has seen its end)
+        metrics = (await http.get("/metrics")).text
+        if 'route="/v1/nats/subscribe/{subject}"' in metrics:  # the template, not the subject
+            break
+        await asyncio.sleep(0.05)
+    assert 'route="/v1/nats/subscribe/{subject}"' in metrics
+    assert "jsgw_core_subscribe_messages_total 2.0" in metrics
+    assert f"{name}.eu" not in metrics
+
+
+async def test_gateway_shutdown_ends_subscriptions_with_an_error(
+    http: httpx.AsyncClient, nc: nats.NATS, name: str
+) -> None:
+    from sse_starlette.sse import AppStatus
+
+    subject = f"{name}.bye"
+    async with subscribed(http, subject) as events:
+        await nc.publish(subject, b"1")
+        assert (await events.next()).event == "message"
+        AppStatus.should_exit = True  # what uvicorn's signal handler sets on SIGTERM
+        try:
+            farewell = await events.next(timeout=5)
+        finally:
+            AppStatus.should_exit = False
+        assert farewell.event == "error"
+        assert orjson.loads(farewell.data)["code"] == "gateway.shutdown"
+        with pytest.raises(EOFError):
+            await events.next(comments=True)
+    assert not await settled_responders(nc, subject, False)
 
 
 async def test_what_the_gateway_publishes_reaches_its_own_subscribers(
@@ -235,3 +264,26 @@ async def test_a_client_that_reads_nothing_is_cut_off_as_a_slow_consumer(
             metrics = (await http.get("/metrics")).text
     assert "jsgw_core_subscribe_slow_consumers_total 1.0" in metrics
     assert 'jsgw_sse_streams_open{kind="core_subscribe"} 0.0' in metrics
+
+
+async def test_subscriptions_take_sse_slots(nats_server: EmbeddedServer, name: str) -> None:
+    settings = gateway_settings(nats_server.url, sse_max_per_address=1)
+    with served_gateway(settings) as url:
+        async with (
+            httpx.AsyncClient(base_url=url, timeout=10) as http,
+            subscribed(http, f"{name}.a"),
+        ):
+            async with http.stream("GET", f"/v1/nats/subscribe/{name}.b") as second:
+                await second.aread()
+            assert second.status_code == 429
+            assert second.json()["code"] == "sse.too_many_streams"
+            assert "retry-after" in second.headers
+        # The slot is given back with the stream.
+        async with httpx.AsyncClient(base_url=url, timeout=10) as http:
+            for _ in range(50):
+                async with http.stream("GET", f"/v1/nats/subscribe/{name}.c") as third:
+                    if third.status_code == 200:
+                        break
+                    await third.aread()
+                await asyncio.sleep(0.05)
+            assert third.status_code == 200
