@@ -27,10 +27,6 @@ _RAW_BODY = {
         "content": {"application/octet-stream": {"schema": {"type": "string", "format": "binary"}}}
     }
 }
-_USER_HEADERS = (
-    "Headers `Nats-Header-<Name>: value` go out as NATS header `<Name>` (CR, LF and other "
-    "control characters are a 400; `Nats-*` names are refused); no other header is passed."
-)
 Subject = Annotated[
     str,
     Path(

@@ -8,7 +8,6 @@ Subjects are checked by the caller (:mod:`app.corenats.subjects`), and so is acc
 
 from __future__ import annotations
 
-import logging
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -20,8 +19,6 @@ from app.metrics import Metrics
 from app.nats.pool import NatsPool
 from app.nats.replies import RawSubscription, Reply
 from app.publish.service import Outgoing, fitting
-
-log = logging.getLogger("jsgw.corenats")
 
 
 class CoreNats:
