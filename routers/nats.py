@@ -12,12 +12,13 @@ from app import errors, validation
 from app.auth import access
 from app.auth.access import SUBJECT, SUBJECT_FILTER, Need
 from app.corenats import subjects
+from app.corenats.service import DEFAULT_MAX_TIMEOUT, MIN_TIMEOUT
 from app.deps import CoreDep, PrincipalDep, SettingsDep, SseSlotsDep
 from app.http import problems, read_body
 from app.nats.replies import Reply
 from app.publish.service import USER_HEADER_PREFIX, http_user_headers
 from app.routing import Router
-from app.schemas import Duration
+from app.schemas import Duration, duration, rules
 from app.sse import sse_response
 
 router = Router(prefix="/v1/nats", tags=["nats"])
@@ -32,7 +33,7 @@ Subject = Annotated[
     Path(
         description="A literal subject, outside the reserved namespaces ($..., _INBOX, _R_, "
         "_GR_: 400 nats.subject_reserved)",
-        json_schema_extra=validation.SCHEMAS["subject"],
+        json_schema_extra=subjects.SUBJECT_SCHEMA,
     ),
 ]
 
@@ -78,7 +79,10 @@ async def core_publish(subject: Subject, request: Request, core: CoreDep) -> Res
         },
         **problems(errors.Forbidden, errors.PayloadTooLarge),
     },
-    openapi_extra=_RAW_BODY,
+    openapi_extra={
+        **_RAW_BODY,
+        **rules(duration("timeout", minimum=MIN_TIMEOUT, maximum=DEFAULT_MAX_TIMEOUT)),
+    },
 )
 async def core_request(
     subject: Subject,
@@ -141,7 +145,7 @@ async def core_subscribe(
         Path(
             description="A subject or a filter with `*` and `>` (not as the first token), "
             "outside the reserved namespaces",
-            json_schema_extra=validation.SCHEMAS["subject_filter"],
+            json_schema_extra=subjects.FILTER_SCHEMA,
         ),
     ],
     request: Request,

@@ -20,6 +20,9 @@ from app.nats.pool import NatsPool
 from app.nats.replies import RawSubscription, Reply
 from app.publish.service import Outgoing, fitting
 
+MIN_TIMEOUT = 0.001  # seconds: a request's shortest timeout
+DEFAULT_MAX_TIMEOUT: float = Settings.model_fields["nats_request_max_timeout"].default
+
 
 class CoreNats:
     def __init__(self, pool: NatsPool, settings: Settings, metrics: Metrics) -> None:
@@ -38,13 +41,13 @@ class CoreNats:
         if asked_ns is None:
             return min(self._settings.request_timeout, self._settings.nats_request_max_timeout)
         most = self._settings.nats_request_max_timeout
-        seconds = asked_ns / 1e9
-        if not 0 < seconds <= most:
+        if not MIN_TIMEOUT * 1e9 <= asked_ns <= most * 1e9:
             raise errors.InvalidInput(
                 ErrorCode.REQUEST_INVALID,
-                f"timeout must be above 0 and at most {most:g} s (JSGW_NATS_REQUEST_MAX_TIMEOUT)",
+                f"timeout must be at least {MIN_TIMEOUT * 1000:g} ms and at most {most:g} s "
+                "(JSGW_NATS_REQUEST_MAX_TIMEOUT)",
             )
-        return seconds
+        return asked_ns / 1e9
 
     async def publish(self, subject: str, data: bytes, headers: dict[str, str]) -> None:
         """Hand the message to a connection that is up (503 when none is); nothing confirms

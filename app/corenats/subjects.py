@@ -23,6 +23,20 @@ from app.errors import ErrorCode, InvalidInput
 RESERVED_TOKENS = frozenset({"_INBOX", "_R_", "_GR_"})
 """First tokens refused besides those that start with ``$``."""
 
+# The rules as the OpenAPI document states them: the subject (filter) schemas of
+# app.validation, with lookaheads for the reserved first tokens (ECMA-262 reads them alike).
+_NOT_RESERVED = r"(?!\$|(_INBOX|_R_|_GR_)(\.|$))"
+SUBJECT_SCHEMA: dict[str, Any] = {
+    **validation.SCHEMAS["subject"],
+    "pattern": "^" + _NOT_RESERVED + validation.SCHEMAS["subject"]["pattern"][1:],
+}
+FILTER_SCHEMA: dict[str, Any] = {
+    **validation.SCHEMAS["subject_filter"],
+    "pattern": r"^(?![*>](\.|$))"
+    + _NOT_RESERVED
+    + validation.SCHEMAS["subject_filter"]["pattern"][1:],
+}
+
 _QUEUE_PATTERN = r"^[a-zA-Z0-9_.=/-]{1,128}$"
 QUEUE_SCHEMA: dict[str, Any] = {"pattern": _QUEUE_PATTERN, "minLength": 1, "maxLength": 128}
 _QUEUE = re.compile(_QUEUE_PATTERN)

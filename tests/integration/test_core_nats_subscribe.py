@@ -287,3 +287,33 @@ async def test_subscriptions_take_sse_slots(nats_server: EmbeddedServer, name: s
                     await third.aread()
                 await asyncio.sleep(0.05)
             assert third.status_code == 200
+
+
+async def test_a_subscription_survives_a_server_restart(
+    own_nats_server: EmbeddedServer, name: str
+) -> None:
+    """The client's connection re-subscribes after a reconnect: what is published once the
+    server is back reaches the stream (what was published while it was down is gone, as for
+    any core subscriber)."""
+    settings = gateway_settings(own_nats_server.url, sse_heartbeat=0.5)
+    subject = f"{name}.restart"
+    with served_gateway(settings) as served:
+        async with (
+            httpx.AsyncClient(base_url=served, timeout=10) as http,
+            subscribed(http, subject) as events,
+        ):
+            await asyncio.to_thread(own_nats_server.restart)
+            nc = await nats.connect(own_nats_server.url)
+            try:
+                # (the probes are messages on the subject too: empty ones)
+                assert await settled_responders(nc, subject, True)  # re-subscribed
+                await nc.publish(subject, b"after")
+                await nc.flush()
+                data = b""
+                while not data:
+                    event = await events.next(timeout=10)
+                    assert event.event == "message"
+                    data = base64.b64decode(orjson.loads(event.data)["data"])
+                assert data == b"after"
+            finally:
+                await nc.close()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -112,3 +114,26 @@ def test_subject_reader_narrows_or_refuses() -> None:
         access.subject_reader(p, "orders.>", whole=True)
     assert access.subject_reader(p, "orders.eu.1", whole=True) is None
     assert access.subject_reader(_principal(("subject:*", {"read"})), "a.>", whole=True) is None
+
+
+@given(
+    st.one_of(
+        st.text(max_size=30),
+        st.from_regex(r"[$_*>a-zA-Z.\n]{1,12}", fullmatch=True),
+        st.sampled_from(["_INBOX", "_INBOX.a", "_INBOXa", "$", "a.$", "*.a", "a.*", ">", "a\n"]),
+    )
+)
+def test_the_validators_accept_exactly_their_schema(text: str) -> None:
+    for check, schema in (
+        (subjects.literal, subjects.SUBJECT_SCHEMA),
+        (subjects.subscription, subjects.FILTER_SCHEMA),
+    ):
+        try:
+            check(text)
+            accepted = True
+        except InvalidInput:
+            accepted = False
+        # ("$" of ECMA-262 is Python's "\Z": a trailing newline does not pass)
+        pattern = schema["pattern"].removesuffix("$") + r"\Z"
+        stated = re.search(pattern, text) is not None and len(text) <= schema["maxLength"]
+        assert accepted == stated, (check.__name__, text)
