@@ -11,10 +11,35 @@ import nats
 import pytest
 from nats.aio.msg import Msg
 
+from app.nats.embedded import EmbeddedServer
 from tests.helpers import problem
 from tests.integration.test_streams import make_stream
 
 BOTH_PATHS = True  # every test with the gateway fixture runs with JSGW_LEAN_PATHS on and off
+
+PROBE = b"probe"
+
+
+async def heard(nats_server: EmbeddedServer, subject: str) -> None:
+    """Wait until a request on ``subject`` reaches its subscriber. For a moment after another
+    connection's subscription is flushed, nats-server may still answer a request with its
+    no-responders status (seen with nats-py alone, in a few of a hundred fresh subscriptions;
+    a second request gets through): so a test's responder is probed from a connection of its
+    own before the gateway is asked (probes carry PROBE)."""
+    probe = await nats.connect(nats_server.url)
+    try:
+        for _ in range(100):
+            try:
+                await probe.request(subject, PROBE, timeout=0.3)
+                return
+            except nats.errors.NoRespondersError:
+                await asyncio.sleep(0.02)
+            except nats.errors.TimeoutError:
+                return  # delivered, not answered (a silent subscriber)
+        raise AssertionError(f"no subscriber on {subject} was ever reached")
+    finally:
+        await probe.close()
+
 
 RESERVED = [
     "$JS.API.INFO",
@@ -149,12 +174,13 @@ async def test_body_over_max_payload_is_413(
 
 
 async def test_request_gets_the_reply_and_its_headers(
-    gateway: httpx.AsyncClient, nc: nats.NATS, name: str
+    gateway: httpx.AsyncClient, nc: nats.NATS, nats_server: EmbeddedServer, name: str
 ) -> None:
     got: list[Msg] = []
 
     async def respond(msg: Msg) -> None:
-        got.append(msg)
+        if msg.data != PROBE:
+            got.append(msg)
         await nc.publish(
             msg.reply,
             msg.data.upper(),
@@ -163,6 +189,7 @@ async def test_request_gets_the_reply_and_its_headers(
 
     await nc.subscribe(f"{name}.svc", cb=respond)
     await nc.flush()
+    await heard(nats_server, f"{name}.svc")
     response = await gateway.post(
         f"/v1/nats/request/{name}.svc",
         content=b"ping",
@@ -173,24 +200,25 @@ async def test_request_gets_the_reply_and_its_headers(
     assert response.headers["content-type"] == "application/octet-stream"
     assert response.headers["nats-header-x-served-by"] == "svc-1"
     assert response.headers["nats-header-x-echo"] == "abc"
-    assert got[0].headers == {"X-Trace": "abc"}
+    assert [m.headers for m in got] == [{"X-Trace": "abc"}]
 
 
 async def test_an_empty_reply_is_not_no_responders(
-    gateway: httpx.AsyncClient, nc: nats.NATS, name: str
+    gateway: httpx.AsyncClient, nc: nats.NATS, nats_server: EmbeddedServer, name: str
 ) -> None:
     async def respond(msg: Msg) -> None:
         await nc.publish(msg.reply, b"")
 
     await nc.subscribe(f"{name}.empty", cb=respond)
     await nc.flush()
+    await heard(nats_server, f"{name}.empty")
     response = await gateway.post(f"/v1/nats/request/{name}.empty", content=b"")
-    assert response.status_code == 200
+    assert response.status_code == 200, response.text
     assert response.content == b""
 
 
 async def test_no_responders_and_timeout_are_told_apart(
-    gateway: httpx.AsyncClient, nc: nats.NATS, name: str
+    gateway: httpx.AsyncClient, nc: nats.NATS, nats_server: EmbeddedServer, name: str
 ) -> None:
     started = time.monotonic()
     problem(
@@ -202,6 +230,8 @@ async def test_no_responders_and_timeout_are_told_apart(
 
     silent = await nc.subscribe(f"{name}.silent")  # listens, never answers
     await nc.flush()
+    await heard(nats_server, f"{name}.silent")
+    assert (await silent.next_msg(timeout=1)).data == PROBE
     started = time.monotonic()
     problem(
         await gateway.post(f"/v1/nats/request/{name}.silent?timeout=300ms", content=b"x"),

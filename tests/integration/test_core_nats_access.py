@@ -16,6 +16,7 @@ from nats.aio.msg import Msg
 
 from app.nats.embedded import EmbeddedServer
 from tests.helpers import gateway_settings, problem, served_gateway
+from tests.integration.test_core_nats import heard
 from tests.integration.test_core_nats_subscribe import subscribed
 
 READER = "reader-token-0123456789"
@@ -73,13 +74,15 @@ def served(nats_server: EmbeddedServer, tmp_path: Path, name: str) -> Iterator[s
 
 
 async def test_publish_and_request_need_write_on_the_subject(
-    served: str, nc: nats.NATS, name: str
+    served: str, nc: nats.NATS, nats_server: EmbeddedServer, name: str
 ) -> None:
     async def respond(msg: Msg) -> None:
         await nc.publish(msg.reply, b"pong")
 
     await nc.subscribe(f"{name}.>", cb=respond)
     await nc.flush()
+    for subject in (f"{name}.svc.a", f"{name}.svc.b"):
+        await heard(nats_server, subject)
     async with httpx.AsyncClient(base_url=served, timeout=10) as http:
         for route in ("publish", "request"):
             problem(await http.post(f"/v1/nats/{route}/{name}.svc.a", content=b"x"), 401)
@@ -108,7 +111,7 @@ async def test_publish_and_request_need_write_on_the_subject(
 
 
 async def test_a_wildcard_subscription_is_narrowed_to_what_the_token_may_read(
-    served: str, nc: nats.NATS, name: str
+    served: str, nc: nats.NATS, nats_server: EmbeddedServer, name: str
 ) -> None:
     subjects = [
         f"{name}.us.1",
@@ -119,8 +122,12 @@ async def test_a_wildcard_subscription_is_narrowed_to_what_the_token_may_read(
     ]
     async with (
         httpx.AsyncClient(base_url=served, timeout=10) as http,
-        subscribed(http, f"{name}.>", bearer(READER)) as narrowed,
-        subscribed(http, f"{name}.>", bearer(ALL)) as everything,
+        subscribed(
+            http, f"{name}.>", bearer(READER), settle=(nats_server.url, f"{name}.eu.probe")
+        ) as narrowed,
+        subscribed(
+            http, f"{name}.>", bearer(ALL), settle=(nats_server.url, f"{name}.all.probe")
+        ) as everything,
     ):
         for subject in subjects:
             await nc.publish(subject, subject.encode())
@@ -151,7 +158,7 @@ async def test_subscriptions_the_token_may_read_nothing_of_are_refused(
 
 
 async def test_a_queue_group_member_must_read_the_whole_filter(
-    served: str, nc: nats.NATS, name: str
+    served: str, nc: nats.NATS, nats_server: EmbeddedServer, name: str
 ) -> None:
     async with httpx.AsyncClient(base_url=served, timeout=10) as client:
         http = Refusals(client)
@@ -170,6 +177,9 @@ async def test_a_queue_group_member_must_read_the_whole_filter(
             ),
             403,
         )  # eu.secret. is carved out
-        async with subscribed(client, f"{name}.eu.1", bearer(READER), queue="q") as events:
+        settle = (nats_server.url, f"{name}.eu.1")
+        async with subscribed(
+            client, f"{name}.eu.1", bearer(READER), settle=settle, queue="q"
+        ) as events:
             await nc.publish(f"{name}.eu.1", b"x")
             assert orjson.loads((await events.next()).data)["subject"] == f"{name}.eu.1"

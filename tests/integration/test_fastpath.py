@@ -266,13 +266,21 @@ async def test_counters_answer_alike(
 
 
 async def test_core_nats_publish_and_request_answer_alike(
-    gateway: httpx.AsyncClient, via_fastapi: httpx.AsyncClient, nc, name: str, lean_calls: list[str]
+    gateway: httpx.AsyncClient,
+    via_fastapi: httpx.AsyncClient,
+    nc,
+    nats_server: EmbeddedServer,
+    name: str,
+    lean_calls: list[str],
 ) -> None:
+    from tests.integration.test_core_nats import heard
+
     async def respond(msg) -> None:  # type: ignore[no-untyped-def]
         await nc.publish(msg.reply, msg.data[::-1], headers={"X-Served-By": "svc"})
 
     await nc.subscribe(f"{name}.svc", cb=respond)
     await nc.flush()
+    await heard(nats_server, f"{name}.svc")
     cases: list[tuple[str, dict[str, str], bytes]] = [
         (f"request/{name}.svc", {"Nats-Header-X-Trace": "t"}, b"abc"),  # 200, reply headers
         (f"request/{name}.svc?timeout=2s", {}, b""),
