@@ -123,6 +123,11 @@ class Settings(BaseSettings):
     # memory, fed by a watch of each; a bucket whose values outgrow the cap is not cached.
     kv_cache: Annotated[list[str], NoDecode] = Field(default_factory=list)
     kv_cache_max_bytes: int = Field(default=64 * 1024 * 1024, ge=0)
+    # Core NATS over HTTP (app.corenats): the longest a request may wait for its reply, and
+    # the bytes queued for one subscribe stream (besides JSGW_SSE_QUEUE_SIZE messages) before
+    # its client is cut off as a slow consumer.
+    nats_request_max_timeout: float = Field(default=30.0, gt=0, le=300)
+    nats_subscribe_queue_bytes: int = Field(default=8 * 1024 * 1024, ge=1024)
     retry_after: int = Field(default=1, ge=1, le=3600)
     # Push delivery (app.push): the URL prefixes subscriptions may POST to (the pod's own
     # application by default), subscriptions declared in a file, the bucket that holds those

@@ -15,6 +15,7 @@ from app.auth.access import authorize
 from app.auth.policy import Principal
 from app.config import Settings
 from app.consumers.service import ConsumerService
+from app.corenats.service import CoreNats
 from app.counters.service import CounterService
 from app.direct.service import DirectService
 from app.kv.service import KVService
@@ -80,6 +81,10 @@ async def get_obj(runtime: RuntimeDep) -> ObjService:
     return runtime.obj
 
 
+async def get_core(runtime: RuntimeDep) -> CoreNats:
+    return runtime.core
+
+
 SettingsDep = Annotated[Settings, Depends(get_settings)]
 
 
@@ -103,6 +108,7 @@ FROM_RUNTIME: dict[Callable[..., Awaitable[Any]], str | None] = {
     get_counters: "counters",
     get_push: "push",
     get_obj: "obj",
+    get_core: "core",
     get_sse_slots: "sse_slots",
 }
 
@@ -119,6 +125,7 @@ ConsumersDep = Annotated[ConsumerService, Depends(get_consumers)]
 CountersDep = Annotated[CounterService, Depends(get_counters)]
 PushDep = Annotated[PushService, Depends(get_push)]
 ObjDep = Annotated[ObjService, Depends(get_obj)]
+CoreDep = Annotated[CoreNats, Depends(get_core)]
 
 
 async def _stream_name(

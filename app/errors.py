@@ -263,6 +263,14 @@ class ErrorCode(StrEnum):
         "The subject is in a reserved namespace ($JS, $SYS, _INBOX...) and cannot be "
         "published to through the gateway."
     )
+    NATS_SUBJECT_RESERVED = "nats.subject_reserved", InvalidInput, (
+        "Core publish, request and subscribe do not reach the server's and the gateway's own "
+        "namespaces: subjects whose first token starts with '$' ($JS, $KV, $O, $SYS...), "
+        "'_INBOX', '_R_' or '_GR_', and subscriptions whose first token is a wildcard."
+    )
+    NATS_QUEUE_INVALID = "nats.queue_invalid", InvalidInput, (
+        "Not a valid queue group name: 1-128 letters, digits, '-', '_', '.', '=' or '/'."
+    )
     STREAM_NAME_INVALID = "stream.name_invalid", InvalidInput, (
         "Not a valid stream name: use 1-255 letters, digits, '-' or '_'."
     )
@@ -769,6 +777,11 @@ class ErrorCode(StrEnum):
     KV_WATCH_TOO_SLOW = "kv.watch_too_slow", TooManyRequests, (
         "The client fell too far behind the watch: it ends; reconnect with Last-Event-ID to "
         "resume."
+    )
+    NATS_SLOW_CONSUMER = "nats.slow_consumer", TooManyRequests, (
+        "The client read a core subscription's messages slower than they came, and the "
+        "messages queued for it passed JSGW_SSE_QUEUE_SIZE or JSGW_NATS_SUBSCRIBE_QUEUE_BYTES: "
+        "the stream ends (the messages it missed are gone: core NATS keeps none); reconnect."
     )
     PUBLISH_BATCH_BUSY = "publish.batch_busy", TooManyRequests, (
         "The stream (or the NATS server) has as many atomic batches in flight as it takes: "

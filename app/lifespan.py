@@ -20,6 +20,7 @@ from app.auth.guard import Authenticator
 from app.clients import ClientAddresses, parse_networks
 from app.config import Settings
 from app.consumers.service import ConsumerService
+from app.corenats.service import CoreNats
 from app.counters.service import CounterService
 from app.direct.service import DirectService
 from app.kv.service import KVService
@@ -53,6 +54,7 @@ class Runtime:
     counters: CounterService
     push: PushService
     obj: ObjService
+    core: CoreNats
     ack_secret: bytes
     auth: Authenticator
     sse_slots: SseSlots
@@ -75,6 +77,7 @@ def make_lifespan(
         pool: NatsPool | None = None
         kv: KVService | None = None
         push: PushService | None = None
+        core: CoreNats | None = None
         compat.check()  # (cached: an upgrade is checked once per process, not per app)
         try:
             servers = settings.nats_url
@@ -104,6 +107,7 @@ def make_lifespan(
             consumers = ConsumerService(pool, js, settings, ack_secret, metrics)
             push = PushService(settings, pool, js, kv, consumers, publisher, metrics)
             await push.start()
+            core = CoreNats(pool, settings, metrics)
             runtime = Runtime(
                 settings=settings,
                 metrics=metrics,
@@ -118,6 +122,7 @@ def make_lifespan(
                 counters=CounterService(js, direct, direct_service, streams, publisher),
                 push=push,
                 obj=ObjService(js, direct),
+                core=core,
                 ack_secret=ack_secret,
                 auth=auth,
                 sse_slots=SseSlots(
@@ -141,6 +146,8 @@ def make_lifespan(
                 # Deliveries first: POSTs under way finish (within the grace) and are acked
                 # while NATS is still there.
                 await push.close()
+            if core is not None:
+                core.close()  # (core subscribe streams get their farewell)
             if kv is not None:
                 # Watches first: their consumers are deleted while NATS is still there.
                 await kv.close()

@@ -26,6 +26,7 @@ from routers import (
     counters,
     direct,
     kv,
+    nats,
     obj,
     publish,
     streams,
@@ -105,6 +106,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(counters.router)
     app.include_router(subscriptions.router)
     app.include_router(obj.router)
+    app.include_router(nats.router)
     # Static pages, not API routes: without access rules, public; their data comes through
     # the API above.
     ui.install(app)

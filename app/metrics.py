@@ -87,7 +87,7 @@ _METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"
 
 # The fixed label values of the event-stream and write-outcome series (also set to 0 at start,
 # so that rates and increases have a series to start from).
-SSE_KINDS = ("kv_watch", "consume")
+SSE_KINDS = ("kv_watch", "consume", "core_subscribe")
 SSE_REFUSALS = ("streams", "token", "address", "kv_watches")
 WATCH_DROPS = ("behind", "stuck")
 UNKNOWN_OUTCOMES = ("publish", "publish_atomic", "kv_write", "ack", "counter", "push_dead_letter")
@@ -337,7 +337,7 @@ class Metrics:
         )
         self.sse_streams_open = Gauge(
             "jsgw_sse_streams_open",
-            "Open SSE streams (KV watches, consume streams), by kind.",
+            "Open SSE streams (KV watches, consume streams, core NATS subscriptions), by kind.",
             ["kind"],
             registry=self.registry,
             multiprocess_mode="livesum",
@@ -394,6 +394,20 @@ class Metrics:
             "this process had served or written for the key (a replica catching up), and "
             "history, revision and multi-key reads that a mirror answered: read again from "
             "the bucket's own stream.",
+            registry=self.registry,
+        )
+
+        # Core NATS subscribe streams (app.corenats): one route, so no labels.
+        self.core_messages_sent = Counter(
+            "jsgw_core_subscribe_messages",
+            "Messages sent to clients on core NATS subscribe streams "
+            "(GET /v1/nats/subscribe/{subject}).",
+            registry=self.registry,
+        )
+        self.core_slow_consumers = Counter(
+            "jsgw_core_subscribe_slow_consumers",
+            "Core NATS subscribe streams ended with nats.slow_consumer: their client fell "
+            "JSGW_SSE_QUEUE_SIZE messages or JSGW_NATS_SUBSCRIBE_QUEUE_BYTES behind.",
             registry=self.registry,
         )
 

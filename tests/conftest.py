@@ -30,6 +30,7 @@ DOMAINS: dict[str, tuple[str, ...]] = {
     "counters": ("test_counters",),
     "push": ("test_push",),
     "obj": ("test_obj",),
+    "corenats": ("test_core_nats",),
     "pipeline": ("test_pipeline", "test_stream_read", "test_streaming", "test_write"),
 }
 

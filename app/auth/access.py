@@ -13,7 +13,7 @@ narrow the results to what the principal may read.
 from __future__ import annotations
 
 import fnmatch
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,7 +21,7 @@ from fastapi import Request
 
 from app import errors
 from app.auth.guard import SSE_COOKIE, SSE_QUERY, Authenticator
-from app.auth.policy import ANONYMOUS, Principal, Resource, Rule, decisive, kv_twins
+from app.auth.policy import ANONYMOUS, SUBJECTS, Principal, Resource, Rule, decisive, kv_twins
 from app.auth.subjects import confined, head, reaches
 from app.errors import ErrorCode
 from app.tls import client_cert_name
@@ -97,6 +97,15 @@ def _consumer(p: Params, _: Request) -> Resource:
     return Resource("consumer", f"{p['stream']}/{p['consumer']}")
 
 
+def _subject(p: Params, _: Request) -> Resource:
+    return Resource("subject", SUBJECTS, p["subject"])
+
+
+def _subject_filter(p: Params, _: Request) -> Resource:
+    # What every subject of the filter starts with; the handler narrows (subject_reader).
+    return Resource("subject", SUBJECTS, head(p["subject"]) or None)
+
+
 # The consumer a push subscription delivers is named in its body or its stored record, not in
 # the request head: the route needs the action on some consumer (decided from the head), and
 # its handler checks the subscription's own (:func:`require`).
@@ -116,6 +125,8 @@ KEY = Target("kv:{bucket}/{key}", _key)
 CONSUMER = Target("consumer:{stream}/{consumer}", _consumer)
 OBJ_BUCKET = Target("obj:{bucket}", _obj_bucket)
 OBJECT = Target("obj:{bucket}/{name}", _object)
+SUBJECT = Target("subject:{subject}", _subject)
+SUBJECT_FILTER = Target("subject:{subject}", _subject_filter)
 SUBSCRIPTION = Target("consumer:{subscription's stream}/{subscription's consumer}", _subscription)
 
 AUTHENTICATED = Need("authenticated")
@@ -202,8 +213,7 @@ def concerns_stream(principal: Principal, stream: str) -> bool:
 
 
 def _named(rule: Rule) -> str:
-    p = rule.origin or rule.pattern
-    return f"{p.kind}:{p.name}" + (f"/{p.prefix}" if p.prefix is not None else "")
+    return (rule.origin or rule.pattern).text()
 
 
 def consume_denial(
@@ -285,6 +295,69 @@ def check_delivered(principal: Principal, stream: str, consumer: str, subject: s
                 f"{_named(rule)!r} does not let this token read (its filter has changed): "
                 "not delivered",
             )
+
+
+# -- core NATS subscriptions: what a token may read of a subject filter -----------------------
+
+
+def subject_reader(
+    principal: Principal, filter_subject: str, *, whole: bool = False
+) -> Callable[[str], bool] | None:
+    """How a core subscription to ``filter_subject`` is narrowed to what the token may read.
+
+    None: it may read every subject the filter matches, nothing to check. Otherwise the check
+    of each message's subject (the most specific ``subject:`` rule for it must grant read),
+    or 403 when no rule that grants read reaches the filter at all. ``whole``: the
+    subscription must not be narrowed (a queue group member: a message it dropped would be
+    lost to the group's other members too), so anything less than every subject is a 403.
+    """
+    if principal.anonymous:
+        return None
+    rules = [rule for rule in principal.rules if rule.pattern.kind == "subject"]
+    denied = _subject_denial(rules, filter_subject)
+    if denied is None:
+        return None
+    prefix, rule = denied
+    if whole:
+        by = f"the rule {_named(rule)!r}" if rule is not None else "no rule (default deny)"
+        raise errors.Forbidden(
+            ErrorCode.AUTH_FORBIDDEN,
+            f"{filter_subject!r} reaches subjects under {prefix!r} that {by} does not let this "
+            "token read; a queue group member must read every subject it subscribes to",
+        )
+    if not any(
+        found is not None and "read" in found.actions
+        for _, found in _subject_classes(rules, filter_subject)
+    ):
+        raise _forbidden()
+
+    def visible(subject: str) -> bool:
+        return principal.allows("read", Resource("subject", SUBJECTS, subject))
+
+    return visible
+
+
+def _subject_denial(rules: list[Rule], filter_subject: str) -> tuple[str, Rule | None] | None:
+    """A class of subjects the filter reaches that the rules do not let the token read (its
+    prefix, and the rule that decides it: None, no rule), or None. As :func:`_denial`, with
+    default deny: a subject no rule matches is not readable."""
+    for prefix, rule in _subject_classes(rules, filter_subject):
+        if rule is None or "read" not in rule.actions:
+            return prefix, rule
+    return None
+
+
+def _subject_classes(rules: list[Rule], filter_subject: str) -> Iterator[tuple[str, Rule | None]]:
+    """The classes of subjects (by the longest rule prefix they start with) that the filter
+    may reach, each with the rule that decides for it (None: none does). May name a class the
+    filter does not reach (:func:`confined` is sound, not complete), never leaves one out."""
+    prefixes = sorted({""} | {r.pattern.prefix for r in rules if r.pattern.prefix is not None})
+    for prefix in prefixes:
+        deeper = [p for p in prefixes if p != prefix and p.startswith(prefix)]
+        if reaches(filter_subject, prefix) and not any(
+            confined(filter_subject, p, prefix) for p in deeper
+        ):
+            yield prefix, decisive(rules, Resource("subject", SUBJECTS, prefix))
 
 
 PRINCIPAL = "jsgw.principal"  # the scope key of the admitted request's principal

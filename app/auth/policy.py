@@ -17,6 +17,9 @@ tokens:
 Resources: ``kv:<bucket>[/<key-prefix>]``, ``stream:<name>[/<subject-prefix>]``,
 ``consumer:<stream>/<consumer>``, ``obj:<bucket>[/<object-name-prefix>]`` (object buckets);
 names may use ``*`` (any characters), prefixes are plain.
+Core NATS (publish, request, subscribe) has ``subject:<subject-prefix>`` (``subject:*``: every
+subject): the prefix is plain text as a stream rule's is (``subject:orders.eu`` covers
+``orders.europe``), and held as a rule on the one name ``*``, so it ranks as those do.
 Tokens are stored as SHA-256 hex digests (or ``token`` in clear text, for tests and demos).
 """
 
@@ -38,7 +41,8 @@ log = logging.getLogger("jsgw.auth")
 
 Action = Literal["read", "write", "admin", "consume"]
 ACTIONS: frozenset[str] = frozenset({"read", "write", "admin", "consume"})
-KINDS = ("kv", "stream", "consumer", "obj")
+KINDS = ("kv", "stream", "consumer", "obj", "subject")
+SUBJECTS = "*"  # the name of every subject: pattern (and resource), which only prefixes tell apart
 
 
 class PolicyError(ValueError):
@@ -96,18 +100,26 @@ class Pattern:
             len(self.prefix or ""),
         )
 
+    def text(self) -> str:
+        """As the auth file spells it: ``kv:USERS/1234.``, ``subject:orders.``."""
+        if self.kind == "subject":
+            return f"subject:{'*' if self.prefix is None else self.prefix}"
+        return f"{self.kind}:{self.name}" + (f"/{self.prefix}" if self.prefix is not None else "")
+
 
 def parse_pattern(resource: str) -> Pattern:
     kind, sep, rest = resource.partition(":")
     if not sep or kind not in KINDS or not rest:
         raise PolicyError(
-            f"resource {resource!r}: expected kv:, stream:, consumer: or obj: and a name"
+            f"resource {resource!r}: expected kv:, stream:, consumer:, obj: or subject: and a name"
         )
     if kind == "consumer":
         stream, slash, consumer = rest.partition("/")
         if not slash or not stream or not consumer:
             raise PolicyError(f"resource {resource!r}: expected consumer:<stream>/<consumer>")
         return Pattern(kind, rest, None)
+    if kind == "subject":
+        return Pattern(kind, SUBJECTS, None if rest == "*" else rest)
     name, slash, prefix = rest.partition("/")
     return Pattern(kind, name, prefix if slash else None)
 
@@ -122,6 +134,8 @@ class Resource:
     item: str | None = None
 
     def __str__(self) -> str:
+        if self.kind == "subject":
+            return f"subject:{self.item or '*'}"
         return f"{self.kind}:{self.name}" + (f"/{self.item}" if self.item is not None else "")
 
 

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from app.auth.policy import (
     ACTIONS,
     KINDS,
+    SUBJECTS,
     Pattern,
     Policy,
     PolicyError,
@@ -28,9 +29,7 @@ from app.auth.policy import (
 
 def rule_text(rule: Rule) -> str:
     """A rule as the auth file spells it: ``kv:USERS/1234. [read, write]``."""
-    p = rule.pattern
-    resource = f"{p.kind}:{p.name}" + (f"/{p.prefix}" if p.prefix is not None else "")
-    return f"{resource} {_actions(rule)}"
+    return f"{rule.pattern.text()} {_actions(rule)}"
 
 
 def _actions(rule: Rule) -> str:
@@ -70,7 +69,13 @@ def why(winner: Rule, loser: Rule) -> str:
 
 # -- pattern containment -----------------------------------------------------------------------
 
-_PLURAL = {"kv": "buckets", "stream": "streams", "consumer": "consumers", "obj": "object buckets"}
+_PLURAL = {
+    "kv": "buckets",
+    "stream": "streams",
+    "consumer": "consumers",
+    "obj": "object buckets",
+    "subject": "subjects",
+}
 _PLAIN_GLOB = re.compile(r"[^?\[\]]*")
 _ANY = "\0"  # stands for what a '*' matches; no name contains it
 
@@ -205,10 +210,15 @@ class Explanation:
 
 
 def parse_resource(text: str) -> Resource:
-    """``kv:USERS/1234.name``, ``stream:ORDERS``, ``consumer:ORDERS/worker-3``."""
+    """``kv:USERS/1234.name``, ``stream:ORDERS``, ``consumer:ORDERS/worker-3``,
+    ``subject:orders.eu.1``."""
     kind, sep, rest = text.partition(":")
     if not sep or kind not in KINDS or not rest:
-        raise PolicyError(f"resource {text!r}: expected kv:, stream:, consumer: or obj: and a name")
+        raise PolicyError(
+            f"resource {text!r}: expected kv:, stream:, consumer:, obj: or subject: and a name"
+        )
+    if kind == "subject":
+        return Resource(kind, SUBJECTS, rest)
     if kind == "consumer":
         if rest.count("/") != 1 or rest.startswith("/") or rest.endswith("/"):
             raise PolicyError(f"resource {text!r}: expected consumer:<stream>/<consumer>")

@@ -35,7 +35,15 @@ from app.errors import (
 )
 from app.metrics import Metrics
 from app.nats import features
-from app.nats.replies import ConnectionLost, LeanClient, RawHandler, RawInbox, Reply, Settled
+from app.nats.replies import (
+    ConnectionLost,
+    LeanClient,
+    RawHandler,
+    RawInbox,
+    RawSubscription,
+    Reply,
+    Settled,
+)
 
 log = logging.getLogger("jsgw.pool")
 
@@ -319,6 +327,27 @@ class NatsPool:
         client = self.pick()
         assert isinstance(client, LeanClient)
         return await client.raw_inbox(handler)
+
+    async def raw_subscription(
+        self, subject: str, handler: RawHandler, *, queue: str = "", operation: str
+    ) -> RawSubscription:
+        """A subscription on a connection that is up, its messages handed to ``handler`` raw,
+        flushed: the server has it when this returns. 503 at once when no connection is up."""
+        client = self.pick()
+        assert isinstance(client, LeanClient)
+
+        async def subscribed() -> RawSubscription:
+            sub = await client.raw_subscribe(subject, handler, queue)
+            opened = RawSubscription(client, sub)
+            try:
+                await client.flush(max(1, round(self.timeout)))
+            except BaseException:
+                await opened.close()
+                raise
+            return opened
+
+        opened: RawSubscription = await self.observe(operation, subscribed)
+        return opened
 
     async def request(
         self,

@@ -29,6 +29,7 @@ re-subscribing, auth, TLS, flushing, subscriptions of consumers) is still nats-p
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import math
 import re
@@ -95,11 +96,22 @@ class LeanClient(NatsClient):
         self._raw_handlers: dict[int, RawHandler] = {}
         self.replies = ReplyMux(self)
 
-    async def raw_subscribe(self, subject: str, handler: RawHandler) -> Subscription:
-        """``handler(subject, header_block, payload)`` gets every message of the subject."""
-        sub = await self.subscribe(subject)
+    async def raw_subscribe(
+        self, subject: str, handler: RawHandler, queue: str = ""
+    ) -> Subscription:
+        """``handler(subject, header_block, payload)`` gets every message of the subject (of
+        those the server gives this member of ``queue``, with one)."""
+        sub = await self.subscribe(subject, queue=queue)
         self._raw_handlers[subscription_id(sub)] = handler
         return sub
+
+    async def raw_unsubscribe(self, sub: Subscription) -> None:
+        """End a subscription of :meth:`raw_subscribe` (a connection that is already gone
+        took it along)."""
+        try:
+            await unsubscribe(sub)
+        finally:
+            self._raw_handlers.pop(subscription_id(sub), None)
 
     async def raw_inbox(self, handler: RawHandler) -> RawInbox:
         """A new inbox of its own whose replies go to ``handler`` raw."""
@@ -191,6 +203,37 @@ class RawInbox:
             await unsubscribe(sub)
         finally:
             self.client._raw_handlers.pop(subscription_id(sub), None)
+
+
+class RawSubscription:
+    """A subscription of :meth:`LeanClient.raw_subscribe` for as long as a caller keeps it
+    (a core NATS subscriber's stream): :meth:`close` ends it, once."""
+
+    __slots__ = ("_closing", "client", "sub")
+
+    def __init__(self, client: LeanClient, sub: Subscription) -> None:
+        self.client = client
+        self.sub = sub
+        self._closing: asyncio.Task[None] | None = None
+
+    @property
+    def alive(self) -> bool:
+        """False once its connection is closed for good (the pool replaces such a one, and
+        the subscription is not carried over)."""
+        return not self.client.is_closed
+
+    def close_soon(self) -> asyncio.Task[None]:
+        """Start the unsubscribe (from a plain callback); the same task on every call."""
+        if self._closing is None:
+            self._closing = asyncio.ensure_future(self._close())
+        return self._closing
+
+    async def close(self) -> None:
+        await asyncio.shield(self.close_soon())
+
+    async def _close(self) -> None:
+        with contextlib.suppress(nats.errors.Error):
+            await self.client.raw_unsubscribe(self.sub)
 
 
 def header_block(headers: dict[str, str]) -> bytes:

@@ -84,6 +84,18 @@ def http_publish_headers(pairs: Iterable[tuple[str, str]]) -> dict[str, str]:
     return _normalise(out)
 
 
+def http_user_headers(pairs: Iterable[tuple[str, str]]) -> dict[str, str]:
+    """NATS headers from HTTP request headers: ``Nats-Header-<Name>`` only (core NATS, where
+    the JetStream publish headers mean nothing)."""
+    out: dict[str, str] = {}
+    seen: set[str] = set()
+    for raw_name, value in pairs:
+        if raw_name.lower().startswith(USER_HEADER_PREFIX):
+            user = _canonical(raw_name[len(USER_HEADER_PREFIX) :])
+            _add(out, seen, _user_header_name(user), value)
+    return out
+
+
 def message_headers(headers: dict[str, str] | None, msg_id: str | None) -> dict[str, str]:
     """NATS headers from a batch item: allowlisted ``Nats-*`` names and plain user headers."""
     out: dict[str, str] = {}

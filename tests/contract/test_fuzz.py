@@ -32,11 +32,12 @@ from schemathesis.config import SchemathesisConfig
 SPEC = Path(__file__).resolve().parents[2] / "openapi" / "openapi.json"
 # SSE feeds never end by themselves, so each fuzzed call would wait for its timeout: they are
 # left to their own tests (tests/integration/test_kv_watch.py, test_consumers_consume.py,
-# test_obj_watch.py).
+# test_obj_watch.py, test_core_nats_subscribe.py).
 SSE_PATHS = (
     "/v1/kv/{bucket}/watch",
     "/v1/streams/{stream}/consumers/{consumer}/consume",
     "/v1/obj/{bucket}/watch",
+    "/v1/nats/subscribe/{subject}",
 )
 
 # Statuses a valid request may get besides 2xx/3xx/401/403/404/409/429/5xx (schemathesis's
@@ -75,6 +76,13 @@ checks.positive_data_acceptance.expected-statuses = ["2xx", "400", "404", "409"]
 [[operations]]
 include-path = "/v1/subscriptions/{name}/pause"
 checks.positive_data_acceptance.expected-statuses = ["2xx", "400", "404", "409"]
+
+# A core NATS request answers 503 nats.no_responders when nobody subscribes to the subject,
+# and 504 nats.timeout when nobody answered in time: the contract's answers for a request
+# of any valid form, which the spec declares.
+[[operations]]
+include-path = "/v1/nats/request/{subject}"
+checks.not_a_server_error.expected-statuses = ["2xx", "3xx", "4xx", "503", "504"]
 """
 )
 

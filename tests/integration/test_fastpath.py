@@ -265,6 +265,45 @@ async def test_counters_answer_alike(
     assert (await gateway.get(f"/v1/counters/{name}/{name}.fast")).json()["value"] == "3"
 
 
+async def test_core_nats_publish_and_request_answer_alike(
+    gateway: httpx.AsyncClient,
+    via_fastapi: httpx.AsyncClient,
+    nc,
+    nats_server: EmbeddedServer,
+    name: str,
+    lean_calls: list[str],
+) -> None:
+    from tests.integration.test_core_nats import heard
+
+    async def respond(msg) -> None:  # type: ignore[no-untyped-def]
+        await nc.publish(msg.reply, msg.data[::-1], headers={"X-Served-By": "svc"})
+
+    await nc.subscribe(f"{name}.svc", cb=respond)
+    await nc.flush()
+    await heard(nats_server, f"{name}.svc")
+    cases: list[tuple[str, dict[str, str], bytes]] = [
+        (f"request/{name}.svc", {"Nats-Header-X-Trace": "t"}, b"abc"),  # 200, reply headers
+        (f"request/{name}.svc?timeout=2s", {}, b""),
+        (f"request/{name}.nobody", {}, b"x"),  # 503 nats.no_responders
+        (f"request/{name}.svc?timeout=1h", {}, b"x"),  # 400 over the maximum
+        (f"publish/{name}.a", {"Nats-Header-X-Trace": "t"}, b"x"),  # 202
+        ("publish/$JS.API.INFO", {}, b"x"),  # 400 nats.subject_reserved
+        (f"publish/{name}.*", {}, b"x"),  # 400 subject.invalid
+        (f"publish/{name}.a", {"Nats-Header-X-Bad": "a\x01"}, b"x"),  # 400 header.invalid
+    ]
+    for path, headers, body in cases:
+        fast = await gateway.post(f"/v1/nats/{path}", content=body, headers=headers)
+        slow = await via_fastapi.post(f"/v1/nats/{path}", content=body, headers=headers)
+        same(fast, slow)
+        assert fast.content == slow.content or fast.headers["content-type"].startswith(
+            "application/problem+json"
+        )
+        assert fast.headers.get("nats-header-x-served-by") == slow.headers.get(
+            "nats-header-x-served-by"
+        )
+    assert lean_calls.count("POST") == len(cases)
+
+
 async def test_a_client_gone_mid_body_publishes_nothing_and_logs_no_error(
     nats_server: EmbeddedServer, nc, name: str, caplog: pytest.LogCaptureFixture
 ) -> None:

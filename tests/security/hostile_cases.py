@@ -163,6 +163,17 @@ FILTER_VARIANTS = [v for v in SUBJECT_VARIANTS if v[0] not in _WILDCARD_LABELS] 
     ("star-partial", "host.a%2A"),
     ("empty", ""),
 ]
+# Filters core NATS subscribe refuses though they are well-formed: the server's and the
+# gateway's own namespaces, and wildcards in the first token (which reach them).
+_CORE_RESERVED_FILTERS = [
+    ("gt-only", "%3E"),
+    ("star-first", "%2A.a"),
+    ("js-api-filter", "%24JS.API.%3E"),
+    ("kv-filter", "%24KV.%3E"),
+    ("sys-filter", "%24SYS.%3E"),
+    ("inbox-filter", "_INBOX.%3E"),
+    ("reply-filter", "_R_.%3E"),
+]
 KEY_FILTER_VARIANTS = [
     ("gt-not-last", "%3E.a"),
     ("star-partial", "a%2A"),
@@ -411,10 +422,24 @@ def subject_cases() -> Iterator[Case]:
         yield _case(
             f"/counters/{{subject}} subject={label}", "POST", counter, body={"increment": 1}
         )
+        for route in ("publish", "request"):
+            yield _case(
+                f"/v1/nats/{route}/{{subject}} subject={label}",
+                "POST",
+                f"/v1/nats/{route}/{subject}",
+                content=b"hostile",
+            )
         text = _decoded(subject)
         if text is not None:
             batch = {"messages": [{"subject": f"{STREAM_SUBJECT}"}, {"subject": text}]}
             yield _case(f"/v1/publish batch subject={label}", "POST", "/v1/publish", body=batch)
+    for label, subject in [*FILTER_VARIANTS, *_CORE_RESERVED_FILTERS]:
+        yield _case(
+            f"/v1/nats/subscribe/{{subject}} subject={label}",
+            "GET",
+            f"/v1/nats/subscribe/{subject}",
+            sse=True,
+        )
     for label, subject in FILTER_VARIANTS:
         yield _case(f"/v1/streams subject={label}", "GET", f"/v1/streams?subject={subject}")
         yield _case(
@@ -640,6 +665,20 @@ def query_cases() -> Iterator[Case]:
     )
     for label, path in _QUERY_SSE:
         yield _case(label, "GET", path, sse=True)
+    for timeout in ("-1", "abc", "0", "1e400", "99999999999999999999h", "31", "1h", "%00"):
+        yield _case(
+            f"nats/request timeout={timeout}",
+            "POST",
+            f"/v1/nats/request/{STREAM_SUBJECT}?timeout={timeout}",
+            content=b"x",
+        )
+    for queue in ("a%20b", "%FF", "a%2A", "a%0D%0Ab", "q" * 129, ""):
+        yield _case(
+            f"nats/subscribe queue={queue[:20]}",
+            "GET",
+            f"/v1/nats/subscribe/{STREAM_SUBJECT}?queue={queue}",
+            sse=True,
+        )
 
 
 # -- headers ------------------------------------------------------------------------------------
@@ -750,6 +789,16 @@ def header_cases() -> Iterator[Case]:
             headers=tuple(headers),
             content=b"hostile",
         )
+    for label, headers in _PUBLISH_HEADERS:
+        if label.startswith("user header"):  # core NATS passes only Nats-Header-<Name>
+            for route in ("publish", "request"):
+                yield _case(
+                    f"/v1/nats/{route}/{{subject}} {label}",
+                    "POST",
+                    f"/v1/nats/{route}/{STREAM_SUBJECT}",
+                    headers=tuple(headers),
+                    content=b"hostile",
+                )
     for label, method, headers in _KV_CONDITIONS:
         path = _KV_PUT if "absent" not in label else f"/v1/kv/{BUCKET}/keys/absent-key"
         content = b"hostile" if method == "PUT" else None

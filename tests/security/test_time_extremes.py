@@ -131,6 +131,12 @@ def _subscription_timeout(client: httpx.Client, value: str, world: World) -> htt
     return response
 
 
+def _core_request_timeout(client: httpx.Client, value: str, world: World) -> httpx.Response:
+    # To a subject the TTL stream captures: JetStream answers a core request there with its
+    # PubAck, so a valid timeout gets a 200 (no subject of the account is free of 503s else).
+    return client.post("/v1/nats/request/ttl.core", content=b"x", params={"timeout": value})
+
+
 _DEAD_END = "http://127.0.0.1:9/hook"  # (port 9, discard: refused on loopback)
 _STREAM_PATH = "/v1/streams/{name}"
 _PAUSED = f"/v1/streams/{STREAM}/consumers/PAUSED/pause"
@@ -224,12 +230,13 @@ INPUTS: dict[tuple[str, str], Sender] = {
     ("PUT /v1/kv/{bucket}/keys/{key}?ttl", DURATION): _kv_put_ttl,
     ("DELETE /v1/kv/{bucket}/keys/{key}?ttl", DURATION): _kv_purge_ttl,
     ("header Nats-TTL", DURATION): _publish_ttl,
+    ("POST /v1/nats/request/{subject}?timeout", DURATION): _core_request_timeout,
     ("PublishItem.headers[Nats-TTL]", DURATION): _publish_batch_ttl,
 }
 _RAW_TEXT = {
     key
     for key in INPUTS
-    if key[0].startswith(("GET ", "PUT ", "DELETE ", "header", "PublishItem.headers"))
+    if key[0].startswith(("GET ", "PUT ", "DELETE ", "POST ", "header", "PublishItem.headers"))
 }
 
 

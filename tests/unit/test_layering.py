@@ -92,6 +92,8 @@ BUILDS_ON: dict[str, set[str]] = {
     "push": {"consumers", "kv", "publish"},
     # Object buckets create their streams as the streams domain does.
     "obj": {"streams"},
+    # Core NATS checks its messages' size and user headers as a publish does.
+    "corenats": {"publish"},
     "streams": set(),
     "publish": set(),
     "direct": set(),

@@ -50,6 +50,9 @@ def test_the_lean_routes_are_the_hot_ones_and_the_watch() -> None:
         ("POST", "/v1/counters/{stream}/{subject}"),
         ("GET", "/v1/counters/{stream}/{subject}"),
         ("GET", "/v1/kv/{bucket}/watch"),  # thousands open at once: its memory counts
+        # Core NATS request/reply and publish: FastAPI's layers doubled their CPU per request.
+        ("POST", "/v1/nats/request/{subject}"),
+        ("POST", "/v1/nats/publish/{subject}"),
     }
 
 

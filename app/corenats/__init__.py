@@ -1,0 +1,1 @@
+"""Core NATS over HTTP: publish, request/reply and subscribe, outside JetStream."""
