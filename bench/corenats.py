@@ -28,9 +28,7 @@ import argparse
 import asyncio
 import os
 import platform
-import resource
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -38,9 +36,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-import orjson
-
-from bench.procs import PYTHON, Procs, cpu_seconds, sigterm_as_interrupt, start_gateway
+from bench import procs
+from bench.procs import PYTHON, Procs, sigterm_as_interrupt, start_gateway
 from bench.stats import closed_loop, emit, install_uvloop
 
 SUBJECT = "bench.echo"
@@ -118,28 +115,9 @@ LOADS = {"gateway": load_gateway, "nats": load_nats}
 
 
 def run_load(kind: str, url: str, args: argparse.Namespace) -> dict[str, Any]:
-    cmd = [
-        PYTHON,
-        "-m",
-        "bench.corenats",
-        "--load",
-        kind,
-        "--url",
-        url,
-        "--duration",
-        str(args.duration),
-        "--warmup",
-        str(args.warmup),
-        "--concurrency",
-        str(args.concurrency),
-        "--size",
-        str(args.size),
-    ]
-    out = subprocess.run(
-        cmd, check=True, capture_output=True, text=True, timeout=args.duration * 10 + 60
-    )
-    result: dict[str, Any] = orjson.loads(out.stdout.strip().splitlines()[-1])
-    return result
+    options = {"duration": args.duration, "warmup": args.warmup}
+    options |= {"concurrency": args.concurrency, "size": args.size}
+    return procs.run_load("bench.corenats", kind, url, options, args.duration * 10 + 60)
 
 
 async def answered(nats_url: str) -> int:
@@ -157,19 +135,9 @@ def measure(
 ) -> dict[str, Any]:
     """One load run, with the CPU time of the NATS speaker (the gateway, or None: the load is
     the speaker), of nats-server, of the responder and of the load process."""
-    before = {who: cpu_seconds(pid) for who, pid in pids.items()}
-    s0 = cpu_seconds(speaker) if speaker else 0.0
     a0 = asyncio.run(answered(args.nats_url))
-    r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
-    result = run_load(kind, url, args)
-    r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    result = procs.measured(lambda: run_load(kind, url, args), speaker, pids)
     result["total"] = asyncio.run(answered(args.nats_url)) - a0
-    load = (r1.ru_utime - r0.ru_utime) + (r1.ru_stime - r0.ru_stime)
-    result["cpu_s"] = {
-        "speaker": cpu_seconds(speaker) - s0 if speaker else load,
-        "load": load,
-        **{who: cpu_seconds(pid) - before[who] for who, pid in pids.items()},
-    }
     return result
 
 

@@ -30,9 +30,7 @@ import argparse
 import asyncio
 import os
 import platform
-import resource
 import shutil
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -41,10 +39,9 @@ from urllib.parse import urlsplit
 
 import orjson
 
+from bench import procs
 from bench.procs import (
-    PYTHON,
     Procs,
-    cpu_seconds,
     sigterm_as_interrupt,
     start_gateway,
 )
@@ -117,28 +114,9 @@ LOADS = {"gateway": load_gateway, "nats": load_nats}
 
 
 def run_load(kind: str, url: str, args: argparse.Namespace) -> dict[str, Any]:
-    cmd = [
-        PYTHON,
-        "-m",
-        "bench.counters",
-        "--load",
-        kind,
-        "--url",
-        url,
-        "--duration",
-        str(args.duration),
-        "--warmup",
-        str(args.warmup),
-        "--concurrency",
-        str(args.concurrency),
-        "--keys",
-        str(args.keys),
-    ]
-    out = subprocess.run(
-        cmd, check=True, capture_output=True, text=True, timeout=args.duration * 10
-    )
-    result: dict[str, Any] = orjson.loads(out.stdout.strip().splitlines()[-1])
-    return result
+    options = {"duration": args.duration, "warmup": args.warmup}
+    options |= {"concurrency": args.concurrency, "keys": args.keys}
+    return procs.run_load("bench.counters", kind, url, options, args.duration * 10)
 
 
 def measure(
@@ -146,18 +124,7 @@ def measure(
 ) -> dict:
     """One load run, with the CPU time of the NATS speaker (the gateway, or None: the load is
     the speaker), of nats-server and of the load process."""
-    s0 = cpu_seconds(speaker) if speaker else 0.0
-    n0 = cpu_seconds(nats_pid)
-    r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
-    result = run_load(kind, url, args)
-    r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
-    load = (r1.ru_utime - r0.ru_utime) + (r1.ru_stime - r0.ru_stime)
-    result["cpu_s"] = {
-        "speaker": cpu_seconds(speaker) - s0 if speaker else load,
-        "nats": cpu_seconds(nats_pid) - n0,
-        "load": load,
-    }
-    return result
+    return procs.measured(lambda: run_load(kind, url, args), speaker, {"nats": nats_pid})
 
 
 def per_op(result: dict, who: str) -> float:

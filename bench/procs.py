@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import os
+import resource
 import signal
 import socket
 import subprocess
@@ -16,8 +17,11 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
+from typing import Any
+
+import orjson
 
 PYTHON = sys.executable
 ROOT = Path(__file__).resolve().parent.parent
@@ -258,3 +262,36 @@ def machine_busy_seconds() -> float:
         + (fields[7] if len(fields) > 7 else 0)
     )
     return busy / os.sysconf("SC_CLK_TCK")
+
+
+def run_load(
+    module: str, kind: str, url: str, options: dict[str, Any], timeout: float
+) -> dict[str, Any]:
+    """A load process of ``module`` (``python -m <module> --load <kind> --url <url>`` and
+    ``--<name> <value>`` per option): the JSON result it printed last."""
+    cmd = [PYTHON, "-m", module, "--load", kind, "--url", url]
+    for name, value in options.items():
+        cmd += [f"--{name}", str(value)]
+    out = subprocess.run(cmd, check=True, capture_output=True, text=True, timeout=timeout)
+    result: dict[str, Any] = orjson.loads(out.stdout.strip().splitlines()[-1])
+    return result
+
+
+def measured(
+    load: Callable[[], dict[str, Any]], speaker: int | None, pids: dict[str, int]
+) -> dict[str, Any]:
+    """``load()`` (which runs a load process), with the CPU seconds it took of the NATS
+    speaker (the gateway; None: the load process speaks NATS itself), of the load process
+    and of each of ``pids``, as the result's ``cpu_s``."""
+    before = {who: cpu_seconds(pid) for who, pid in pids.items()}
+    s0 = cpu_seconds(speaker) if speaker else 0.0
+    r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    result = load()
+    r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    spent = (r1.ru_utime - r0.ru_utime) + (r1.ru_stime - r0.ru_stime)
+    result["cpu_s"] = {
+        "speaker": cpu_seconds(speaker) - s0 if speaker else spent,
+        "load": spent,
+        **{who: cpu_seconds(pid) - before[who] for who, pid in pids.items()},
+    }
+    return result
