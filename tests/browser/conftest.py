@@ -67,6 +67,24 @@ async def page(browser: BrowserContext) -> AsyncIterator[Page]:
 
 
 @pytest.fixture
+async def strict_page(page: Page) -> AsyncIterator[Page]:
+    """The page, failing the test on a console error or a failed request."""
+    problems: list[str] = []
+    page.on(
+        "console",
+        lambda message: (
+            problems.append(f"console: {message.text}") if message.type == "error" else None
+        ),
+    )
+    page.on(
+        "requestfailed",
+        lambda request: problems.append(f"failed: {request.url} {request.failure}"),
+    )
+    yield page
+    assert not problems, problems
+
+
+@pytest.fixture
 def base_url(nats_server: EmbeddedServer) -> Iterator[str]:
     """A gateway served by uvicorn on a loopback port, auth off.
 

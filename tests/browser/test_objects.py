@@ -4,33 +4,13 @@ as an object nats-py reads, listed, downloaded through the view and deleted from
 from __future__ import annotations
 
 import os
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import httpx
 import nats
-import pytest
 from playwright.async_api import Page, expect
 
 from app.nats.embedded import EmbeddedServer
-
-
-@pytest.fixture
-async def strict_page(page: Page) -> AsyncIterator[Page]:
-    """The page, failing the test on a console error or a failed request."""
-    problems: list[str] = []
-    page.on(
-        "console",
-        lambda message: (
-            problems.append(f"console: {message.text}") if message.type == "error" else None
-        ),
-    )
-    page.on(
-        "requestfailed",
-        lambda request: problems.append(f"failed: {request.url} {request.failure}"),
-    )
-    yield page
-    assert not problems, problems
 
 
 async def test_object_buckets_view_uploads_lists_downloads_deletes(

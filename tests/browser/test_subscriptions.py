@@ -41,24 +41,6 @@ def push_url(nats_server: EmbeddedServer, name: str) -> Iterator[str]:
         yield url
 
 
-@pytest.fixture
-async def strict_page(page: Page) -> AsyncIterator[Page]:
-    """The page, failing the test on a console error or a failed request."""
-    problems: list[str] = []
-    page.on(
-        "console",
-        lambda message: (
-            problems.append(f"console: {message.text}") if message.type == "error" else None
-        ),
-    )
-    page.on(
-        "requestfailed",
-        lambda request: problems.append(f"failed: {request.url} {request.failure}"),
-    )
-    yield page
-    assert not problems, problems
-
-
 async def publish(http: httpx.AsyncClient, subject: str, bodies: list[bytes]) -> None:
     for body in bodies:
         sent = await http.post(f"/v1/publish/{subject}", content=body)
