@@ -21,7 +21,8 @@ nats-py (``nats.aio.client.Client``, ``nats.protocol.parser.Parser``, ``Subscrip
 - app/nats/replies.py: ``LeanClient`` subclasses ``Client``; it replaces ``_ps`` (the
   parser), overrides ``_process_msg``, and queues commands for ``_flusher`` the way
   ``publish`` does: ``_status`` (``Client.CONNECTED``), ``_flush_queue``, ``_flusher_task``,
-  ``_max_payload``, ``_max_pending_size``, ``_pending``, ``_pending_data_size``, ``stats``.
+  ``_max_payload``, ``_max_pending_size``, ``_pending``, ``_pending_data_size``, ``stats``;
+  ``flush_in_order`` waits for ``_flush_pending(force_flush=True)`` before nats-py's flush.
   It keys raw subscriptions by ``Subscription._id`` (:func:`subscription_id`).
 - app/nats/pool.py: discards ``_pending``/``_pending_data_size`` of a dropped connection
   (:func:`discard_unsent`), reconnects a silent one through ``_process_op_err``
@@ -357,6 +358,13 @@ def _check_nats(c: _Checks) -> None:
             "is not a counter",
             replies,
         )
+    c.parameters(
+        getattr(NatsClient, "_flush_pending", None),
+        ["self", "force_flush"],
+        "Client._flush_pending",
+        replies,
+        coroutine=True,
+    )
     flusher = c.exists(NatsClient, "_flusher", "Client._flusher", replies)
     c.source_uses(
         flusher,

@@ -340,7 +340,7 @@ class NatsPool:
             sub = await client.raw_subscribe(subject, handler, queue)
             opened = RawSubscription(client, sub)
             try:
-                await client.flush(max(1, round(self.timeout)))
+                await client.flush_in_order(self.timeout)
             except BaseException:
                 await opened.close()
                 raise

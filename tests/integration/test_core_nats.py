@@ -21,11 +21,11 @@ PROBE = b"probe"
 
 
 async def heard(nats_server: EmbeddedServer, subject: str) -> None:
-    """Wait until a request on ``subject`` reaches its subscriber. For a moment after another
-    connection's subscription is flushed, nats-server may still answer a request with its
-    no-responders status (seen with nats-py alone, in a few of a hundred fresh subscriptions;
-    a second request gets through): so a test's responder is probed from a connection of its
-    own before the gateway is asked (probes carry PROBE)."""
+    """Wait until a request on ``subject`` reaches its subscriber. A test's responder is a
+    nats-py subscription, and nats-py's ``flush`` sends its PING ahead of the SUB still queued
+    (app.nats.replies.LeanClient.flush_in_order): for a moment after it, a request may get the
+    no-responders status. So the responder is probed from a connection of its own before the
+    gateway is asked (probes carry PROBE)."""
     probe = await nats.connect(nats_server.url)
     try:
         for _ in range(100):

@@ -47,9 +47,7 @@ async def subscribed(
     **params: str,
 ) -> AsyncIterator[SSE]:
     """An open subscribe stream. ``settle``: (NATS URL, a subject the stream gets) probed from
-    a connection of its own until the stream gets a probe (which is then read off): for a
-    moment after a subscription is flushed, nats-server may not yet deliver another
-    connection's messages to it (seen with nats-py alone; see docs/core-nats.md)."""
+    a connection of its own until the stream gets a probe (which is then read off)."""
     url = f"/v1/nats/subscribe/{quote(subject)}"
     async with http.stream("GET", url, params=params, headers=headers) as r:
         assert r.status_code == 200, (await r.aread()).decode()
