@@ -192,6 +192,10 @@ class OrderedConsumer:
         sub = await client.subscribe(inbox, cb=on_msg)
         body = {"stream_name": self.config.stream, "config": self._consumer_config(inbox)}
         try:
+            # The consumer is created through whichever pooled connection the request takes,
+            # and delivers at once: the server must have the inbox's SUB before it exists, or
+            # the first deliveries go nowhere (a gap the consumer is recreated for).
+            await self.js.pool.confirm(client, "consumer.subscribe")
             info = await self.js.call(
                 "consumer.create", "CONSUMER", "CREATE", self.config.stream, body=body
             )

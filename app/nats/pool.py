@@ -328,6 +328,12 @@ class NatsPool:
         assert isinstance(client, LeanClient)
         return await client.raw_inbox(handler)
 
+    async def confirm(self, client: Client, operation: str) -> None:
+        """Until the server has processed what ``client`` has sent and queued (a SUB just
+        made): :meth:`LeanClient.flush_in_order`, with the pool's timeout and error mapping."""
+        assert isinstance(client, LeanClient)
+        await self.observe(operation, lambda: client.flush_in_order(self.timeout))
+
     async def raw_subscription(
         self, subject: str, handler: RawHandler, *, queue: str = "", operation: str
     ) -> RawSubscription:
