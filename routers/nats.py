@@ -11,15 +11,17 @@ from starlette.responses import Response
 from app import errors, validation
 from app.auth import access
 from app.auth.access import SUBJECT, SUBJECT_FILTER, Need
+from app.auth.policy import Principal, Resource
 from app.corenats import subjects
 from app.corenats.service import DEFAULT_MAX_TIMEOUT, MIN_TIMEOUT
-from app.deps import CoreDep, PrincipalDep, SettingsDep, SseSlotsDep
+from app.deps import CoreDep, PrincipalDep, SettingsDep, SseSlotsDep, StreamsDep
 from app.http import problems, read_body
 from app.nats.replies import Reply
 from app.publish.service import USER_HEADER_PREFIX, http_user_headers
 from app.routing import Router
 from app.schemas import Duration, duration, rules
 from app.sse import sse_response
+from app.streams.service import StreamService
 
 router = Router(prefix="/v1/nats", tags=["nats"])
 
@@ -50,7 +52,13 @@ Subject = Annotated[
     },
     openapi_extra=_RAW_BODY,
 )
-async def core_publish(subject: Subject, request: Request, core: CoreDep) -> Response:
+async def core_publish(
+    subject: Subject,
+    request: Request,
+    core: CoreDep,
+    principal: PrincipalDep,
+    streams: StreamsDep,
+) -> Response:
     """Publish the raw body with core NATS (no JetStream acknowledgement).
 
     202 means the gateway handed the message to a NATS connection, nothing more: core NATS
@@ -60,6 +68,7 @@ async def core_publish(subject: Subject, request: Request, core: CoreDep) -> Res
     as NATS header `<Name>`.
     """
     subjects.literal(subject)
+    await _streams_allow(principal, streams, subject, "write")
     headers = http_user_headers(request.headers.items())
     data = await read_body(request, core.max_payload)
     await core.publish(subject, data, headers)
@@ -88,6 +97,8 @@ async def core_request(
     subject: Subject,
     request: Request,
     core: CoreDep,
+    principal: PrincipalDep,
+    streams: StreamsDep,
     timeout: Annotated[
         Duration | None,
         Query(
@@ -106,9 +117,35 @@ async def core_request(
     """
     subjects.literal(subject)
     wait = core.timeout(timeout)
+    await _streams_allow(principal, streams, subject, "write")
     headers = http_user_headers(request.headers.items())
     data = await read_body(request, core.max_payload)
     return reply_response(await core.request(subject, data, headers, wait))
+
+
+async def _streams_allow(
+    principal: Principal, streams: StreamService, subject: str, action: str
+) -> None:
+    """What core NATS publishes on a subject a stream captures is stored there, and what it
+    delivers from such a subject is that stream's traffic: where the token has stream rules
+    for such a stream, they decide as on the stream routes (403 otherwise), so that a
+    `subject:` grant does not go around a stream rule that denies. A stream none of the
+    token's stream rules names is left to its `subject:` rules, as NATS's own permissions
+    leave it."""
+    if principal.anonymous:
+        return
+    if action == "write":
+        found = await streams.capturing(subject)
+        meeting = [found] if found else []
+    else:
+        meeting = await streams.meeting(subject)
+    for stream in meeting:
+        if not access.concerns_stream(principal, stream):
+            continue
+        if action == "write":
+            access.require(principal, "write", Resource("stream", stream, subject))
+        else:
+            access.check_read_filter(principal, stream, subject)
 
 
 def reply_response(reply: Reply) -> Response:
@@ -151,6 +188,7 @@ async def core_subscribe(
     request: Request,
     core: CoreDep,
     principal: PrincipalDep,
+    streams: StreamsDep,
     slots: SseSlotsDep,
     settings: SettingsDep,
     queue: Annotated[
@@ -173,6 +211,7 @@ async def core_subscribe(
     if queue is not None:
         subjects.queue(queue)
     visible = access.subject_reader(principal, subject, whole=queue is not None)
+    await _streams_allow(principal, streams, subject, "read")
     release = slots.acquire(principal, request.scope, "core_subscribe")
     try:
         opened = await core.subscribe(subject, queue, visible)

@@ -219,6 +219,17 @@ class StreamService:
         self._capturing[subject] = (now + _CAPTURING_TTL, stream)
         return stream
 
+    async def meeting(self, filter_subject: str) -> builtins.list[str]:
+        """The streams some of whose subjects the filter (or subject) matches."""
+        names: builtins.list[str] = []
+        while True:
+            body = {"subject": filter_subject, "offset": len(names)}
+            result = await self.js.call("stream.names", "STREAM", "NAMES", body=body)
+            page = result.get("streams") or []
+            names += page
+            if not page or len(names) >= int(result.get("total") or 0):
+                return names
+
     async def capturing_all(self, subjects: builtins.list[str]) -> dict[str, str | None]:
         """:meth:`capturing` of each subject, those not known asked for together (at most
         16 in flight)."""

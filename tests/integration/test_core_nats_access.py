@@ -43,7 +43,14 @@ tokens:
     token: "{all}"
     rules:
       - {{resource: "subject:*", actions: [read, write]}}
+  - name: all-but-a-stream
+    token: "{walled}"
+    rules:
+      - {{resource: "subject:*", actions: [read, write]}}
+      - {{resource: "stream:{n}_WALLED", actions: []}}
+      - {{resource: "stream:{n}_OPEN", actions: [read, write]}}
 """
+WALLED = "walled-token-0123456789"
 
 
 class Refusals:
@@ -67,7 +74,9 @@ def bearer(token: str) -> dict[str, str]:
 @pytest.fixture
 def served(nats_server: EmbeddedServer, tmp_path: Path, name: str) -> Iterator[str]:
     path = tmp_path / "auth.yaml"
-    path.write_text(POLICY.format(reader=READER, writer=WRITER, streams=STREAMS, all=ALL, n=name))
+    path.write_text(
+        POLICY.format(reader=READER, writer=WRITER, streams=STREAMS, all=ALL, walled=WALLED, n=name)
+    )
     settings = gateway_settings(nats_server.url, auth_file=path, sse_heartbeat=0.5)
     with served_gateway(settings) as url:
         yield url
@@ -183,3 +192,32 @@ async def test_a_queue_group_member_must_read_the_whole_filter(
         ) as events:
             await nc.publish(f"{name}.eu.1", b"x")
             assert orjson.loads((await events.next()).data)["subject"] == f"{name}.eu.1"
+
+
+async def test_a_stream_rule_that_denies_holds_against_core_nats(
+    served: str, nc: nats.NATS, name: str
+) -> None:
+    """What core NATS publishes on a subject a stream captures is stored there, and a
+    subscription there reads that stream's traffic: a stream rule of the token that denies
+    it decides, whatever its subject: rules grant. A stream its rules allow, or one none of
+    them names, is left to the subject: rules."""
+    js = nc.jetstream()
+    await js.add_stream(name=f"{name}_WALLED", subjects=[f"{name}.walled.>"])
+    await js.add_stream(name=f"{name}_OPEN", subjects=[f"{name}.open.>"])
+    await js.add_stream(name=f"{name}_OTHER", subjects=[f"{name}.other.>"])
+    async with httpx.AsyncClient(base_url=served, timeout=10, headers=bearer(WALLED)) as http:
+        for path in (f"publish/{name}.walled.x", f"request/{name}.walled.x"):
+            refused = await http.post(f"/v1/nats/{path}", content=b"in")
+            assert problem(refused, 403)["code"] == "auth.forbidden"
+        subscribe = Refusals(http)
+        for filter_subject in (f"{name}.walled.x", f"{name}.>"):  # (the second meets it)
+            refused = await subscribe.get(f"/v1/nats/subscribe/{filter_subject}")
+            assert refused.status_code == 403, refused.text
+        for stream in ("open", "other"):
+            published = await http.post(f"/v1/nats/publish/{name}.{stream}.x", content=b"in")
+            assert published.status_code == 202, published.text
+        async with subscribed(http, f"{name}.open.>"):
+            pass
+    assert (await js.stream_info(f"{name}_WALLED")).state.messages == 0
+    assert (await js.stream_info(f"{name}_OPEN")).state.messages == 1
+    assert (await js.stream_info(f"{name}_OTHER")).state.messages == 1
