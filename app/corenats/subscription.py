@@ -75,8 +75,15 @@ class Subscription:
     def on_message(self, subject: bytes, headers: bytes | None, data: bytes) -> None:
         if self._end is not None or self._stopped:
             return
+        try:
+            text = subject.decode()
+        except UnicodeDecodeError:
+            # nats-server passes subjects of any bytes; no rule can grant one that is not
+            # text, and raising here would break the connection's reading loop.
+            self.filtered += 1
+            return
         visible = self._visible
-        if visible is not None and not visible(subject.decode()):
+        if visible is not None and not visible(text):
             self.filtered += 1
             return
         size = len(subject) + len(headers or b"") + len(data)

@@ -137,3 +137,20 @@ def test_the_validators_accept_exactly_their_schema(text: str) -> None:
         pattern = schema["pattern"].removesuffix("$") + r"\Z"
         stated = re.search(pattern, text) is not None and len(text) <= schema["maxLength"]
         assert accepted == stated, (check.__name__, text)
+
+
+async def test_a_subject_that_is_not_text_is_dropped_not_raised() -> None:
+    """nats-server delivers subjects of any bytes (a raw PUB of ``bin.\\xff`` reaches a
+    ``bin.>`` subscriber); the subscription's callback runs on the connection's reading loop,
+    so it must neither raise (which breaks that loop) nor pass the message on."""
+    from app.corenats.subscription import Subscription
+
+    sub = Subscription(max_messages=10, max_bytes=1024)
+    sub.on_message(b"bin.\xff\xfe", None, b"x")
+    sub.on_message(b"bin.ok", None, b"y")
+    assert sub.filtered == 1 and not sub.ended
+    events = sub.events()
+    first = await anext(events)
+    assert first["event"] == "message" and '"subject":"bin.ok"' in first["data"]
+    sub.stop()
+    await events.aclose()
