@@ -25,7 +25,7 @@ OLDEST_TESTS := tests/integration/test_kv*.py tests/integration/test_server_rele
 # The suite runs in two processes (pytest-xdist, tests/parallel.py): a module's tests stay
 # together in one process, and the tests whose latency bounds the suite's own load could
 # decide (browsers, partitions, slow clients, attackers' bodies) run alone at the end.
-# Clean-clone CI runs took 14.5-16 min for the main pass (16.6-19 min in all, install
+# Clean-clone CI runs took 14-16 min for the main pass (16.6-19 min in all, install
 # included), against 21.5 min serially. `make test PARALLEL=` runs it serially.
 # --durations: each run ends with its slowest tests, so that the suite's time stays in view.
 PARALLEL ?= -n 2 --dist loadscope
