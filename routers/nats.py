@@ -132,7 +132,9 @@ async def _streams_allow(
     `subject:` grant does not go around a stream rule that denies. A stream none of the
     token's stream rules names is left to its `subject:` rules, as NATS's own permissions
     leave it."""
-    if principal.anonymous:
+    # (No stream rule, nothing to look up: the streams a core subject can reach are plain
+    # ones, the reserved $KV and $O subjects of buckets being refused already.)
+    if principal.anonymous or not any(r.pattern.kind == "stream" for r in principal.rules):
         return
     if action == "write":
         found = await streams.capturing(subject)
