@@ -329,7 +329,8 @@ class Bench:
             "JSGW_HOST": "127.0.0.1",
             "JSGW_PORT": str(port),
             "JSGW_WORKERS": str(a.workers),
-            "JSGW_LOG_LEVEL": "warning",
+            # JSGW_LOG_LEVEL at its default (info): every request writes its access line (to
+            # the gateway's log file), as with the settings users run.
             "JSGW_ACK_SECRET": secrets.token_hex(32),
             "JSGW_DATA_DIR": str(self.workdir / "gateway-data"),
             **self.sse_caps,
