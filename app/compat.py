@@ -49,6 +49,15 @@ uvicorn (``uvicorn.protocols.http.httptools_impl.HttpToolsProtocol``, ``uvicorn.
   ``app_state``, the live ``connections`` set, the request in flight (``cycle``,
   ``response_complete``), the waiting ``pipeline`` and the keep-alive timer
   (``timeout_keep_alive_task``), and passes ``timeout_keep_alive``.
+- app/serving.py and app/fastpath.py (``DirectPaths``): the lean paths are started where
+  uvicorn starts a request's task (``_start_asgi_task(cycle, app)``, called for a request and
+  for a pipelined one), and answered through uvicorn's ``RequestResponseCycle``: its
+  ``scope``, ``receive``, ``send``, ``send_500_response``, ``transport``, ``flow``
+  (``drain``), ``default_headers``, ``keep_alive``, ``more_body``, ``disconnected``,
+  ``message_event``, ``response_started``, ``response_complete``,
+  ``waiting_for_100_continue`` and ``on_response``; a whole answer is written as ``send``
+  writes it, with its ``STATUS_LINE``, ``HEADER_RE`` and ``HEADER_VALUE_RE``
+  (:func:`uvicorn_wire`).
 - app/tls.py: ``ClientCertProtocol`` overrides ``on_message_begin`` and adds to ``scope``.
 - app/sse.py: ``server_exiting`` finds uvicorn's ``Server`` as the SIGTERM handler's
   ``__self__`` (``Server.capture_signals`` installs ``Server.handle_exit``) and reads its
@@ -77,6 +86,7 @@ from __future__ import annotations
 import functools
 import inspect
 import logging
+import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from importlib import import_module
@@ -112,6 +122,7 @@ __all__ = [
     "problems",
     "server_info",
     "subscription_id",
+    "uvicorn_wire",
 ]
 
 log = logging.getLogger("jsgw.compat")
@@ -182,6 +193,14 @@ async def force_reconnect(client: NatsClient, error: Exception) -> None:
 def server_info(client: NatsClient) -> dict[str, Any]:
     """The INFO the server sent on connecting."""
     return dict(client._server_info)
+
+
+def uvicorn_wire() -> tuple[dict[int, bytes], Any, Any]:
+    """uvicorn's status lines by code, and its patterns of a header name and value it refuses
+    to write."""
+    from uvicorn.protocols.http import httptools_impl
+
+    return httptools_impl.STATUS_LINE, httptools_impl.HEADER_RE, httptools_impl.HEADER_VALUE_RE
 
 
 def drop_message_iterator(sub: NatsSubscription) -> None:
@@ -508,6 +527,89 @@ def _check_uvicorn(c: _Checks) -> None:
         serving,
     )
     c.absent(base, ("_client_cert_name",), tls)
+    direct = f"{serving}, app/fastpath.py"
+    c.parameters(
+        base.__dict__.get("_start_asgi_task"),
+        ["self", "cycle", "app"],
+        "HttpToolsProtocol._start_asgi_task",
+        direct,
+        coroutine=False,
+    )
+    for method in ("on_headers_complete", "on_response_complete"):
+        c.source_uses(
+            base.__dict__.get(method),
+            ["self._start_asgi_task(", "self.pipeline"],
+            f"HttpToolsProtocol.{method}",
+            "every request's task, pipelined or not, is started there",
+            direct,
+        )
+    cycle = getattr(httptools_impl, "RequestResponseCycle", None)
+    c.require(isinstance(cycle, type), "RequestResponseCycle", "does not exist", direct)
+    if isinstance(cycle, type):
+        c.parameters(
+            cycle.__dict__.get("receive"),
+            ["self"],
+            "RequestResponseCycle.receive",
+            direct,
+            coroutine=True,
+        )
+        c.parameters(
+            cycle.__dict__.get("send"),
+            ["self", "message"],
+            "RequestResponseCycle.send",
+            direct,
+            coroutine=True,
+        )
+        c.parameters(
+            cycle.__dict__.get("send_500_response"),
+            ["self"],
+            "RequestResponseCycle.send_500_response",
+            direct,
+            coroutine=True,
+        )
+        c.source_uses(
+            cycle.__dict__.get("__init__"),
+            [
+                "self.scope = scope",
+                "self.transport = transport",
+                "self.flow = flow",
+                "self.default_headers = default_headers",
+                "self.message_event = message_event",
+                "self.on_response = on_response",
+                "self.disconnected = False",
+                "self.keep_alive = keep_alive",
+                "self.waiting_for_100_continue = expect_100_continue",
+                "self.more_body = True",
+                "self.response_started = False",
+                "self.response_complete = False",
+            ],
+            "RequestResponseCycle.__init__",
+            "DirectPaths answers through the cycle's state",
+            direct,
+        )
+        c.source_uses(
+            cycle.__dict__.get("send"),
+            [
+                "content = [STATUS_LINE[status_code]]",
+                "headers = self.default_headers + list(",
+                "HEADER_RE.search(name)",
+                "HEADER_VALUE_RE.search(value)",
+                'content.append(b"connection: close\\r\\n")',
+                "self.response_complete = True",
+                "self.message_event.set()",
+                "self.transport.close()",
+                "self.on_response()",
+            ],
+            "RequestResponseCycle.send",
+            "DirectPaths writes a whole answer as send does",
+            direct,
+        )
+    for name, kind in (
+        ("STATUS_LINE", dict),
+        ("HEADER_RE", re.Pattern),
+        ("HEADER_VALUE_RE", re.Pattern),
+    ):
+        c.attribute(httptools_impl, name, kind, f"httptools_impl.{name}", direct)
     c.source_uses(
         FlowControl.__init__,
         ["self.write_paused = False"],

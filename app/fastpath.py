@@ -35,6 +35,7 @@ import copy
 import inspect
 import logging
 import re
+import time
 import typing
 from dataclasses import dataclass
 from typing import Any
@@ -283,3 +284,151 @@ def install(app: FastAPI) -> LeanPaths:
         for method in sorted(mounted.methods):
             paths.append(LeanPath(method, route, mounted.path_regex, convertors, plan))
     return LeanPaths(paths)
+
+
+class DirectPaths:
+    """The lean paths served straight from the HTTP protocol (app.serving.GatheringProtocol),
+    without the ASGI layers: the protocol hands over each parsed request (uvicorn's
+    ``RequestResponseCycle``: its scope, body and connection state) that :meth:`take` accepts,
+    and :meth:`serve` does in one coroutine what the gateway's middleware and
+    :class:`LeanPaths` do for it (:class:`app.middleware.RequestContext`: request id, header
+    checks, metrics, access line; the body bound; the route's endpoint), then writes a whole
+    answer, head and body, in one write, as uvicorn's ``send`` would have written it (its
+    status lines, its default headers, its header checks, ``connection: close`` when the
+    connection is not kept).
+
+    Taken: a lean route's request with no body, or a body of a declared length within
+    ``JSGW_MAX_BODY`` (llhttp delivers no more than declared). A body of another framing
+    (chunked, over the bound) goes to the ASGI path, whose middleware counts or refuses it;
+    so do all requests with CORS on (``JSGW_CORS_ORIGINS``), or with dependency overrides
+    (tests). Streamed answers (a KV watch) are sent through the cycle's ``send``.
+    """
+
+    def __init__(self, app: FastAPI, lean: LeanPaths, context: Any, max_body: int) -> None:
+        from app.compat import uvicorn_wire  # (the HTTP server's names: loaded with it)
+        from app.middleware import Framing, body_framing
+
+        self.app = app
+        self.lean = lean
+        self.context = context  # app.middleware.RequestContext
+        self.max_body = max_body
+        self._framing = body_framing
+        self._taken = (Framing.NONE, Framing.EMPTY, Framing.DECLARED)
+        self._status_lines, self._bad_name, self._bad_value = uvicorn_wire()
+
+    def take(self, scope: Scope) -> bool:
+        return (
+            not self.app.dependency_overrides
+            and self.lean.take(scope)
+            and self._framing(scope, self.max_body) in self._taken
+        )
+
+    async def serve(self, cycle: Any) -> None:
+        """Answer the request of uvicorn's ``cycle`` (a task of its own, as uvicorn's)."""
+        from app.middleware import REQUEST_ID_HEADER
+        from app.sse import RAW_SEND
+
+        scope = cycle.scope
+        started = time.perf_counter()
+        request_id, refusal = self.context.begin(scope)
+        status = 500
+        scope["app"] = self.app
+        scope[RAW_SEND] = cycle.send
+        try:
+            if refusal is not None:
+                scope.pop(_SCOPE_KEY)
+                response = problem_response(refusal, request_id)
+            else:
+                response = await LeanPaths._respond(scope, cycle.receive)
+            extra = [(REQUEST_ID_HEADER, request_id.encode())]
+            if cycle.more_body:
+                # Answered before its body came whole: what is left is not read (as
+                # app.middleware.BodyLimitMiddleware closes such a connection).
+                extra.append((b"connection", b"close"))
+            if (
+                isinstance(response, Response)
+                and type(response).__call__ is Response.__call__
+                and response.background is None
+            ):
+                status = response.status_code
+                await self._write_whole(cycle, response, extra)
+            else:  # a stream (a KV watch): through the cycle's send
+                status = await _send_with(response, scope, cycle, extra)
+        except BaseException as exc:
+            log.error("%s %s failed", scope["method"], scope["path"], exc_info=exc)
+            status = 500
+            if not cycle.response_started:
+                await cycle.send_500_response()
+            else:
+                cycle.transport.close()
+        finally:
+            scope.pop(RAW_SEND, None)
+            cycle.on_response = _nothing  # (as run_asgi leaves it: no cycle through it)
+            self.context.end(scope, request_id, status, started)
+
+    async def _write_whole(
+        self, cycle: Any, response: Response, extra: list[tuple[bytes, bytes]]
+    ) -> None:
+        """What uvicorn's ``send`` writes for the start and the one body message, at once,
+        with the ``extra`` headers (a ``connection`` among them only when the answer has
+        none)."""
+        if cycle.flow.write_paused and not cycle.disconnected:
+            await cycle.flow.drain()
+        if cycle.disconnected:
+            return
+        cycle.response_started = True
+        cycle.waiting_for_100_continue = False
+        head: list[bytes | memoryview] = [self._status_lines[response.status_code]]
+        keep_alive = cycle.keep_alive
+        bad_name, bad_value = self._bad_name, self._bad_value
+        headers = response.raw_headers
+        if any(name == b"connection" for name, _ in headers):
+            extra = [(name, value) for name, value in extra if name != b"connection"]
+        for name, value in (*cycle.default_headers, *headers, *extra):
+            if bad_name.search(name):
+                raise RuntimeError("Invalid HTTP header name.")
+            if bad_value.search(value):
+                raise RuntimeError("Invalid HTTP header value.")
+            name = name.lower()
+            if name == b"connection" and b"close" in value.lower():
+                keep_alive = cycle.keep_alive = False
+            head += (name, b": ", value, b"\r\n")
+        if not keep_alive and not any(name == b"connection" for name, _ in (*headers, *extra)):
+            head.append(b"connection: close\r\n")
+        head.append(b"\r\n")
+        if cycle.scope["method"] != "HEAD":
+            head.append(response.body)
+        transport = cycle.transport
+        getattr(transport, "write_whole", transport.write)(b"".join(head))
+        cycle.response_complete = True
+        cycle.message_event.set()
+        if not keep_alive:
+            transport.close()
+        cycle.on_response()
+
+
+async def _send_with(
+    response: Any, scope: Scope, cycle: Any, extra: list[tuple[bytes, bytes]]
+) -> int:
+    """Send ``response`` (an ASGI app) through the cycle, with the ``extra`` headers; its
+    status."""
+    status = 500
+
+    async def send(message: Any) -> None:
+        nonlocal status
+        if message["type"] == "http.response.start":
+            status = message["status"]
+            headers = list(message.get("headers", ()))
+            present = {name.lower() for name, _ in headers}
+            headers += [(name, value) for name, value in extra if name not in present]
+            message["headers"] = headers
+        await cycle.send(message)
+
+    await response(scope, cycle.receive, send)
+    if not cycle.response_complete and not cycle.disconnected:
+        cycle.transport.close()  # (as uvicorn ends an answer left incomplete)
+    return status
+
+
+def _nothing() -> None:
+    pass

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import re
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any
 
 from fastapi import Depends, FastAPI
@@ -17,8 +19,9 @@ from app.config import Settings
 from app.direct.schemas import EndOfBatchLine
 from app.lifespan import make_lifespan
 from app.metrics import Metrics
-from app.middleware import BodyLimitMiddleware, RequestContextMiddleware
+from app.middleware import BodyLimitMiddleware, RequestContext, RequestContextMiddleware
 from app.schemas import Message, Problem
+from app.serving import DIRECT_PATHS
 from app.sse import RAW_SEND
 from routers import (
     auth,
@@ -137,8 +140,25 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         )
     app.add_middleware(BodyLimitMiddleware, limit=settings.max_body, streamed=_streamed_bodies(app))
     app.add_middleware(RequestContextMiddleware, metrics=metrics, access_log=access_log)
+    if settings.lean_paths and not settings.cors_origins:
+        # Served from the HTTP protocol itself, with the middleware's work (app.fastpath);
+        # with CORS on, through the middleware above (CORSMiddleware has no such form).
+        context = RequestContext(metrics, access_log)
+        _serve_directly(app, fastpath.DirectPaths(app, lean_paths, context, settings.max_body))
     app.openapi = lambda: _openapi(app)  # type: ignore[method-assign]
     return app
+
+
+def _serve_directly(app: FastAPI, direct: fastpath.DirectPaths) -> None:
+    """Hand ``direct`` to the HTTP protocol (app.serving) through the lifespan state."""
+    started = app.router.lifespan_context
+
+    @asynccontextmanager
+    async def lifespan(app: Any) -> AsyncIterator[Any]:
+        async with started(app) as state:
+            yield {**(state or {}), DIRECT_PATHS: direct}
+
+    app.router.lifespan_context = lifespan
 
 
 # The routes whose request body is streamed to NATS as it arrives, never held whole: past

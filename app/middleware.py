@@ -5,6 +5,7 @@ JSON bodies that FastAPI decodes)."""
 
 from __future__ import annotations
 
+import enum
 import itertools
 import os
 import re
@@ -54,24 +55,68 @@ def request_id_of(scope: Scope) -> str | None:
     return scope.get(_SCOPE_KEY)
 
 
-class RequestContextMiddleware:
-    def __init__(self, app: ASGIApp, metrics: Metrics, access_log: AccessLog | None) -> None:
-        self.app = app
+class RequestContext:
+    """What every request gets around its answer: a request id (the caller's valid one, else a
+    new one), the refusal of an ambiguous header block, the in-flight gauge, the HTTP metrics
+    and the access line. Used by :class:`RequestContextMiddleware` and by the lean paths
+    served from the protocol (app.fastpath.DirectPaths), so both do the same."""
+
+    __slots__ = ("access_log", "metrics")
+
+    def __init__(self, metrics: Metrics, access_log: AccessLog | None) -> None:
         self.metrics = metrics
         self.access_log = access_log  # None: JSGW_ACCESS_LOG off
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
+    def begin(self, scope: Scope) -> tuple[str, InvalidInput | None]:
+        """The request's id (also put in the scope) and the header block's refusal, if any;
+        counts the request in flight."""
         incoming_id, refusal = _read_headers(scope)
         request_id = incoming_id or new_request_id()
         # In the scope itself: scope["state"] may be shared by concurrent requests (it is a
         # copy of the lifespan state only if the server makes one).
         scope[_SCOPE_KEY] = request_id
+        if scope["path"] not in _PROBES:
+            requests = self.metrics.requests
+            requests.in_flight += 1
+            if requests.shared is not None:  # (several workers)
+                requests.shared.in_flight(requests.in_flight)
+        return request_id, refusal
+
+    def end(self, scope: Scope, request_id: str, status: int, started: float) -> None:
+        """The request is answered (``status``; 500 when no answer began): metrics and the
+        access line."""
+        elapsed = time.perf_counter() - started
+        route = _route_template(scope)
+        if scope["path"] not in _PROBES:
+            requests = self.metrics.requests
+            requests.in_flight -= 1
+            if requests.shared is not None:
+                requests.shared.in_flight(requests.in_flight)
+            self.metrics.observe_http(scope["method"], route, status, elapsed)
+        if self.access_log is not None:
+            self.access_log.request(
+                request_id,
+                scope["method"],
+                scope["path"],
+                route,
+                status,
+                elapsed,
+                scope.get("client"),
+            )
+
+
+class RequestContextMiddleware:
+    def __init__(self, app: ASGIApp, metrics: Metrics, access_log: AccessLog | None) -> None:
+        self.app = app
+        self.context = RequestContext(metrics, access_log)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
         started = time.perf_counter()
+        request_id, refusal = self.context.begin(scope)
         status = 500
-        probe = scope["path"] in _PROBES
         encoded_id = request_id.encode()
 
         async def send_with_id(message: Message) -> None:
@@ -86,31 +131,10 @@ class RequestContextMiddleware:
         app = self.app
         if refusal is not None:
             app = _problem_app(refusal)  # still logged and counted like any request
-        requests = self.metrics.requests
-        if not probe:
-            requests.in_flight += 1
-            if requests.shared is not None:  # (several workers)
-                requests.shared.in_flight(requests.in_flight)
         try:
             await app(scope, receive, send_with_id)
         finally:
-            elapsed = time.perf_counter() - started
-            route = _route_template(scope)
-            if not probe:
-                requests.in_flight -= 1
-                if requests.shared is not None:
-                    requests.shared.in_flight(requests.in_flight)
-                self.metrics.observe_http(scope["method"], route, status, elapsed)
-            if self.access_log is not None:
-                self.access_log.request(
-                    request_id,
-                    scope["method"],
-                    scope["path"],
-                    route,
-                    status,
-                    elapsed,
-                    scope.get("client"),
-                )
+            self.context.end(scope, request_id, status, started)
 
 
 # Headers the gateway reads as one value. Of a repeated one it would use the first line and
@@ -182,6 +206,36 @@ def _route_template(scope: Scope) -> str:
 _HTTP1 = frozenset({"1.0", "1.1"})
 
 
+class Framing(enum.Enum):
+    """How a request declares its body, against a limit."""
+
+    NONE = "none"  # neither Content-Length nor Transfer-Encoding
+    EMPTY = "empty"  # Content-Length: 0
+    DECLARED = "declared"  # a Content-Length within the limit
+    OVER = "over"  # a Content-Length over the limit
+    OTHER = "other"  # Transfer-Encoding, or a Content-Length that is not a number
+
+
+def body_framing(scope: Scope, limit: int) -> Framing:
+    declared = other = empty = False
+    for name, value in scope.get("headers", ()):
+        if name == b"content-length":
+            if not value.isdigit():
+                other = True
+            elif int(value) > limit:
+                return Framing.OVER
+            else:
+                declared = True
+                empty = value.strip(b"0") == b""
+        elif name == b"transfer-encoding":
+            other = True
+    if other:
+        return Framing.OTHER
+    if declared:
+        return Framing.EMPTY if empty else Framing.DECLARED
+    return Framing.NONE
+
+
 class BodyLimitMiddleware:
     """Refuse request bodies over ``limit`` bytes before they are buffered (413).
 
@@ -212,24 +266,15 @@ class BodyLimitMiddleware:
             return self.app(scope, receive, send)
         if self.streamed and self._is_streamed(scope):
             return self._counted(scope, receive, send, False, limit=None)
-        declared = chunked = malformed = empty = False
-        for name, value in scope.get("headers", []):
-            if name == b"content-length":
-                if not value.isdigit():
-                    malformed = True
-                elif int(value) > self.limit:
-                    return self._refuse(scope, send)
-                else:
-                    declared = True
-                    empty = value.strip(b"0") == b""
-            elif name == b"transfer-encoding":
-                chunked = True
-        if not (chunked or malformed or declared) and scope.get("http_version") in _HTTP1:
+        framing = body_framing(scope, self.limit)
+        if framing is Framing.OVER:
+            return self._refuse(scope, send)
+        if framing is Framing.NONE and scope.get("http_version") in _HTTP1:
             # HTTP/1 without Content-Length or Transfer-Encoding: there is no body to count.
             # (A declared length is still counted: a test client or another ASGI server may
             # deliver more than it says.)
             return self.app(scope, receive, send)
-        return self._counted(scope, receive, send, empty and not chunked)
+        return self._counted(scope, receive, send, framing is Framing.EMPTY)
 
     def _is_streamed(self, scope: Scope) -> bool:
         method, path = scope.get("method"), scope.get("path", "")

@@ -71,6 +71,8 @@ from app.errors import ErrorCode, HeadTooLarge, Unavailable
 log = logging.getLogger("jsgw.serving")
 
 _HEAD = b"HTTP/"  # how uvicorn's status lines begin
+# The lifespan state's key of the lean paths served from the protocol (app.fastpath).
+DIRECT_PATHS = "direct_paths"
 # Once the server exits: how long a connection with paused writes may take nothing.
 STALL_GRACE = 2.0
 GC_YOUNG_THRESHOLD = 10_000
@@ -155,6 +157,14 @@ class GatheringTransport:
         for chunk in chunks:
             self.write(chunk)
 
+    def write_whole(self, data: bytes) -> None:
+        """A whole answer, head and body: written at once (after a head still held)."""
+        pending = self._pending
+        if pending is not None:
+            self._pending = None
+            data = pending + data
+        self._transport.write(data)
+
     def flush(self) -> None:
         pending, self._pending = self._pending, None
         if pending is not None and not self._transport.is_closing():
@@ -188,6 +198,7 @@ class GatheringProtocol(HttpToolsProtocol):
     # instance's dict no longer shares its keys with the class's other instances (1.6 KB per
     # connection instead of 0.3: a tenth of an open SSE stream's memory).
     __slots__ = (
+        "_direct",
         "_drain",
         "_head_bytes",
         "_head_deadline",
@@ -220,12 +231,14 @@ class GatheringProtocol(HttpToolsProtocol):
         self._heads_begun = 0  # request heads begun on this connection
         self._head_fields = 0
         self._head_refusal: ErrorCode | None = None  # why the parser was stopped
+        self._direct: Any = None  # app.fastpath.DirectPaths, from the lifespan state
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(GatheringTransport(transport, self.loop))  # type: ignore[arg-type]
         runtime = self.app_state.get("runtime")
         if runtime is None:
             return
+        self._direct = self.app_state.get(DIRECT_PATHS)
         settings = runtime.settings
         if len(self.connections) > connection_cap(settings.max_connections):
             self._refuse(settings.retry_after)
@@ -291,6 +304,17 @@ class GatheringProtocol(HttpToolsProtocol):
             and not self.transport.is_closing()
         ):
             self._head_deadline = self.loop.call_later(self._header_timeout, self._head_too_slow)
+
+    def _start_asgi_task(self, cycle: Any, app: Any) -> None:
+        """A request (pipelined or not) begins: the lean paths' are served from here
+        (:class:`app.fastpath.DirectPaths`), the others by the app."""
+        direct = self._direct
+        if direct is not None and app is self.app and direct.take(cycle.scope):
+            task = self.loop.create_task(direct.serve(cycle))
+            task.add_done_callback(self.tasks.discard)
+            self.tasks.add(task)
+        else:
+            super()._start_asgi_task(cycle, app)
 
     def _refusing(self) -> bool:
         return self._refused is not None

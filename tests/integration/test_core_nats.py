@@ -127,6 +127,7 @@ async def test_reserved_namespaces_and_bad_subjects_are_refused(
         await sub.unsubscribe()
 
 
+@pytest.mark.in_process
 @pytest.mark.parametrize("route", ["publish", "request"])
 async def test_headers_are_checked(gateway: httpx.AsyncClient, name: str, route: str) -> None:
     url = f"/v1/nats/{route}/{name}.h"

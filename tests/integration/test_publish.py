@@ -139,6 +139,7 @@ async def test_user_headers_pass_and_reserved_ones_do_not(
     assert await stored(nc, name) == 1
 
 
+@pytest.mark.in_process
 async def test_header_value_with_control_characters_is_refused(
     gateway: httpx.AsyncClient, nc: nats.NATS, name: str
 ) -> None:
