@@ -1231,7 +1231,7 @@ class Bench:
                 else "; nats-server with its default settings"
             )
             + ". The gateway runs as users run it, with its defaults (the access log on, "
-            "written to a file; log level `warning`)"
+            "written to a file, a line per request at the default log level `info`)"
             + (
                 ", except, so that the anonymous SSE clients fit, "
                 + " ".join(f"`{k}={v}`" for k, v in self.sse_caps.items())
