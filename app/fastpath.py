@@ -7,9 +7,12 @@
 FastAPI's routing, dependency solving and response machinery cost several times the work of
 the short requests, and an open stream holds all of it for as long as it lasts (coroutine
 frames through Starlette's and FastAPI's middleware and routing, three exit stacks: about
-9 KB of each KV watcher's memory). :class:`app.main.Gateway` hands the requests these paths
-:meth:`LeanPaths.take` to them, inside the gateway's own middleware (request ids, metrics,
-access log, limits, CORS) but past Starlette's and FastAPI's layers. Only the dispatch shell
+9 KB of each KV watcher's memory). Served by the gateway's HTTP protocol, these requests are
+answered from it (:class:`DirectPaths`: no ASGI layers, the middleware's work done by the
+same functions); otherwise (CORS on, another server, the tests' in-process client)
+:class:`app.main.Gateway` hands the requests these paths :meth:`LeanPaths.take` to them,
+inside the gateway's own middleware (request ids, metrics, access log, limits, CORS) but past
+Starlette's and FastAPI's layers. Only the dispatch shell
 differs: a lean path matches the route's own compiled pattern, authorizes by the route's
 declared rule, and calls the route's own endpoint with the arguments FastAPI would pass,
 derived at start-up from the route's ``dependant`` (:class:`Arguments`): path parameters from

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import datetime as dt
 import logging
 import os
 import threading
@@ -221,3 +222,40 @@ async def test_the_log_level_decides(pipe: tuple[int, int]) -> None:
     await RequestContextMiddleware(answer, Metrics(), None)(dict(scope), nothing, ignore)
     with pytest.raises(BlockingIOError):
         os.read(read, 1 << 16)
+
+
+async def test_requests_are_made_into_lines_by_the_writer_and_none_is_lost_at_close(
+    pipe: tuple[int, int],
+) -> None:
+    """While the writer runs, the loop keeps each request's fields and the writer makes the
+    lines: the same lines, in order, all of them written by close."""
+    read, write = pipe
+    got = bytearray()
+    reader = _drain(read, got)
+    access = AccessLog(write)
+    jsgw = logging.getLogger("jsgw")
+    level = jsgw.level
+    jsgw.setLevel(logging.INFO)
+    access.start()
+    before = time.time_ns() // 1000
+    for i in range(5000):
+        access.request(f"id-{i}", "GET", f"/v1/kv/b/keys/k{i}", "/r", 200, 0.0012, ("::1", i))
+        if i % 500 == 0:
+            await asyncio.sleep(0)  # (the loop turns: batches are handed over on its timer)
+    access.close()
+    jsgw.setLevel(level)
+    after = time.time_ns() // 1000
+    os.close(write)
+    reader.join(10)
+    lines = bytes(got).splitlines()
+    assert len(lines) == 5000
+    for i in (0, 1234, 4999):
+        entry = orjson.loads(lines[i])
+        stamp = dt.datetime.fromisoformat(entry.pop("ts").replace("Z", "+00:00"))
+        assert before <= int(stamp.timestamp() * 1_000_000) <= after
+        expected = orjson.loads(
+            access.line(0, f"id-{i}", "GET", f"/v1/kv/b/keys/k{i}", "/r", 200, 1.2, f"::1:{i}")
+        )
+        expected.pop("ts")
+        assert entry == expected
+    assert access.dropped == 0
