@@ -440,3 +440,35 @@ async def test_an_answer_before_the_whole_body_closes(
         assert b"\r\nx-request-id: " in head
         assert await asyncio.wait_for(reader.read(), 10) == b""  # closed
         writer.close()
+
+
+async def test_pipelined_requests_are_answered_in_order(
+    nats_server: EmbeddedServer, name: str
+) -> None:
+    """Requests sent at once on one connection: a lean route's (served from the protocol), a
+    HEAD of it, another route's (served by FastAPI), and the lean one again, are answered in
+    the order they came, the HEAD without a body."""
+    import asyncio
+
+    with served_gateway(gateway_settings(nats_server.url)) as url:
+        async with httpx.AsyncClient(base_url=url) as http:
+            assert (await http.put(f"/v1/kv/{name}", json={})).status_code == 201
+            assert (await http.put(f"/v1/kv/{name}/keys/k", content=b"value")).status_code == 200
+        host, port = url.removeprefix("http://").split(":")
+        reader, writer = await asyncio.open_connection(host, int(port))
+        get = f"GET /v1/kv/{name}/keys/k HTTP/1.1\r\nHost: x\r\n\r\n".encode()
+        head = f"HEAD /v1/kv/{name}/keys/k HTTP/1.1\r\nHost: x\r\n\r\n".encode()
+        other = f"GET /v1/kv/{name} HTTP/1.1\r\nHost: x\r\n\r\n".encode()
+        writer.write(get + head + other + get)
+        await writer.drain()
+        received = b""
+        while received.count(b"HTTP/1.1 200") < 4:
+            chunk = await asyncio.wait_for(reader.read(65536), 10)
+            assert chunk, received
+            received += chunk
+        writer.close()
+    answers = received.split(b"HTTP/1.1 ")[1:]
+    assert [a.split(b"\r\n\r\n", 1)[1] for a in answers[:2]] == [b"value", b""]
+    assert b"content-length: 5" in answers[1].lower()  # (HEAD: the GET's length, no body)
+    assert answers[2].split(b"\r\n\r\n", 1)[1].startswith(b"{")  # the bucket's status
+    assert answers[3].endswith(b"\r\n\r\nvalue")
