@@ -494,6 +494,7 @@ def _check_uvicorn(c: _Checks) -> None:
         ("on_url", ["self", "url"], serving),
         ("on_header", ["self", "name", "value"], serving),
         ("on_headers_complete", ["self"], serving),
+        ("on_message_complete", ["self"], serving),
         ("data_received", ["self", "data"], serving),
         ("send_400_response", ["self", "msg"], serving),
     ):
@@ -523,6 +524,11 @@ def _check_uvicorn(c: _Checks) -> None:
             "_stop_parser",
             "_refuse_head",
             "_refusing",
+            "_in_body",
+            "_declared",
+            "_max_body",
+            "_linger_on_close",
+            "_direct",
         ),
         serving,
     )

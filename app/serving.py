@@ -58,7 +58,7 @@ import gc
 import logging
 import resource
 import weakref
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any, TypeVar
 
@@ -133,12 +133,20 @@ def _held_heads(loop: asyncio.AbstractEventLoop) -> HeldHeads:
 class GatheringTransport:
     """An ``asyncio.Transport`` that sends a response's head together with what follows it."""
 
-    __slots__ = ("_held", "_pending", "_transport")
+    __slots__ = ("_held", "_linger", "_pending", "_transport")
 
-    def __init__(self, transport: asyncio.Transport, loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(
+        self,
+        transport: asyncio.Transport,
+        loop: asyncio.AbstractEventLoop,
+        linger: Callable[[], bool] | None = None,
+    ) -> None:
         self._transport = transport
         self._held = _held_heads(loop)
         self._pending: bytes | None = None  # a head waiting for its body
+        # Asked first on close: True when the protocol closes later itself (a request body
+        # still arriving is read and dropped a while, so the answer is not lost to a reset).
+        self._linger = linger
 
     def write(self, data: bytes) -> None:
         pending = self._pending
@@ -172,7 +180,8 @@ class GatheringTransport:
 
     def close(self) -> None:
         self.flush()
-        self._transport.close()
+        if self._linger is None or not self._linger():
+            self._transport.close()
 
     def write_eof(self) -> None:
         self.flush()
@@ -198,6 +207,7 @@ class GatheringProtocol(HttpToolsProtocol):
     # instance's dict no longer shares its keys with the class's other instances (1.6 KB per
     # connection instead of 0.3: a tenth of an open SSE stream's memory).
     __slots__ = (
+        "_declared",
         "_direct",
         "_drain",
         "_head_bytes",
@@ -207,7 +217,9 @@ class GatheringProtocol(HttpToolsProtocol):
         "_head_refusal",
         "_header_timeout",
         "_heads_begun",
+        "_in_body",
         "_in_head",
+        "_max_body",
         "_max_head_bytes",
         "_max_head_fields",
         "_refused",
@@ -232,14 +244,19 @@ class GatheringProtocol(HttpToolsProtocol):
         self._head_fields = 0
         self._head_refusal: ErrorCode | None = None  # why the parser was stopped
         self._direct: Any = None  # app.fastpath.DirectPaths, from the lifespan state
+        self._in_body = False  # a request's head is complete and its body still arriving
+        self._declared = -1  # its Content-Length (-1: none, or not a number)
+        self._max_body = 0  # JSGW_MAX_BODY (0: no settings in the lifespan state)
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-        super().connection_made(GatheringTransport(transport, self.loop))  # type: ignore[arg-type]
+        gathering = GatheringTransport(transport, self.loop, self._linger_on_close)
+        super().connection_made(gathering)  # type: ignore[arg-type]
         runtime = self.app_state.get("runtime")
         if runtime is None:
             return
         self._direct = self.app_state.get(DIRECT_PATHS)
         settings = runtime.settings
+        self._max_body = settings.max_body
         if len(self.connections) > connection_cap(settings.max_connections):
             self._refuse(settings.retry_after)
             return
@@ -320,6 +337,8 @@ class GatheringProtocol(HttpToolsProtocol):
         return self._refused is not None
 
     def on_message_begin(self) -> None:
+        self._in_body = False
+        self._declared = -1
         self._in_head = True
         self._heads_begun += 1
         self._head_bytes = _REQUEST_LINE
@@ -335,6 +354,8 @@ class GatheringProtocol(HttpToolsProtocol):
     def on_header(self, name: bytes, value: bytes) -> None:
         self._head_bytes += len(name) + len(value) + _HEADER_LINE
         self._head_fields += 1
+        if len(name) == 14 and name.lower() == b"content-length":
+            self._declared = int(value) if value.isdigit() and len(value) < 19 else -1
         if self._max_head_bytes:
             if self._head_bytes > self._max_head_bytes:
                 self._stop_parser(ErrorCode.HEADER_TOO_LARGE)
@@ -344,10 +365,32 @@ class GatheringProtocol(HttpToolsProtocol):
 
     def on_headers_complete(self) -> None:
         self._in_head = False
+        self._in_body = True  # (until on_message_complete, at once for a request without)
         deadline, self._head_deadline = self._head_deadline, None
         if deadline is not None:
             deadline.cancel()
         super().on_headers_complete()
+
+    def on_message_complete(self) -> None:
+        self._in_body = False
+        super().on_message_complete()
+
+    def _linger_on_close(self) -> bool:
+        """Closing while a request's body still arrives (an answer given before reading it:
+        a refusal, a 413): half-close and read and drop the rest a while first. Closed at
+        once, the client's next bytes would reset the connection, and the reset can lose the
+        answer before the client reads it. Bounded as a refused connection is
+        (``REFUSAL_LINGER``, ``REFUSAL_DRAIN``), plus the declared rest of a body within
+        ``JSGW_MAX_BODY`` (what the gateway would have read anyway)."""
+        if not self._in_body or self._refused is not None or self.transport.is_closing():
+            return False
+        self._in_body = False
+        declared = self._declared if 0 <= self._declared <= self._max_body else 0
+        if self.transport.can_write_eof():
+            self.transport.write_eof()
+        self._drain = REFUSAL_DRAIN + declared
+        self._refused = self.loop.call_later(REFUSAL_LINGER, self.transport.close)
+        return True
 
     def _stop_parser(self, code: ErrorCode) -> None:
         """Stop the parser in a callback: uvicorn answers through :meth:`send_400_response`."""

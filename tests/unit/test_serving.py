@@ -365,7 +365,11 @@ async def test_a_connection_s_dict_still_shares_its_keys_with_the_class() -> Non
     from types import SimpleNamespace
 
     settings = SimpleNamespace(
-        max_connections=100, header_timeout=5.0, max_header_bytes=8192, max_header_fields=100
+        max_connections=100,
+        header_timeout=5.0,
+        max_header_bytes=8192,
+        max_header_fields=100,
+        max_body=1 << 20,
     )
     started = asyncio.Event()
 
