@@ -4,6 +4,9 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+# axe-core for the console's accessibility checks (tests/browser; see its rule below).
+AXE_VERSION := 4.14.1
+AXE := $(VENV)/axe/node_modules/axe-core/axe.min.js
 # The versions the suite passed with: every install (this venv, CI, deploy/Dockerfile) is
 # constrained to them, so a release published tomorrow changes nothing until `make lock`.
 CONSTRAINTS := constraints.txt
@@ -29,7 +32,7 @@ OLDEST_TESTS := tests/integration/test_kv*.py tests/integration/test_server_rele
 # included), against 21.5 min serially. `make test PARALLEL=` runs it serially.
 # --durations: each run ends with its slowest tests, so that the suite's time stays in view.
 PARALLEL ?= -n 2 --dist loadscope
-test: $(STAMP) chromium lint
+test: $(STAMP) chromium $(AXE) lint
 	$(BIN)/pytest -q $(PARALLEL) --durations=20
 	$(BIN)/pytest -q $(PARALLEL) --durations=10 $(OLDEST_TESTS) \
 		--nats-server $(firstword $(COMPAT_RELEASES))
@@ -56,6 +59,14 @@ chromium:
 		(apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium) >/dev/null \
 			|| echo "could not install chromium: tests/browser will be skipped"; \
 	else echo "tests/browser will be skipped: install Debian's 'chromium' package (apt-get install chromium)"; fi
+
+# tests/browser check the console's accessibility with axe-core (the npm package, injected into
+# the page): installed into the venv with the machine's npm; without npm those checks skip.
+$(AXE):
+	@if command -v npm >/dev/null 2>&1; then \
+		npm install -q --no-audit --no-fund --prefix $(VENV)/axe axe-core@$(AXE_VERSION) >/dev/null \
+			|| echo "could not install axe-core: the accessibility checks will be skipped"; \
+	else echo "no npm: the accessibility checks of tests/browser will be skipped"; fi
 
 openapi: $(STAMP)
 	$(BIN)/jsgw openapi -o openapi/openapi.json

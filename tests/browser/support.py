@@ -88,3 +88,32 @@ class SentHeaders:
     def matching(self, fragment: str) -> list[dict[str, str]]:
         """Headers of every request whose URL contains ``fragment``."""
         return [h for rid, h in self._sent if fragment in self._urls.get(rid, "")]
+
+
+AXE = (
+    Path(__file__).resolve().parents[2]
+    / ".venv"
+    / "axe"
+    / "node_modules"
+    / "axe-core"
+    / "axe.min.js"
+)
+# What the console must not have: axe-core's serious and critical findings.
+AXE_BLOCKING = ("serious", "critical")
+
+
+async def axe_violations(page: Page) -> list[dict[str, object]]:
+    """axe-core's serious and critical violations on the page as it is (axe injected from
+    the npm package `make test` installs; the test skips without it)."""
+    import pytest
+
+    if not AXE.is_file():
+        pytest.skip(f"no axe-core at {AXE}: `make test` installs it with npm")
+    if not await page.evaluate("typeof window.axe !== 'undefined'"):
+        await page.add_script_tag(path=str(AXE))
+    result = await page.evaluate(
+        "async () => (await axe.run(document, {resultTypes: ['violations']})).violations"
+        ".map(v => ({id: v.id, impact: v.impact, help: v.help,"
+        " nodes: v.nodes.slice(0, 3).map(n => n.target.join(' '))}))"
+    )
+    return [v for v in result if v["impact"] in AXE_BLOCKING]

@@ -188,9 +188,9 @@ async def test_console_with_auth(
     await expect(history.last).to_contain_text("Bob")
     await page.screenshot(path=screenshots / "console-key.png", full_page=True)
 
-    # The stream's last ten messages (Direct Get batch) and its consumer's pinned client.
+    # The stream's last ten messages, newest on top, and its consumer's pinned client.
     await page.goto(f"{auth_url}/ui/#/streams/{stream}")
-    messages = page.locator(".card", has_text="Last messages").locator("tbody tr")
+    messages = page.locator("#messages tbody tr")
     await expect(messages).to_have_count(10)
     await expect(messages.first).to_have_attribute("data-seq", "30")
     await expect(messages.last).to_have_attribute("data-seq", "21")

@@ -231,19 +231,43 @@ async function overview() {
         h("td.num", {}, bytes(s.bytes)), h("td.num", {}, s.last_seq), h("td.num", {}, s.consumer_count))),
       "No streams.")
     : problemBox(streams.reason);
-  view.replaceChildren(card("KV buckets", buckets), card("Streams", list),
+  const bucketName = h("input", { id: "new-bucket-name", required: true, size: 24,
+    pattern: "[a-zA-Z0-9_\\-]+", title: "letters, digits, _ and -" });
+  const newBucket = kv.status === "fulfilled"
+    ? h("details", { id: "new-bucket" }, h("summary", {}, "Create a bucket"),
+      h("div.field", {}, h("label", { for: "new-bucket-name" }, "bucket"), bucketName),
+      await schemaForm("KVConfig", ["history", "ttl", "max_value_size", "max_bytes", "storage", "replicas",
+        "limit_marker_ttl", "description"], {
+        id: "create-bucket",
+        submit: "Create bucket",
+        onsubmit: async (body) => {
+          if (!bucketName.reportValidity()) return;
+          const name = bucketName.value.trim();
+          await api("PUT", `v1/kv/${seg(name)}`, { json: body });
+          flash(`Bucket ${name} created.`, "ok");
+          location.hash = `#/kv/${seg(name)}`;
+        },
+      }))
+    : null;
+  const creating = streams.status === "fulfilled"
+    ? h("details", { id: "new-stream" }, h("summary", {}, "Create a stream"), await createStreamForm())
+    : null;
+  view.replaceChildren(card("KV buckets", buckets, newBucket), card("Streams", list, creating),
     card("Push subscriptions", h("p", {}, "The gateway POSTs each message of a consumer to an " +
       "application, whose answer decides the ack. ", link("Subscriptions and their state →", "#/subscriptions"))),
     card("Object buckets", h("p", {}, "Files of any size in ADR-20 object buckets. ",
-      link("Object buckets →", "#/obj"))));
+      link("Object buckets →", "#/obj"))),
+    card("Health", h("p", {}, "The gateway's readiness, request and error rates, open streams, " +
+      "the NATS server and the connection pool. ", link("Health →", "#/health"))));
 }
 
 async function bucketView(bucket) {
   crumbs([["KV", "#/"], [bucket, `#/kv/${seg(bucket)}`]]);
   const status = await api("GET", `v1/kv/${seg(bucket)}`);
   const keysBox = h("div");
-  const filter = h("input", { name: "filter", placeholder: "filter, e.g. users.* or orders.>", size: 30 });
-  const size = h("select", { name: "limit", onchange: () => restart() },
+  const filter = h("input", { name: "filter", placeholder: "filter, e.g. users.* or orders.>", size: 30,
+    "aria-label": "key filter" });
+  const size = h("select", { name: "limit", "aria-label": "keys a page", onchange: () => restart() },
     [25, 50, 100, 500].map((n) => h("option", { value: n }, n)));
   const cursors = [null]; // cursor of each page seen, for "previous"
   let page = 0;
@@ -294,7 +318,12 @@ async function bucketView(bucket) {
     h("div.grid", {}, card("Keys", listForm, keysBox),
       status.aggregate && !status.aggregate.writable
         ? card("Read-only", h("p.muted", {}, "An aggregate that is not writable: its values come from its origins."))
-        : card("Write a value", putForm(bucket, load))));
+        : card("Write a value", putForm(bucket, load))),
+    card("Delete", confirmed("Delete bucket", bucket, "Deletes the bucket and every value in it.", async () => {
+      await api("DELETE", `v1/kv/${seg(bucket)}`);
+      flash(`Bucket ${bucket} deleted.`, "ok");
+      location.hash = "#/";
+    })));
   await load();
 }
 
@@ -324,12 +353,14 @@ function putForm(bucket, after) {
   const key = h("input.mono", { name: "key", placeholder: "key", required: true, size: 30 });
   const value = h("textarea.mono", { name: "value", rows: 4, placeholder: "value (text)" });
   const createOnly = h("input", { type: "checkbox", name: "create", checked: true });
+  const ttl = h("input", { name: "ttl", size: 10, placeholder: "30s, 1h, never", "aria-label": "per-key TTL" });
   return h("form.stack", {
     onsubmit: async (e) => {
       e.preventDefault();
       const headers = createOnly.checked ? { "If-None-Match": "*" } : {};
+      const query = ttl.value.trim() ? `?${new URLSearchParams({ ttl: ttl.value.trim() })}` : "";
       try {
-        const { revision } = await api("PUT", `v1/kv/${seg(bucket)}/keys/${keyPath(key.value.trim())}`,
+        const { revision } = await api("PUT", `v1/kv/${seg(bucket)}/keys/${keyPath(key.value.trim())}${query}`,
           { body: value.value, headers });
         flash(`Stored ${key.value.trim()} at revision ${revision}.`, "ok");
         if (after) after();
@@ -339,6 +370,7 @@ function putForm(bucket, after) {
     },
   }, key, value,
   h("label", {}, createOnly, " create only: refuse if the key has a value (If-None-Match: *)"),
+  h("label", {}, "per-key TTL ", ttl, h("small.muted", {}, " (the bucket needs limit_marker_ttl)")),
   h("div.row", {}, h("button", { type: "submit" }, "Put")));
 }
 
@@ -359,7 +391,7 @@ async function keyView(bucket, key) {
     ? card(`Key ${key}`,
       h("div.stats", {}, stat("revision", entry.revision), stat("operation", entry.operation),
         stat("created", when(entry.created))),
-      h("pre.value", {}, textOf(entry.value) ?? `(binary, ${fromBase64(entry.value).length} bytes)`))
+      h("pre.value", { tabindex: 0 }, textOf(entry.value) ?? `(binary, ${fromBase64(entry.value).length} bytes)`))
     : card(`Key ${key}`, h("p", {},
       `No value: ${gone.problem.operation || "deleted"} at revision ${gone.problem.revision}.`));
 
@@ -545,32 +577,8 @@ async function streamView(stream) {
   crumbs([["Streams", "#/"], [stream, `#/streams/${seg(stream)}`]]);
   const info = await api("GET", `v1/streams/${seg(stream)}`);
   const { config, state } = info;
-  const count = h("select", { name: "count" }, [10, 25, 100].map((n) => h("option", { value: n }, n)));
-  const messages = h("div");
+  const pager = messagePager(stream, state);
   const consumers = h("div");
-
-  async function loadMessages() {
-    const n = Number(count.value);
-    const fresh = await api("GET", `v1/streams/${seg(stream)}`).catch(() => info);
-    const { first_seq: first, last_seq: lastSeq, messages: total } = fresh.state;
-    if (!total) { messages.replaceChildren(h("p.muted", {}, "No messages.")); return; }
-    const start = Math.max(first, lastSeq - n + 1);
-    try {
-      const res = await api("GET", `v1/streams/${seg(stream)}/direct?seq=${start}&batch=${n}`,
-        { accept: "application/x-ndjson", raw: true });
-      const lines = (await res.text()).split("\n").filter(Boolean).map((l) => JSON.parse(l));
-      const failed = lines.find((l) => l.error);
-      const msgs = lines.filter((l) => l.seq !== undefined).reverse();
-      fill(messages,
-        failed ? h("p.problem", {}, failed.error.detail) : null,
-        table(["seq", "subject", "time", "headers", "data"], msgs.map((m) => h("tr", { dataset: { seq: m.seq } },
-          h("td.num", {}, m.seq), h("td.mono", {}, m.subject), h("td", {}, when(m.time)),
-          h("td.mono", {}, Object.keys(m.headers || {}).join(", ") || "–"),
-          h("td.mono", {}, preview(m.data)))), "No messages."));
-    } catch (err) {
-      messages.replaceChildren(problemBox(err));
-    }
-  }
 
   async function loadConsumers() {
     try {
@@ -599,20 +607,22 @@ async function streamView(stream) {
     }
   }
 
-  count.addEventListener("change", loadMessages);
-  view.replaceChildren(
+  const admin = await streamAdmin(stream, config, () => render());
+  fill(view,
     card(`Stream ${stream}`,
       h("div.stats", {}, stat("messages", state.messages), stat("size", bytes(state.bytes)),
         stat("first seq", state.first_seq), stat("last seq", state.last_seq),
         stat("subjects", (config.subjects || []).join(", ")), stat("storage", config.storage),
         stat("replicas", config.num_replicas), stat("direct get", config.allow_direct ? "yes" : "no"))),
-    card("Last messages", h("div.row", {}, h("label", {}, "show the last ", count, " messages"),
-      h("button.quiet", { type: "button", onclick: loadMessages }, "Refresh")), messages),
+    card("Messages", pager.element),
+    card("Publish", publishForm(stream, config.subjects || [], () => pager.load())),
     counters ? card("Counters", h("div.row", {},
       h("button.quiet", { type: "button", onclick: loadCounters }, "Refresh")), counters) : null,
     card("Consumers", h("div.row", {}, h("button.quiet", { type: "button", onclick: loadConsumers }, "Refresh")),
-      consumers));
-  await Promise.all([loadMessages(), loadConsumers(), counters ? loadCounters() : null]);
+      consumers, h("details", { id: "new-consumer" }, h("summary", {}, "Create a consumer"),
+        await createConsumerForm(stream))),
+    card("Administration", admin));
+  await Promise.all([pager.load(), loadConsumers(), counters ? loadCounters() : null]);
 }
 
 function pins(consumer) {
@@ -669,7 +679,13 @@ async function consumerView(stream, name) {
       pausing,
       h("div.row", {}, h("button.quiet", { type: "button", onclick: () => render() }, "Refresh"))),
     card("Priority groups", table(["group", "pinned client", "pinned since", ""], groups, "No priority groups.")),
-    card("Configuration", h("pre.value", {}, JSON.stringify(c.config, null, 2))));
+    card("Fetch and settle", fetchPane(stream, name)),
+    card("Configuration", h("pre.value", { tabindex: 0 }, JSON.stringify(c.config, null, 2))),
+    card("Delete", confirmed("Delete consumer", name, "Deletes the consumer and its delivery state.", async () => {
+      await api("DELETE", base);
+      flash(`Consumer ${name} deleted.`, "ok");
+      location.hash = `#/streams/${seg(stream)}`;
+    })));
 }
 
 // -- push subscriptions ---------------------------------------------------------------------
@@ -779,7 +795,7 @@ async function subscriptionView(name) {
         h("div.row", {}, pauseButtons(name, state, load),
           link(`Consumer ${config.stream}/${config.consumer} →`,
             `#/streams/${seg(config.stream)}/consumers/${seg(config.consumer)}`)),
-        h("pre.value", {}, JSON.stringify(config, null, 2)));
+        h("pre.value", { tabindex: 0 }, JSON.stringify(config, null, 2)));
     } catch (err) {
       box.replaceChildren(problemBox(err));
     }
@@ -872,6 +888,450 @@ async function objBucketView(bucket) {
   await load();
 }
 
+// -- forms from the OpenAPI document ------------------------------------------------------------
+
+let openapi = null; // the gateway's OpenAPI document, loaded once
+
+async function schemaOf(name) {
+  if (!openapi) openapi = api("GET", "openapi.json");
+  const doc = await openapi;
+  return doc.components.schemas[name];
+}
+
+/** A property's schema without its null branch (optional fields are anyOf [x, null]). */
+function branch(prop) {
+  const kept = (prop.anyOf || [prop]).filter((b) => b.type !== "null");
+  return { ...prop, ...(kept[0] || {}), anyOf: undefined };
+}
+
+/** A regular expression of the schema's (Python syntax), when JavaScript reads it alike. */
+function regex(pattern) {
+  if (!pattern) return null;
+  try { return new RegExp(pattern, "u"); } catch { return null; }
+}
+
+/**
+ * A form for some fields of a schema of the OpenAPI document, with its constraints: enums
+ * as choices, bounds and lengths on inputs, patterns checked before sending; the gateway's
+ * own checks answer the rest, shown as its problem document. onsubmit(body) gets the fields
+ * that were filled in, typed as the schema says.
+ */
+async function schemaForm(schemaName, fields, { values = {}, submit = "Save", fixed = {}, onsubmit, id }) {
+  const schema = await schemaOf(schemaName);
+  const inputs = [];
+  const rows = fields.map((name) => {
+    const prop = branch(schema.properties[name] || {});
+    const label = (prop.title || name).toLowerCase();
+    const hint = prop.description || (prop.oneOf ? "seconds, or a duration such as 30s or 1h" : "");
+    const current = values[name];
+    let input;
+    if (prop.enum) {
+      input = h("select", { name }, h("option", { value: "" }, prop.default ? `default (${prop.default})` : "default"),
+        prop.enum.map((v) => h("option", { value: v, selected: current === v }, v)));
+    } else if (prop.type === "boolean") {
+      input = h("input", { type: "checkbox", name, checked: current === true });
+    } else if (prop.type === "integer") {
+      const safe = (n) => (n !== undefined && Math.abs(n) <= Number.MAX_SAFE_INTEGER ? n : undefined);
+      input = h("input", { type: "number", name, step: 1, min: safe(prop.minimum), max: safe(prop.maximum),
+        value: current ?? "" });
+    } else if (prop.type === "array") {
+      input = h("input", { name, value: (current || []).join(", "), size: 40,
+        placeholder: "comma-separated" });
+    } else {
+      input = h("input", { name, value: current ?? "", size: 32, maxLength: prop.maxLength,
+        placeholder: prop.oneOf ? "30s, 1h, or seconds" : "" });
+    }
+    inputs.push([name, prop, input]);
+    const inputId = `${id || schemaName}-${name}`;
+    input.id = inputId;
+    return h("div.field", {}, h("label", { for: inputId }, label), input,
+      hint ? h("small.muted", {}, hint) : null);
+  });
+  const errors = h("div", { role: "status" });
+  const form = h("form.schema", {
+    id,
+    onsubmit: async (e) => {
+      e.preventDefault();
+      errors.replaceChildren();
+      // (What is fixed is sent as it was, for the fields the schema has.)
+      const body = Object.fromEntries(Object.entries(fixed).filter(([k]) => k in schema.properties));
+      for (const [name, prop, input] of inputs) {
+        input.setCustomValidity("");
+        let value;
+        if (prop.type === "boolean") {
+          if (input.checked || name in values) value = input.checked;
+        } else if (input.value.trim() === "") {
+          continue;
+        } else if (prop.type === "integer") {
+          value = Number(input.value);
+        } else if (prop.type === "array") {
+          value = input.value.split(",").map((s) => s.trim()).filter(Boolean);
+          const re = regex(prop.items && prop.items.pattern);
+          const bad = re && value.find((v) => !re.test(v));
+          if (bad) { input.setCustomValidity(`not valid: ${bad}`); }
+        } else if (prop.oneOf && /^\d+(\.\d+)?$/.test(input.value.trim())) {
+          value = Number(input.value.trim()); // seconds
+        } else {
+          value = input.value.trim();
+          const re = regex(prop.pattern);
+          if (re && !re.test(value)) input.setCustomValidity(`does not match ${prop.pattern}`);
+        }
+        if (value !== undefined) body[name] = value;
+      }
+      if (!form.reportValidity()) return;
+      try {
+        await onsubmit(body);
+      } catch (err) {
+        errors.replaceChildren(problemBox(err));
+      }
+    },
+  }, h("div.fields", {}, rows), h("div.row", {}, h("button", { type: "submit" }, submit)), errors);
+  return form;
+}
+
+/** A button that asks for the name before a destructive action. */
+function confirmed(label, name, what, action) {
+  const box = h("div.confirm", { hidden: true });
+  const input = h("input", { "aria-label": `type ${name} to confirm`, autocomplete: "off", size: 24 });
+  const go = h("button.danger", { type: "button", disabled: true, onclick: async () => {
+    try { await action(); } catch (err) { flash(describe(err)); }
+  } }, label);
+  input.addEventListener("input", () => { go.disabled = input.value !== name; });
+  box.append(h("p", {}, what, " Type ", h("strong.mono", {}, name), " to confirm."), h("div.row", {}, input, go));
+  const open = h("button.quiet", { type: "button", onclick: () => { box.hidden = false; input.focus(); } }, label + "…");
+  return h("div", {}, open, box);
+}
+
+// -- payloads -------------------------------------------------------------------------------
+
+function hexDump(bytesArray, max = 4096) {
+  const lines = [];
+  const n = Math.min(bytesArray.length, max);
+  for (let i = 0; i < n; i += 16) {
+    const row = Array.from(bytesArray.slice(i, Math.min(i + 16, n)));
+    const hex = row.map((b) => b.toString(16).padStart(2, "0")).join(" ");
+    const ascii = row.map((b) => (b >= 32 && b < 127 ? String.fromCharCode(b) : ".")).join("");
+    lines.push(`${i.toString(16).padStart(8, "0")}  ${hex.padEnd(47)}  ${ascii}`);
+  }
+  if (bytesArray.length > max) lines.push(`… ${bytesArray.length - max} more bytes`);
+  return lines.join("\n");
+}
+
+/** A payload as text, pretty JSON or hex, with a choice of view. */
+function payloadView(b64) {
+  const raw = fromBase64(b64);
+  const text = textOf(b64);
+  let json = null;
+  if (text !== null) { try { json = JSON.stringify(JSON.parse(text), null, 2); } catch { json = null; } }
+  const views = { text: text, json: json, hex: hexDump(raw) };
+  const pre = h("pre.value", { id: "payload", tabindex: 0 });
+  const buttons = Object.entries(views).map(([kind, content]) => h("button.quiet", {
+    type: "button", disabled: content === null, dataset: { view: kind },
+    onclick: () => show(kind),
+  }, kind === "json" ? "JSON" : kind));
+  function show(kind) {
+    pre.textContent = views[kind];
+    pre.dataset.view = kind;
+    for (const b of buttons) b.setAttribute("aria-pressed", String(b.dataset.view === kind));
+  }
+  show(json !== null ? "json" : text !== null ? "text" : "hex");
+  return h("div", {}, h("div.row", { role: "group", "aria-label": "payload view" },
+    h("span.muted", {}, `${raw.length} bytes`), buttons), pre);
+}
+
+/** "Name: value" lines as a header map (repeated names joined, as NATS keeps the first). */
+function headerLines(text) {
+  const headers = {};
+  for (const line of text.split("\n")) {
+    if (!line.trim()) continue;
+    const at = line.indexOf(":");
+    if (at <= 0) throw new Error(`a header line is "Name: value": ${line}`);
+    headers[line.slice(0, at).trim()] = line.slice(at + 1).trim();
+  }
+  return headers;
+}
+
+function toBase64(text) {
+  return btoa(String.fromCharCode(...new TextEncoder().encode(text)));
+}
+
+// -- stream administration ------------------------------------------------------------------
+
+const STREAM_FIELDS = ["name", "subjects", "storage", "retention", "num_replicas", "max_msgs",
+  "max_bytes", "max_age", "max_msgs_per_subject", "discard", "duplicate_window", "allow_direct"];
+const STREAM_EDIT = STREAM_FIELDS.filter((f) => !["name", "storage"].includes(f));
+const CONSUMER_FIELDS = ["durable_name", "filter_subject", "ack_policy", "deliver_policy",
+  "ack_wait", "max_deliver", "max_ack_pending"];
+
+async function createStreamForm() {
+  return schemaForm("StreamConfig", STREAM_FIELDS, {
+    id: "create-stream",
+    submit: "Create stream",
+    onsubmit: async (body) => {
+      if (!body.name) throw new ApiError(0, { title: "A name is needed", detail: "the stream's name" });
+      await api("PUT", `v1/streams/${seg(body.name)}`, { json: body });
+      flash(`Stream ${body.name} created.`, "ok");
+      location.hash = `#/streams/${seg(body.name)}`;
+    },
+  });
+}
+
+async function streamAdmin(stream, config, after) {
+  const purgeFilter = h("input", { id: "purge-filter", size: 24, placeholder: "all subjects" });
+  return h("div", { id: "stream-admin" },
+    h("h3", {}, "Edit the configuration"),
+    await schemaForm("StreamConfig", STREAM_EDIT, {
+      id: "edit-stream",
+      values: config,
+      fixed: { ...config },
+      submit: "Save changes",
+      onsubmit: async (body) => {
+        await api("PUT", `v1/streams/${seg(stream)}`, { json: body });
+        flash(`Stream ${stream} updated.`, "ok");
+        after();
+      },
+    }),
+    h("h3", {}, "Purge"),
+    h("div.row", {}, h("label", { for: "purge-filter" }, "subject filter"), purgeFilter),
+    confirmed("Purge", stream, "Removes the stream's messages (those on the filter, when given).", async () => {
+      const filter = purgeFilter.value.trim();
+      const res = await api("POST", `v1/streams/${seg(stream)}/purge`, { json: filter ? { filter } : {} });
+      flash(`Purged ${res.purged} messages.`, "ok");
+      after();
+    }),
+    h("h3", {}, "Delete"),
+    confirmed("Delete stream", stream, "Deletes the stream, its messages and its consumers.", async () => {
+      await api("DELETE", `v1/streams/${seg(stream)}`);
+      flash(`Stream ${stream} deleted.`, "ok");
+      location.hash = "#/";
+    }));
+}
+
+/** Publish a message with headers to a subject of the stream. */
+function publishForm(stream, subjects, after) {
+  const subject = h("input", { id: "pub-subject", required: true, size: 32,
+    value: (subjects[0] || "").replace(/>$/, "x").replace(/\*/g, "x") });
+  const headers = h("textarea", { id: "pub-headers", rows: 3, cols: 40, placeholder: "Name: value (one a line)" });
+  const payload = h("textarea", { id: "pub-payload", rows: 4, cols: 40 });
+  const out = h("div", { role: "status" });
+  return h("form", {
+    id: "publish",
+    onsubmit: async (e) => {
+      e.preventDefault();
+      out.replaceChildren();
+      try {
+        const message = { subject: subject.value.trim(), data: toBase64(payload.value) };
+        const parsed = headerLines(headers.value);
+        if (Object.keys(parsed).length) message.headers = parsed;
+        const res = await api("POST", "v1/publish", { json: { messages: [message] } });
+        const result = res.results[0];
+        if (!result.ok) throw new ApiError(result.error.status, result.error);
+        out.replaceChildren(h("p.ok", {}, `Stored as seq ${result.ack.seq}${result.ack.duplicate ? " (a duplicate)" : ""}.`));
+        after();
+      } catch (err) {
+        out.replaceChildren(problemBox(err));
+      }
+    },
+  }, h("div.fields", {},
+    h("div.field", {}, h("label", { for: "pub-subject" }, "subject"), subject),
+    h("div.field", {}, h("label", { for: "pub-headers" }, "headers"), headers),
+    h("div.field", {}, h("label", { for: "pub-payload" }, "payload"), payload)),
+  h("div.row", {}, h("button", { type: "submit" }, "Publish")), out);
+}
+
+/** The stream's messages, a page of sequences at a time, optionally on a subject filter. */
+function messagePager(stream, state) {
+  const start = h("input", { id: "msg-start", type: "number", min: 1, step: 1, size: 10 });
+  const filter = h("input", { id: "msg-filter", size: 24, placeholder: "all subjects" });
+  const size = h("select", { id: "msg-size" }, [10, 25, 100].map((n) => h("option", { value: n }, n)));
+  const list = h("div", { id: "messages" });
+  let first = state.first_seq || 1;
+  async function load(from) {
+    const n = Number(size.value);
+    const last = (await api("GET", `v1/streams/${seg(stream)}`).catch(() => ({ state })).then((i) => i.state)).last_seq;
+    if (from === undefined) from = Math.max(1, last - n + 1);
+    from = Math.max(1, from);
+    start.value = from;
+    const params = new URLSearchParams({ start_seq: from, end_seq: from + n - 1 });
+    if (filter.value.trim()) params.set("subject", filter.value.trim());
+    try {
+      const res = await api("GET", `v1/streams/${seg(stream)}/messages?${params}`,
+        { accept: "application/x-ndjson", raw: true });
+      const lines = (await res.text()).split("\n").filter(Boolean).map((l) => JSON.parse(l));
+      const failed = lines.find((l) => l.error);
+      const msgs = lines.filter((l) => l.seq !== undefined).reverse(); // newest on top
+      first = from;
+      fill(list, failed ? problemBox(new ApiError(failed.error.status, failed.error)) : null,
+        h("p.muted", {}, `sequences ${from}–${from + n - 1} of ${last}`),
+        table(["seq", "subject", "time", "headers", "data"], msgs.map((m) => h("tr", { dataset: { seq: m.seq } },
+          h("td.num", {}, link(String(m.seq), `#/streams/${seg(stream)}/messages/${m.seq}`)),
+          h("td.mono", {}, m.subject), h("td", {}, when(m.time)),
+          h("td.mono", {}, Object.keys(m.headers || {}).join(", ") || "–"),
+          h("td.mono", {}, preview(m.data)))), "No messages in these sequences."));
+    } catch (err) {
+      list.replaceChildren(problemBox(err));
+    }
+  }
+  const controls = h("form.row", { onsubmit: (e) => { e.preventDefault(); load(Number(start.value) || 1); } },
+    h("label", { for: "msg-start" }, "from seq"), start,
+    h("label", { for: "msg-filter" }, "subject"), filter,
+    h("label", { for: "msg-size" }, "page"), size,
+    h("button", { type: "submit" }, "Show"),
+    h("button.quiet", { type: "button", onclick: () => load(first - Number(size.value)) }, "← Older"),
+    h("button.quiet", { type: "button", onclick: () => load(first + Number(size.value)) }, "Newer →"),
+    h("button.quiet", { type: "button", onclick: () => load() }, "Latest"));
+  return { element: h("div", {}, controls, list), load };
+}
+
+async function messageView(stream, seq) {
+  crumbs([["Streams", "#/"], [stream, `#/streams/${seg(stream)}`], [`#${seq}`, location.hash]]);
+  const m = await api("GET", `v1/streams/${seg(stream)}/messages/${seq}`);
+  const headers = Object.entries(m.headers || {}).map(([name, value]) =>
+    h("tr", {}, h("td.mono", {}, name), h("td.mono", {}, Array.isArray(value) ? value.join(", ") : value)));
+  view.replaceChildren(
+    card(`Message ${m.seq} of ${stream}`,
+      h("div.stats", {}, stat("subject", m.subject), stat("time", when(m.time)), stat("seq", m.seq))),
+    card("Headers", table(["name", "value"], headers, "No headers.")),
+    card("Payload", payloadView(m.data)),
+    card("Delete", confirmed("Delete message", String(m.seq), "Removes this message from the stream.", async () => {
+      await api("DELETE", `v1/streams/${seg(stream)}/messages/${m.seq}`);
+      flash(`Message ${m.seq} deleted.`, "ok");
+      location.hash = `#/streams/${seg(stream)}`;
+    })));
+}
+
+async function createConsumerForm(stream) {
+  return schemaForm("ConsumerConfig", CONSUMER_FIELDS, {
+    id: "create-consumer",
+    submit: "Create consumer",
+    onsubmit: async (body) => {
+      if (!body.durable_name) throw new ApiError(0, { title: "A name is needed", detail: "the consumer's durable name" });
+      await api("PUT", `v1/streams/${seg(stream)}/consumers/${seg(body.durable_name)}`, { json: body });
+      flash(`Consumer ${body.durable_name} created.`, "ok");
+      location.hash = `#/streams/${seg(stream)}/consumers/${seg(body.durable_name)}`;
+    },
+  });
+}
+
+/** Fetch a few messages of the consumer and ack, nak or term each from the page. */
+function fetchPane(stream, name) {
+  const base = `v1/streams/${seg(stream)}/consumers/${seg(name)}`;
+  const count = h("input", { id: "fetch-count", type: "number", min: 1, max: 100, value: 5, size: 4 });
+  const list = h("div", { id: "fetched" });
+  async function settle(token, kind, row) {
+    try {
+      const res = await api("POST", `${base}/ack`, { json: { acks: [{ token, kind }] } });
+      const r = res.results[0];
+      row.querySelector(".outcome").textContent = r.ok ? `${kind} ✓` : `${kind}: ${r.error ? r.error.detail : "failed"}`;
+      for (const b of row.querySelectorAll("button")) b.disabled = true;
+    } catch (err) { flash(describe(err)); }
+  }
+  async function fetchNow() {
+    try {
+      const res = await api("POST", `${base}/fetch`, { json: { max_messages: Number(count.value) || 1, expires: 1 } });
+      fill(list, table(["stream seq", "subject", "data", "delivered", "", ""], res.messages.map((m) => {
+        const row = h("tr", { dataset: { seq: m.seq } }, h("td.num", {}, m.seq), h("td.mono", {}, m.subject),
+          h("td.mono", {}, preview(m.data)), h("td.num", {}, m.delivered));
+        row.append(h("td", {}, ["ack", "nak", "term"].map((kind) =>
+          h("button.quiet", { type: "button", onclick: () => settle(m.ack_token, kind, row) }, kind))),
+        h("td.outcome", {}, ""));
+        return row;
+      }), "Nothing to deliver now."));
+    } catch (err) {
+      list.replaceChildren(problemBox(err));
+    }
+  }
+  return h("div", {}, h("form.row", { onsubmit: (e) => { e.preventDefault(); fetchNow(); } },
+    h("label", { for: "fetch-count" }, "fetch"), count, h("span", {}, "messages"),
+    h("button", { type: "submit" }, "Fetch")), list);
+}
+
+// -- health ---------------------------------------------------------------------------------
+
+/** Prometheus text exposition: name -> [{labels, value}] of the series asked for. */
+function parseMetrics(text, names) {
+  const out = Object.fromEntries(names.map((n) => [n, []]));
+  for (const line of text.split("\n")) {
+    if (!line || line[0] === "#") continue;
+    const m = /^([a-zA-Z_:][\w:]*)(\{(.*)\})?\s+(\S+)/.exec(line);
+    if (!m || !(m[1] in out)) continue;
+    const labels = {};
+    for (const pair of (m[3] || "").matchAll(/(\w+)="((?:[^"\\]|\\.)*)"/g)) labels[pair[1]] = pair[2];
+    out[m[1]].push({ labels, value: Number(m[4]) });
+  }
+  return out;
+}
+
+function total(series, keep = () => true) {
+  return series.filter((s) => keep(s.labels)).reduce((sum, s) => sum + s.value, 0);
+}
+
+async function healthView() {
+  crumbs([["Health", "#/health"]]);
+  const box = h("div", { id: "health" });
+  let before = null; // the last reading: {at, requests, errors}
+  async function load() {
+    const [ready, info, metrics] = await Promise.allSettled([
+      api("GET", "readyz"), api("GET", "v1/info"), api("GET", "metrics", { accept: "text/plain", raw: true })
+        .then((r) => r.text())]);
+    if (info.status === "rejected" && info.reason.status === 401) throw info.reason;
+    const m = metrics.status === "fulfilled" ? parseMetrics(metrics.value, ["jsgw_http_requests_total",
+      "jsgw_http_requests_in_flight", "jsgw_sse_streams_open", "jsgw_kv_watches_open",
+      "jsgw_nats_pool_connections_up", "jsgw_nats_pool_size", "jsgw_nats_reconnects_total"]) : null;
+    const now = { at: Date.now(), requests: 0, errors: 0, clientErrors: 0 };
+    if (m) {
+      const requests = m.jsgw_http_requests_total;
+      now.requests = total(requests);
+      now.errors = total(requests, (l) => Number(l.status) >= 500);
+      now.clientErrors = total(requests, (l) => Number(l.status) >= 400 && Number(l.status) < 500);
+    }
+    const previous = before;
+    before = now;
+    const rate = (key) => (previous && now.at > previous.at
+      ? ((now[key] - previous[key]) * 1000 / (now.at - previous.at)).toFixed(1) + "/s" : "…");
+    const i = info.status === "fulfilled" ? info.value : null;
+    const server = i ? i.server : {};
+    const pool = i && i.pool ? i.pool : null;
+    fill(box,
+      card("Gateway",
+        h("div.stats", {},
+          stat("ready", ready.status === "fulfilled" ? "yes" : h("span.error-text", {}, describe(ready.reason))),
+          stat("version", i ? i.version : "–"),
+          stat("requests", m ? rate("requests") : "–"),
+          stat("5xx answers", m ? rate("errors") : "–"),
+          stat("4xx answers", m ? rate("clientErrors") : "–"),
+          stat("in flight", m ? total(m.jsgw_http_requests_in_flight) : "–"),
+          stat("open SSE streams", m ? total(m.jsgw_sse_streams_open) : "–"),
+          stat("open KV watches", m ? total(m.jsgw_kv_watches_open) : "–")),
+        metrics.status === "rejected" ? problemBox(metrics.reason) : null),
+      card("NATS",
+        i ? h("div.stats", {},
+          stat("server", server.name), stat("version", server.version), stat("cluster", server.cluster || "–"),
+          stat("max payload", bytes(server.max_payload)), stat("JetStream", server.jetstream ? "yes" : "no"),
+          stat("JetStream domain", i.js_domain || "–"), stat("embedded", i.embedded ? "yes" : "no"),
+          stat("reconnects", m ? total(m.jsgw_nats_reconnects_total) : "–"))
+          : problemBox(info.reason),
+        i && i.server.missing_features && i.server.missing_features.length
+          ? h("p.muted", {}, "This server release lacks: ", i.server.missing_features.join(", ")) : null),
+      card("Connection pool", pool
+        ? [h("div.stats", {}, stat("size", pool.size), stat("connected", pool.connected)),
+          table(["#", "connected", "server", "reconnects", "replaced", "last error"],
+            (pool.connections || []).map((c) => h("tr", {}, h("td.num", {}, c.index),
+              h("td", {}, c.connected ? "yes" : h("span.error-text", {}, "no")), h("td.mono", {}, c.server || "–"),
+              h("td.num", {}, c.reconnects), h("td.num", {}, c.replaced), h("td.mono", {}, c.last_error || "–"))),
+          "No connections.")]
+        : h("p.muted", {}, "The pool's state is shown to a token that may read every stream.")),
+      i && i.jetstream ? card("JetStream account", h("div.stats", {},
+        stat("streams", i.jetstream.streams), stat("consumers", i.jetstream.consumers),
+        stat("memory", bytes(i.jetstream.memory)), stat("storage", bytes(i.jetstream.storage)),
+        stat("API requests", i.jetstream.api ? i.jetstream.api.total : "–"),
+        stat("API errors", i.jetstream.api ? i.jetstream.api.errors : "–"))) : null);
+  }
+  view.replaceChildren(box);
+  await load();
+  refreshing(load);
+}
+
 // -- routing --------------------------------------------------------------------------------
 
 function crumbs(parts) {
@@ -885,9 +1345,11 @@ const ROUTES = [
   [/^\/kv\/([^/]+)\/watch$/, watchView],
   [/^\/streams\/([^/]+)$/, streamView],
   [/^\/streams\/([^/]+)\/consumers\/([^/]+)$/, consumerView],
+  [/^\/streams\/([^/]+)\/messages\/(\d+)$/, messageView],
   [/^\/subscriptions$/, subscriptionsView],
   [/^\/subscriptions\/([^/]+)$/, subscriptionView],
   [/^\/obj$/, objBucketsView],
+  [/^\/health$/, healthView],
   [/^\/obj\/([^/]+)$/, objBucketView],
 ];
 
