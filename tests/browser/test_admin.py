@@ -8,6 +8,7 @@ test-artifacts/screenshots/.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 from pathlib import Path
@@ -170,12 +171,15 @@ async def test_the_admin_views_pass_axe(
     width: int,
     height: int,
 ) -> None:
-    """axe-core finds nothing serious or critical on the overview, a stream, a message and a
-    consumer, at desktop and phone sizes."""
+    """axe-core finds nothing serious or critical on the console's views, at desktop and
+    phone sizes."""
     js = nc.jetstream()
     await js.add_stream(name=name, subjects=[f"{name}.>"])
     await js.publish(f"{name}.a", b'{"x": 1}', headers={"X-A": "1"})
     await js.add_consumer(name, durable_name="c1")
+    kv = await js.create_key_value(bucket=name, history=3)
+    await kv.put("k.1", b"v1")
+    await kv.put("k.1", b"v2")
     await page.set_viewport_size({"width": width, "height": height})
     for where, hash_, shown in [
         ("overview", "#/", "#new-stream"),
@@ -183,6 +187,11 @@ async def test_the_admin_views_pass_axe(
         ("message", f"#/streams/{name}/messages/1", "#payload"),
         ("consumer", f"#/streams/{name}/consumers/c1", "#fetched"),
         ("health", "#/health", "#health .card"),
+        ("bucket", f"#/kv/{name}", "ul.keys li"),
+        ("key", f"#/kv/{name}/keys/k.1", "pre.value"),
+        ("watch", f"#/kv/{name}/watch", "#events tr"),
+        ("subscriptions", "#/subscriptions", "main .card"),
+        ("objects", "#/obj", "main .card"),
     ]:
         await page.goto(f"{base_url}/ui/{hash_}")
         await expect(page.locator(shown).first).to_be_attached()
@@ -249,3 +258,35 @@ async def test_a_bucket_from_create_to_delete(
     await expect(page).to_have_url(f"{base_url}/ui/#/")
     with pytest.raises(NotFoundError):
         await nc.jetstream().stream_info(f"KV_{name}")
+
+
+async def test_messages_from_a_time(
+    base_url: str, strict_page: Page, nc: nats.NATS, name: str
+) -> None:
+    """On a stream with Direct Get, the pager starts at the first message at or after a time
+    given in the page's local time."""
+    page = strict_page
+    js = nc.jetstream()
+    await js.add_stream(name=name, subjects=[f"{name}.>"], allow_direct=True)
+    for i in range(5):
+        await js.publish(f"{name}.early", b"e%d" % i)
+    await asyncio.sleep(1.2)
+    later = await js.publish(f"{name}.late", b"late")
+    stored = await js.get_msg(name, later.seq)
+    assert stored.time is not None
+    await page.goto(f"{base_url}/ui/#/streams/{name}")
+    await expect(page.locator("#messages tbody tr").first).to_be_attached()
+    # The stored time, to the second, as the page's local time (datetime-local's format).
+    await page.locator("#msg-time").evaluate(
+        """(input, ms) => {
+            const d = new Date(Math.floor(ms / 1000) * 1000);
+            const p = (n) => String(n).padStart(2, "0");
+            input.value = `${d.getFullYear()}-${p(d.getMonth() + 1)}-${p(d.getDate())}` +
+                `T${p(d.getHours())}:${p(d.getMinutes())}:${p(d.getSeconds())}`;
+        }""",
+        stored.time.timestamp() * 1000,
+    )
+    await page.get_by_role("button", name="Go to time").click()
+    rows = page.locator("#messages tbody tr")
+    await expect(rows).to_have_count(1)
+    await expect(rows.first).to_have_attribute("data-seq", str(later.seq))

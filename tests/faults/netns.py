@@ -231,6 +231,10 @@ class Partition:
         self._netns(ns, "link", "set", "lo", "up")
 
     def _veth(self, link: Link, prefix_len: int) -> None:
+        if link.a_ns is None:
+            # A root-side end named after this process may outlive the previous topology for
+            # a moment (a namespace goes when its last process has exited): not reused.
+            _run("ip", "link", "del", link.a_if, check=False)
         a = ["name", link.a_if] + (["netns", link.a_ns] if link.a_ns else [])
         _run("ip", "link", "add", *a, "type", "veth", "peer", "name", link.b_if, "netns", link.b_ns)
         for ns, ifname, addr in (
@@ -456,6 +460,10 @@ class Partition:
         for ns in reversed(self._made):
             _delete_namespace(ns)
         self._made.clear()
+        # The root-side ends, at once (they go with their namespaces, but not synchronously).
+        for link in self._links.values():
+            if link.a_ns is None:
+                _run("ip", "link", "del", link.a_if, check=False)
         with contextlib.suppress(Exception):
             atexit.unregister(self.close)
 

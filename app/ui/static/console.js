@@ -577,7 +577,7 @@ async function streamView(stream) {
   crumbs([["Streams", "#/"], [stream, `#/streams/${seg(stream)}`]]);
   const info = await api("GET", `v1/streams/${seg(stream)}`);
   const { config, state } = info;
-  const pager = messagePager(stream, state);
+  const pager = messagePager(stream, state, config);
   const consumers = h("div");
 
   async function loadConsumers() {
@@ -1139,9 +1139,11 @@ function publishForm(stream, subjects, after) {
   h("div.row", {}, h("button", { type: "submit" }, "Publish")), out);
 }
 
-/** The stream's messages, a page of sequences at a time, optionally on a subject filter. */
-function messagePager(stream, state) {
+/** The stream's messages, a page of sequences at a time, optionally on a subject filter;
+ * from a time too when the stream allows Direct Get (the first sequence at/after it). */
+function messagePager(stream, state, config) {
   const start = h("input", { id: "msg-start", type: "number", min: 1, step: 1, size: 10 });
+  const since = h("input", { id: "msg-time", type: "datetime-local", step: 1 });
   const filter = h("input", { id: "msg-filter", size: 24, placeholder: "all subjects" });
   const size = h("select", { id: "msg-size" }, [10, 25, 100].map((n) => h("option", { value: n }, n)));
   const list = h("div", { id: "messages" });
@@ -1172,6 +1174,26 @@ function messagePager(stream, state) {
       list.replaceChildren(problemBox(err));
     }
   }
+  async function fromTime() {
+    const at = new Date(since.value);
+    if (Number.isNaN(at.getTime())) return;
+    const q = new URLSearchParams({ start_time: at.toISOString(), batch: 1 });
+    try {
+      const res = await api("GET", `v1/streams/${seg(stream)}/direct?${q}`,
+        { accept: "application/x-ndjson", raw: true });
+      const found = (await res.text()).split("\n").filter(Boolean).map((l) => JSON.parse(l))
+        .find((l) => l.seq !== undefined);
+      if (!found) { list.replaceChildren(h("p.muted", {}, "No message at or after that time.")); return; }
+      await load(found.seq);
+    } catch (err) {
+      list.replaceChildren(problemBox(err));
+    }
+  }
+  const timeForm = config.allow_direct
+    ? h("form.row", { onsubmit: (e) => { e.preventDefault(); fromTime(); } },
+      h("label", { for: "msg-time" }, "from time (local)"), since,
+      h("button.quiet", { type: "submit" }, "Go to time"))
+    : h("p.muted", {}, "Paging from a time needs Direct Get (allow_direct) on this stream.");
   const controls = h("form.row", { onsubmit: (e) => { e.preventDefault(); load(Number(start.value) || 1); } },
     h("label", { for: "msg-start" }, "from seq"), start,
     h("label", { for: "msg-filter" }, "subject"), filter,
@@ -1180,7 +1202,7 @@ function messagePager(stream, state) {
     h("button.quiet", { type: "button", onclick: () => load(first - Number(size.value)) }, "← Older"),
     h("button.quiet", { type: "button", onclick: () => load(first + Number(size.value)) }, "Newer →"),
     h("button.quiet", { type: "button", onclick: () => load() }, "Latest"));
-  return { element: h("div", {}, controls, list), load };
+  return { element: h("div", {}, controls, timeForm, list), load };
 }
 
 async function messageView(stream, seq) {
