@@ -398,7 +398,7 @@ async function keyView(bucket, key) {
   const rev = entry ? entry.revision : null;
   // A binary value cannot be edited as text here: it would be replaced, not edited.
   const binary = entry !== null && textOf(entry.value) === null;
-  const text = h("textarea.mono", { name: "value", rows: 4, disabled: binary,
+  const text = h("textarea.mono", { name: "value", rows: 4, "aria-label": "new value", disabled: binary,
     placeholder: binary ? "binary value: write it through the API" : "" }, entry ? textOf(entry.value) ?? "" : "");
   const edit = card(entry ? `Update (only over revision ${rev})` : "Write a new value",
     h("form.stack", {
