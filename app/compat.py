@@ -552,27 +552,18 @@ def _check_uvicorn(c: _Checks) -> None:
     cycle = getattr(httptools_impl, "RequestResponseCycle", None)
     c.require(isinstance(cycle, type), "RequestResponseCycle", "does not exist", direct)
     if isinstance(cycle, type):
-        c.parameters(
-            cycle.__dict__.get("receive"),
-            ["self"],
-            "RequestResponseCycle.receive",
-            direct,
-            coroutine=True,
-        )
-        c.parameters(
-            cycle.__dict__.get("send"),
-            ["self", "message"],
-            "RequestResponseCycle.send",
-            direct,
-            coroutine=True,
-        )
-        c.parameters(
-            cycle.__dict__.get("send_500_response"),
-            ["self"],
-            "RequestResponseCycle.send_500_response",
-            direct,
-            coroutine=True,
-        )
+        for name, parameters in (
+            ("receive", ["self"]),
+            ("send", ["self", "message"]),
+            ("send_500_response", ["self"]),
+        ):
+            c.parameters(
+                cycle.__dict__.get(name),
+                parameters,
+                f"RequestResponseCycle.{name}",
+                direct,
+                coroutine=True,
+            )
         c.source_uses(
             cycle.__dict__.get("__init__"),
             [
