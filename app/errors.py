@@ -587,6 +587,10 @@ class ErrorCode(StrEnum):
     STREAM_SEALED = "stream.sealed", Conflict, (
         "The stream is sealed: its messages cannot be deleted or purged."
     )
+    STREAM_OPERATION_DENIED = "stream.operation_denied", Conflict, (
+        "The stream's configuration forbids this: `deny_purge` forbids purging it, "
+        "`deny_delete` deleting a message from it."
+    )
     CONSUMER_EXISTS = "consumer.exists", Conflict, (
         "A consumer with this name exists with a different configuration."
     )
@@ -1084,6 +1088,12 @@ _JS_ERRORS: dict[int, ErrorCode] = {
 }
 
 
+_JS_DESCRIPTIONS: dict[str, ErrorCode] = {
+    "stream purge not permitted": ErrorCode.STREAM_OPERATION_DENIED,  # deny_purge (10110)
+    "message delete not permitted": ErrorCode.STREAM_OPERATION_DENIED,  # deny_delete (10057)
+}
+
+
 def jetstream_err_codes(code: ErrorCode) -> list[int]:
     """The JetStream ``err_code`` values that map to ``code`` (for its documentation)."""
     return sorted(err_code for err_code, mapped in _JS_ERRORS.items() if mapped is code)
@@ -1095,7 +1105,9 @@ def from_jetstream(error: dict[str, Any]) -> GatewayError:
     http_code = int(error.get("code") or 500)
     description = str(error.get("description") or "JetStream error")
     nats = {"code": http_code, "err_code": err_code, "description": description}
-    mapped = _JS_ERRORS.get(err_code)
+    # Codes that stand for several failures (10110 "stream purge failed", 10057 "message
+    # delete failed"): what the stream's own config forbids is told by the description.
+    mapped = _JS_DESCRIPTIONS.get(description) or _JS_ERRORS.get(err_code)
     if mapped is not None:
         return for_code(mapped, description, nats=nats)
     if http_code == 404:

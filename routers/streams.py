@@ -124,7 +124,7 @@ async def delete_stream(name: StreamName, streams: StreamsDep) -> Response:
     access=Need("admin", STREAM),
     response_model=PurgeResult,
     response_class=JSON,
-    responses=problems(errors.NotFound),
+    responses=problems(errors.NotFound, errors.Conflict),
 )
 async def purge_stream(
     name: StreamName, streams: StreamsDep, request: PurgeRequest | None = None
@@ -149,7 +149,7 @@ async def get_message(name: StreamName, seq: Seq, streams: StreamsDep) -> Any:
     "/{stream}/messages/{seq}",
     access=Need("admin", STREAM),
     status_code=204,
-    responses=problems(errors.NotFound),
+    responses=problems(errors.NotFound, errors.Conflict),
 )
 async def delete_message(
     name: StreamName,

@@ -113,6 +113,19 @@ async def test_purge_variants(gateway: httpx.AsyncClient, name: str) -> None:
     )
 
 
+async def test_what_the_config_denies_is_a_conflict(gateway: httpx.AsyncClient, name: str) -> None:
+    """A purge of a stream with deny_purge and a delete from one with deny_delete: 409
+    stream.operation_denied, nothing removed (nats-server answers both with codes that stand
+    for any failure of the operation)."""
+    subject = name.lower()
+    config = {"subjects": [f"{subject}.>"], "deny_purge": True, "deny_delete": True}
+    assert (await gateway.put(f"/v1/streams/{name}", json=config)).status_code == 201
+    await gateway.post(f"/v1/publish/{subject}.a", content=b"x")
+    problem(await gateway.post(f"/v1/streams/{name}/purge"), 409, "stream.operation_denied")
+    problem(await gateway.delete(f"/v1/streams/{name}/messages/1"), 409, "stream.operation_denied")
+    assert (await gateway.get(f"/v1/streams/{name}")).json()["state"]["messages"] == 1
+
+
 async def test_message_get_and_delete(gateway: httpx.AsyncClient, name: str) -> None:
     await make_stream(gateway, name)
     subject = f"{name.lower()}.one"
