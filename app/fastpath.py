@@ -57,7 +57,15 @@ from app.auth.access import admit, authorize
 from app.auth.policy import ANONYMOUS, Principal
 from app.deps import FROM_RUNTIME
 from app.errors import ErrorCode, GatewayError
-from app.middleware import request_id_of
+from app.middleware import (
+    REQUEST_ID_HEADER,
+    AddedHeaders,
+    Framing,
+    RequestContext,
+    body_framing,
+    request_id_of,
+    without_second_connection,
+)
 from app.problems import (
     client_gone_response,
     gateway_error_response,
@@ -66,6 +74,7 @@ from app.problems import (
     validation_error_response,
 )
 from app.routing import api_routes
+from app.sse import RAW_SEND
 
 log = logging.getLogger("jsgw.fastpath")
 
@@ -307,30 +316,28 @@ class DirectPaths:
     (tests). Streamed answers (a KV watch) are sent through the cycle's ``send``.
     """
 
-    def __init__(self, app: FastAPI, lean: LeanPaths, context: Any, max_body: int) -> None:
+    _TAKEN = (Framing.NONE, Framing.EMPTY, Framing.DECLARED)
+
+    def __init__(
+        self, app: FastAPI, lean: LeanPaths, context: RequestContext, max_body: int
+    ) -> None:
         from app.compat import uvicorn_wire  # (the HTTP server's names: loaded with it)
-        from app.middleware import Framing, body_framing
 
         self.app = app
         self.lean = lean
-        self.context = context  # app.middleware.RequestContext
+        self.context = context
         self.max_body = max_body
-        self._framing = body_framing
-        self._taken = (Framing.NONE, Framing.EMPTY, Framing.DECLARED)
         self._status_lines, self._bad_name, self._bad_value = uvicorn_wire()
 
     def take(self, scope: Scope) -> bool:
         return (
             not self.app.dependency_overrides
             and self.lean.take(scope)
-            and self._framing(scope, self.max_body) in self._taken
+            and body_framing(scope, self.max_body) in self._TAKEN
         )
 
     async def serve(self, cycle: Any) -> None:
         """Answer the request of uvicorn's ``cycle`` (a task of its own, as uvicorn's)."""
-        from app.middleware import REQUEST_ID_HEADER
-        from app.sse import RAW_SEND
-
         scope = cycle.scope
         started = time.perf_counter()
         request_id, refusal = self.context.begin(scope)
@@ -356,7 +363,11 @@ class DirectPaths:
                 status = response.status_code
                 await self._write_whole(cycle, response, extra)
             else:  # a stream (a KV watch): through the cycle's send
-                status = await _send_with(response, scope, cycle, extra)
+                send = AddedHeaders(cycle.send, extra)
+                await response(scope, cycle.receive, send)
+                status = send.status
+                if not cycle.response_complete and not cycle.disconnected:
+                    cycle.transport.close()  # (as uvicorn ends an answer left incomplete)
         except BaseException as exc:
             log.error("%s %s failed", scope["method"], scope["path"], exc_info=exc)
             status = 500
@@ -373,8 +384,7 @@ class DirectPaths:
         self, cycle: Any, response: Response, extra: list[tuple[bytes, bytes]]
     ) -> None:
         """What uvicorn's ``send`` writes for the start and the one body message, at once,
-        with the ``extra`` headers (a ``connection`` among them only when the answer has
-        none)."""
+        with the ``extra`` headers (as :class:`app.middleware.AddedHeaders` adds them)."""
         if cycle.flow.write_paused and not cycle.disconnected:
             await cycle.flow.drain()
         if cycle.disconnected:
@@ -385,18 +395,23 @@ class DirectPaths:
         keep_alive = cycle.keep_alive
         bad_name, bad_value = self._bad_name, self._bad_value
         headers = response.raw_headers
-        if any(name == b"connection" for name, _ in headers):
-            extra = [(name, value) for name, value in extra if name != b"connection"]
-        for name, value in (*cycle.default_headers, *headers, *extra):
+        connection = False  # a connection header is written
+        for name, value in (
+            *cycle.default_headers,
+            *headers,
+            *without_second_connection(headers, extra),
+        ):
             if bad_name.search(name):
                 raise RuntimeError("Invalid HTTP header name.")
             if bad_value.search(value):
                 raise RuntimeError("Invalid HTTP header value.")
             name = name.lower()
-            if name == b"connection" and b"close" in value.lower():
-                keep_alive = cycle.keep_alive = False
+            if name == b"connection":
+                connection = True
+                if b"close" in value.lower():
+                    keep_alive = cycle.keep_alive = False
             head += (name, b": ", value, b"\r\n")
-        if not keep_alive and not any(name == b"connection" for name, _ in (*headers, *extra)):
+        if not keep_alive and not connection:
             head.append(b"connection: close\r\n")
         head.append(b"\r\n")
         if cycle.scope["method"] != "HEAD":
@@ -408,29 +423,6 @@ class DirectPaths:
         if not keep_alive:
             transport.close()
         cycle.on_response()
-
-
-async def _send_with(
-    response: Any, scope: Scope, cycle: Any, extra: list[tuple[bytes, bytes]]
-) -> int:
-    """Send ``response`` (an ASGI app) through the cycle, with the ``extra`` headers; its
-    status."""
-    status = 500
-
-    async def send(message: Any) -> None:
-        nonlocal status
-        if message["type"] == "http.response.start":
-            status = message["status"]
-            headers = list(message.get("headers", ()))
-            present = {name.lower() for name, _ in headers}
-            headers += [(name, value) for name, value in extra if name not in present]
-            message["headers"] = headers
-        await cycle.send(message)
-
-    await response(scope, cycle.receive, send)
-    if not cycle.response_complete and not cycle.disconnected:
-        cycle.transport.close()  # (as uvicorn ends an answer left incomplete)
-    return status
 
 
 def _nothing() -> None:

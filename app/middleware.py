@@ -105,6 +105,37 @@ class RequestContext:
             )
 
 
+class AddedHeaders:
+    """A ``send`` that adds headers to the response start (a ``connection`` one only when the
+    answer has none) and keeps the answer's status (500 until it starts)."""
+
+    __slots__ = ("extra", "send", "status")
+
+    def __init__(self, send: Send, extra: list[tuple[bytes, bytes]]) -> None:
+        self.send = send
+        self.extra = extra
+        self.status = 500
+
+    async def __call__(self, message: Message) -> None:
+        if message["type"] == "http.response.start":
+            self.status = message["status"]
+            headers = list(message.get("headers", ()))
+            headers += without_second_connection(headers, self.extra)
+            message["headers"] = headers
+        await self.send(message)
+
+
+def without_second_connection(
+    headers: list[tuple[bytes, bytes]], extra: list[tuple[bytes, bytes]]
+) -> list[tuple[bytes, bytes]]:
+    """``extra``, less its ``connection`` header when ``headers`` has one."""
+    if any(name == b"connection" for name, _ in extra) and any(
+        name.lower() == b"connection" for name, _ in headers
+    ):
+        return [(name, value) for name, value in extra if name != b"connection"]
+    return extra
+
+
 class RequestContextMiddleware:
     def __init__(self, app: ASGIApp, metrics: Metrics, access_log: AccessLog | None) -> None:
         self.app = app
@@ -116,25 +147,14 @@ class RequestContextMiddleware:
             return
         started = time.perf_counter()
         request_id, refusal = self.context.begin(scope)
-        status = 500
-        encoded_id = request_id.encode()
-
-        async def send_with_id(message: Message) -> None:
-            nonlocal status
-            if message["type"] == "http.response.start":
-                status = message["status"]
-                headers = list(message.get("headers", []))
-                headers.append((REQUEST_ID_HEADER, encoded_id))
-                message["headers"] = headers
-            await send(message)
-
+        send_with_id = AddedHeaders(send, [(REQUEST_ID_HEADER, request_id.encode())])
         app = self.app
         if refusal is not None:
             app = _problem_app(refusal)  # still logged and counted like any request
         try:
             await app(scope, receive, send_with_id)
         finally:
-            self.context.end(scope, request_id, status, started)
+            self.context.end(scope, request_id, send_with_id.status, started)
 
 
 # Headers the gateway reads as one value. Of a repeated one it would use the first line and

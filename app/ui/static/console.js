@@ -1052,7 +1052,12 @@ function headerLines(text) {
 }
 
 function toBase64(text) {
-  return btoa(String.fromCharCode(...new TextEncoder().encode(text)));
+  const bytes = new TextEncoder().encode(text);
+  let binary = "";
+  for (let i = 0; i < bytes.length; i += 0x8000) { // (a spread of a large payload overflows the stack)
+    binary += String.fromCharCode(...bytes.subarray(i, i + 0x8000));
+  }
+  return btoa(binary);
 }
 
 // -- stream administration ------------------------------------------------------------------
