@@ -14,7 +14,7 @@ import pytest
 from app.nats.embedded import EmbeddedServer
 from app.nats.features import release
 from tests import parallel
-from tests.helpers import gateway_settings, running_gateway
+from tests.helpers import connect_in_order, gateway_settings, running_gateway
 from tests.releases import running_release, running_text, server_binary
 from tests.security.tally import WORKER_OUTPUT, Tally, report
 
@@ -174,23 +174,10 @@ async def gateway(
         yield client
 
 
-class InOrderFlush(nats.NATS):
-    """nats-py's client whose ``flush`` also covers the commands still queued when it is
-    called: nats-py writes its PING ahead of them (a SUB just made), so its PONG can come back
-    before the server has the subscription, and a gateway's message published right after was
-    then missed now and then. The second PING goes out after them
-    (app.nats.replies.LeanClient.flush_in_order does it with nats-py's flusher)."""
-
-    async def flush(self, timeout: int = 10) -> None:
-        await super().flush(timeout)
-        await super().flush(timeout)
-
-
 @pytest.fixture
 async def nc(nats_server: EmbeddedServer) -> AsyncIterator[nats.NATS]:
     """A plain nats-py connection, to check what the gateway did from the outside."""
-    client = InOrderFlush()
-    await client.connect(nats_server.url)
+    client = await connect_in_order(nats_server.url)
     yield client
     await client.close()
 

@@ -13,6 +13,7 @@ from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 
 import httpx
+import nats
 import uvicorn
 from asgi_lifespan import LifespanManager
 
@@ -135,3 +136,22 @@ def jsgw_serve(
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+
+
+class InOrderFlush(nats.NATS):
+    """nats-py's client whose ``flush`` also covers the commands still queued when it is
+    called: nats-py writes its PING ahead of them (a SUB just made), so its PONG can come back
+    before the server has the subscription, and a gateway's message published right after was
+    then missed now and then. The second PING goes out after them
+    (app.nats.replies.LeanClient.flush_in_order does it with nats-py's flusher)."""
+
+    async def flush(self, timeout: int = 10) -> None:
+        await super().flush(timeout)
+        await super().flush(timeout)
+
+
+async def connect_in_order(url: str, **options: object) -> nats.NATS:
+    """A nats-py connection whose ``flush`` covers a subscription just made."""
+    client = InOrderFlush()
+    await client.connect(url, **options)
+    return client

@@ -13,7 +13,7 @@ import nats
 import pytest
 
 from app.nats.embedded import EmbeddedServer
-from tests.helpers import gateway_settings, problem, served_gateway
+from tests.helpers import connect_in_order, gateway_settings, problem, served_gateway
 
 
 async def make_stream(gw: httpx.AsyncClient, name: str, **config: object) -> str:
@@ -352,7 +352,7 @@ async def test_bad_direct_input(gateway: httpx.AsyncClient, name: str) -> None:
 
 async def test_old_server_without_batch_support(nats_server: EmbeddedServer, name: str) -> None:
     """A responder that answers like a pre-2.11 server: one message, no Nats-Num-Pending."""
-    old = await nats.connect(nats_server.url)
+    old = await connect_in_order(nats_server.url)
 
     async def answer(msg: nats.aio.msg.Msg) -> None:
         await old.publish(

@@ -54,7 +54,7 @@ async def test_a_reply_lost_in_a_later_page_ends_the_stream_after_what_came(
         assert lean.publish_all_queued(commands, sum(len(data) for _, data in replies))
 
     await lean.subscribe(f"$JS.API.DIRECT.GET.{name}", cb=answer)
-    await lean.flush()
+    await lean.flush_in_order(5)
     params = {"seq": 1, "batch": 10}
 
     ndjson = await gateway.get(f"/v1/streams/{name}/direct", params=params)

@@ -42,7 +42,7 @@ async def responders(lean: LeanClient, subject: str, *answers: Answer) -> list[l
                 await msg.respond(reply)
 
         await lean.subscribe(subject, cb=respond)
-    await lean.flush()
+    await lean.flush_in_order(5)
     return received
 
 

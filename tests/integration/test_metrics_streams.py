@@ -14,7 +14,13 @@ import nats
 import nats.aio.msg
 
 from app.nats.embedded import EmbeddedServer
-from tests.helpers import gateway_settings, problem, running_gateway, served_gateway
+from tests.helpers import (
+    connect_in_order,
+    gateway_settings,
+    problem,
+    running_gateway,
+    served_gateway,
+)
 from tests.integration.test_kv_watch import bucket, stalled_watch
 
 
@@ -101,7 +107,7 @@ async def test_publishes_of_unknown_outcome_are_counted(
 ) -> None:
     """A subscriber that takes the message and answers nothing: each publish (one, or each
     message of a batch) is answered nats.outcome_unknown and counted once."""
-    silent = await nats.connect(nats_server.url)
+    silent = await connect_in_order(nats_server.url)
 
     async def swallow(msg: nats.aio.msg.Msg) -> None:
         pass

@@ -6,11 +6,10 @@ import asyncio
 import re
 import time
 
-import nats
 import pytest
 
 from app.nats.embedded import EmbeddedServer
-from tests.helpers import gateway_settings, problem, running_gateway
+from tests.helpers import connect_in_order, gateway_settings, problem, running_gateway
 
 pytestmark = pytest.mark.slow
 
@@ -54,7 +53,7 @@ async def test_down_is_503_fast_and_recovers(own_nats_server: EmbeddedServer, na
 async def test_inflight_request_does_not_hang_when_connection_drops(
     own_nats_server: EmbeddedServer, name: str
 ) -> None:
-    silent = await nats.connect(own_nats_server.url)
+    silent = await connect_in_order(own_nats_server.url)
 
     async def swallow(msg) -> None:  # type: ignore[no-untyped-def]
         own_nats_server.kill()  # the server dies while the request waits for its reply

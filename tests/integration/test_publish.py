@@ -9,7 +9,7 @@ import nats
 import pytest
 
 from app.nats.embedded import EmbeddedServer
-from tests.helpers import gateway_settings, problem, running_gateway
+from tests.helpers import connect_in_order, gateway_settings, problem, running_gateway
 from tests.integration.test_streams import make_stream
 
 BOTH_PATHS = True  # every test with the gateway fixture runs with JSGW_LEAN_PATHS on and off
@@ -271,7 +271,7 @@ async def test_batch_size_cap(nats_server: EmbeddedServer, name: str) -> None:
 
 async def test_unconfirmed_write_is_outcome_unknown(nats_server: EmbeddedServer, name: str) -> None:
     """A write whose PubAck never comes is a 504 'outcome unknown', not a failure."""
-    silent = await nats.connect(nats_server.url)
+    silent = await connect_in_order(nats_server.url)
     received: list[bytes] = []
 
     async def swallow(msg: nats.aio.msg.Msg) -> None:

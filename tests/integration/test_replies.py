@@ -24,7 +24,7 @@ async def echo(lean: LeanClient, name: str) -> AsyncIterator[str]:
         await msg.respond(b"echo:" + msg.data)
 
     sub = await lean.subscribe(f"{name}.echo", cb=answer)
-    await lean.flush()
+    await lean.flush_in_order(5)
     yield f"{name}.echo"
     await sub.unsubscribe()
 
@@ -64,7 +64,7 @@ async def test_requests_with_headers_still_carry_them(lean: LeanClient, name: st
         await msg.respond((msg.headers or {}).get("X-Test", "none").encode())
 
     sub = await lean.subscribe(f"{name}.hdr", cb=answer)
-    await lean.flush()
+    await lean.flush_in_order(5)
     try:
         reply = await lean.replies.request(f"{name}.hdr", b"", 5, headers={"X-Test": "yes"})
         assert reply.data == b"yes"
@@ -77,7 +77,7 @@ async def test_no_responders_and_timeouts(lean: LeanClient, name: str) -> None:
         await lean.replies.request(f"{name}.nobody", b"", timeout=5)
 
     silent = await lean.subscribe(f"{name}.silent")  # takes requests, never answers
-    await lean.flush()
+    await lean.flush_in_order(5)
     try:
         started = time.monotonic()
         results = await asyncio.gather(
@@ -105,7 +105,7 @@ async def test_answered_requests_leave_no_deadline_behind(lean: LeanClient, echo
 
 async def test_request_all_shares_one_deadline(lean: LeanClient, echo: str, name: str) -> None:
     silent = await lean.subscribe(f"{name}.silent2")
-    await lean.flush()
+    await lean.flush_in_order(5)
     try:
         results = await lean.replies.request_all(
             [(echo, b"a"), (f"{name}.silent2", b""), (f"{name}.nobody", b""), (echo, b"b")],
@@ -132,7 +132,7 @@ async def test_request_batch_goes_out_whole_even_if_its_caller_is_cancelled(
             await msg.respond(b"ok:" + msg.data)
 
     await lean.subscribe(f"{name}.batch", cb=answer)
-    await lean.flush()
+    await lean.flush_in_order(5)
     messages = [(f"{name}.batch", {"Seq": str(i)}, b"%d" % i) for i in range(50)]
     replies = await lean.replies.request_batch(messages, timeout=5)
     assert [r.data if r else None for r in replies] == [b"ok:%d" % i for i in range(50)]
@@ -145,7 +145,7 @@ async def test_request_batch_goes_out_whole_even_if_its_caller_is_cancelled(
     waiting.cancel()
     with pytest.raises(asyncio.CancelledError):
         await waiting
-    await lean.flush()
+    await lean.flush_in_order(5)
     for _ in range(100):
         if len(seen) == 50:
             break
