@@ -37,13 +37,10 @@ LONG_UNITS = (
 # Alone at the end: a real browser's page loads and live updates against deadlines of 1 to
 # 5 s, the gateway's answers (200 ms) while attackers send their largest bodies, the time of
 # a deep page against a shallow one, slow heads closed within their timeout + 1.5 s, and the
-# partitions' answers within the request timeout + margin while nodes are cut off, and a KV
-# watch's 6.6 MB burst to three readers and a stalled one (under load, its readers have missed
-# events: docs/reliability.md "Open defects").
+# partitions' answers within the request timeout + margin while nodes are cut off.
 SOLO_UNITS = (
     "tests/browser/test_console.py",
     "tests/browser/test_admin.py",
-    "tests/integration/test_kv_watch.py",
     "tests/browser/test_docs.py",
     "tests/browser/test_eventsource.py",
     "tests/browser/test_subscriptions.py",
