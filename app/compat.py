@@ -195,6 +195,11 @@ def server_info(client: NatsClient) -> dict[str, Any]:
     return dict(client._server_info)
 
 
+# A pattern that is one character class (``[...]``, escapes allowed): it matches one byte, so
+# searching the concatenation of texts finds what searching each of them finds.
+_ONE_CLASS = re.compile(rb"\[(?:\\.|[^\]\\])*\]", re.S)
+
+
 def uvicorn_wire() -> tuple[dict[int, bytes], Any, Any]:
     """uvicorn's status lines by code, and its patterns of a header name and value it refuses
     to write."""
@@ -601,12 +606,17 @@ def _check_uvicorn(c: _Checks) -> None:
             "DirectPaths writes a whole answer as send does",
             direct,
         )
-    for name, kind in (
-        ("STATUS_LINE", dict),
-        ("HEADER_RE", re.Pattern),
-        ("HEADER_VALUE_RE", re.Pattern),
-    ):
-        c.attribute(httptools_impl, name, kind, f"httptools_impl.{name}", direct)
+    c.attribute(httptools_impl, "STATUS_LINE", dict, "httptools_impl.STATUS_LINE", direct)
+    for name in ("HEADER_RE", "HEADER_VALUE_RE"):
+        pattern = c.attribute(httptools_impl, name, re.Pattern, f"httptools_impl.{name}", direct)
+        if isinstance(pattern, re.Pattern):
+            c.require(
+                _ONE_CLASS.fullmatch(pattern.pattern) is not None,
+                f"httptools_impl.{name}",
+                f"is {pattern.pattern!r}, not one character class (searched over all headers "
+                "at once)",
+                direct,
+            )
     c.source_uses(
         FlowControl.__init__,
         ["self.write_paused = False"],

@@ -477,3 +477,28 @@ async def test_pipelined_requests_are_answered_in_order(
     assert b"content-length: 5" in answers[1].lower()  # (HEAD: the GET's length, no body)
     assert answers[2].split(b"\r\n\r\n", 1)[1].startswith(b"{")  # the bucket's status
     assert answers[3].endswith(b"\r\n\r\nvalue")
+
+
+@pytest.mark.parametrize(
+    ("header", "value"),
+    [("x-fine", "a\x01b"), ("x-fine", "a\nb"), ("x-bad name", "fine"), ("x-bad(", "fine")],
+)
+async def test_a_header_uvicorn_refuses_is_never_written(
+    nats_server: EmbeddedServer, monkeypatch: pytest.MonkeyPatch, header: str, value: str
+) -> None:
+    """The direct path refuses what uvicorn's ``send`` refuses, whatever header holds it among
+    the others (one search over all names, one over all values): a 500, nothing of the
+    answer."""
+    from starlette.responses import Response
+
+    async def answer(scope, receive):  # type: ignore[no-untyped-def]
+        scope.pop("jsgw.lean")
+        headers = {"x-before": "ok", header: value, "x-after": "ok"}
+        return Response(b"body", headers=headers)
+
+    monkeypatch.setattr(fastpath.LeanPaths, "_respond", staticmethod(answer))
+    with served_gateway(gateway_settings(nats_server.url)) as url:
+        async with httpx.AsyncClient(base_url=url, timeout=10) as client:
+            response = await client.get("/v1/kv/b/keys/a")
+    assert response.status_code == 500
+    assert "x-before" not in response.headers and response.content != b"body"

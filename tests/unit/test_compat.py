@@ -4,6 +4,7 @@ run on a release whose private names moved (simulated here by moving them)."""
 from __future__ import annotations
 
 import logging
+import re
 import tomllib
 from collections.abc import Iterator
 from pathlib import Path
@@ -87,6 +88,19 @@ def test_a_name_the_subclass_would_shadow(monkeypatch: pytest.MonkeyPatch) -> No
     assert (
         "HttpToolsProtocol._stall_check now exists, and would be shadowed; used by "
         "app/serving.py" in _refusal()
+    )
+
+
+def test_a_header_pattern_that_is_no_longer_one_character_class(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The direct path searches all header values in one text: right only for a pattern that
+    matches one byte at a time."""
+    pattern = re.compile(rb"[\x00-\x1f]|\r\n")
+    monkeypatch.setattr(httptools_impl, "HEADER_VALUE_RE", pattern)
+    assert (
+        f"httptools_impl.HEADER_VALUE_RE is {pattern.pattern!r}, not one character class "
+        "(searched over all headers at once); used by app/serving.py, app/fastpath.py" in _refusal()
     )
 
 
