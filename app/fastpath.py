@@ -389,7 +389,7 @@ class DirectPaths:
             await cycle.flow.drain()
         if cycle.disconnected:
             return
-        head: list[bytes] = [self._status_lines[response.status_code]]
+        head: list[bytes | memoryview] = [self._status_lines[response.status_code]]
         keep_alive = cycle.keep_alive
         headers = response.raw_headers
         connection = False  # a connection header is written
