@@ -11,6 +11,12 @@
   only while the worker has SSE clients (nats-server 2.15 allows 1,000 consumers per stream
   by default, and the gateway's watches on the same bucket must not lose one to it).
 
+* ``GET /floor/kv/{bucket}/keys/{key}`` and ``POST /floor/publish/{subject}``: the floor of a
+  NATS-backed request on this stack: one nats-py request per HTTP request (a Direct Get of the
+  key's last value; a publish waiting for its PubAck), the reply's data answered as it came:
+  no validation, authorization, error model, metrics or access log. Paths are bench-only and
+  put into subjects unchecked.
+
 Run: ``BENCH_NATS_URL=nats://127.0.0.1:PORT BENCH_SSE_BUCKET=watch
 uvicorn bench.raw_asgi:app --loop uvloop --http httptools --no-access-log``.
 """
@@ -76,12 +82,41 @@ async def _on_update(msg) -> None:  # type: ignore[no-untyped-def]
 
 async def _startup() -> None:
     url = os.environ.get("BENCH_NATS_URL")
-    if not url or not os.environ.get("BENCH_SSE_BUCKET"):
+    if not url:
         return
     import nats
 
     _nats["nc"] = await nats.connect(url)
     _nats["lock"] = asyncio.Lock()
+
+
+async def _floor(method: str, path: str, receive, send) -> None:  # type: ignore[no-untyped-def]
+    """One nats-py request, its reply's data as the answer (see the module)."""
+    nc = _nats["nc"]
+    if method == "POST":  # /floor/publish/{subject}
+        body, more = b"", True
+        while more:
+            message = await receive()
+            body += message.get("body", b"")
+            more = message.get("more_body", False)
+        reply = await nc.request(path.removeprefix("/floor/publish/"), body, timeout=5)  # type: ignore[attr-defined]
+        headers = [(b"content-type", b"application/json")]
+    else:  # /floor/kv/{bucket}/keys/{key}
+        bucket, _, key = path.removeprefix("/floor/kv/").partition("/keys/")
+        subject = f"$JS.API.DIRECT.GET.KV_{bucket}.$KV.{bucket}.{key}"
+        reply = await nc.request(subject, b"", timeout=5)  # type: ignore[attr-defined]
+        revision = (reply.headers or {}).get("Nats-Sequence", "0")
+        headers = [
+            (b"content-type", b"application/octet-stream"),
+            (b"kv-revision", revision.encode()),
+        ]
+    await send({"type": "http.response.start", "status": 200, "headers": headers})
+    await send({"type": "http.response.body", "body": reply.data})
+
+
+def _watches() -> bool:
+    """SSE clients get the bucket's updates (with NATS and ``BENCH_SSE_BUCKET``)."""
+    return "nc" in _nats and bool(os.environ.get("BENCH_SSE_BUCKET"))
 
 
 async def _subscribe() -> None:
@@ -134,7 +169,7 @@ async def _sse(receive, send) -> None:  # type: ignore[no-untyped-def]
     watcher = asyncio.ensure_future(watch_disconnect())
     QUEUES.add(queue)
     try:
-        if "nc" in _nats:
+        if _watches():
             await _subscribe()
         await send(_SSE_START)
         await send({"type": "http.response.body", "body": _READY, "more_body": True})
@@ -148,7 +183,7 @@ async def _sse(receive, send) -> None:  # type: ignore[no-untyped-def]
     finally:
         QUEUES.discard(queue)
         watcher.cancel()
-        if not QUEUES and "nc" in _nats:
+        if not QUEUES and _watches():
             await _unsubscribe()
 
 
@@ -167,6 +202,8 @@ async def app(scope, receive, send) -> None:  # type: ignore[no-untyped-def]
                 more = message.get("more_body", False)
             await send(_PUT_START)
             await send(_PUT_BODY)
+        elif path.startswith("/floor/") and "nc" in _nats:
+            await _floor(method, path, receive, send)
         elif method == "GET" and path == "/sse":
             await _sse(receive, send)
         elif path == "/healthz":

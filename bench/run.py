@@ -85,6 +85,12 @@ VARIANTS: dict[str, tuple[str, dict[str, str]]] = {
     "cached": ("the opt-in read cache", {"JSGW_KV_CACHE": KV_BUCKET}),
 }
 PUB_BATCH = 100  # messages per batch publish request
+# The floor of a NATS-backed request on this HTTP stack (bench/raw_asgi.py's /floor routes):
+# one nats-py request per HTTP request and nothing else, no gateway.
+FLOOR_LABEL = {
+    "get": "floor: raw ASGI endpoint + one nats-py Direct Get (nothing else)",
+    "pub": "floor: raw ASGI endpoint + one nats-py request for its PubAck (nothing else)",
+}
 PUB_BATCH_CLIENTS = 4
 
 
@@ -745,11 +751,13 @@ class Bench:
 
     # -- sections -------------------------------------------------------------------------------
 
-    def kv_requests(self, method: str) -> list[tuple[str, str, dict, str | None]]:
+    def kv_requests(
+        self, method: str, prefix: str = "/v1"
+    ) -> list[tuple[str, str, dict, str | None]]:
         a = self.args
         body = self.value.decode() if method == "PUT" else None
         return [
-            (method, f"/v1/kv/{KV_BUCKET}/keys/{key_name(i, a.keys)}", {}, body)
+            (method, f"{prefix}/kv/{KV_BUCKET}/keys/{key_name(i, a.keys)}", {}, body)
             for i in range(a.keys)
         ]
 
@@ -830,6 +838,13 @@ class Bench:
         get += [
             native("get.nats", "kv get nats", "kvget"),
             wrk("get.raw", "kv get raw", self.raw_url, self.kv_requests("GET"), raw.pid),
+            wrk(
+                "get.floor",
+                "kv get floor",
+                self.raw_url,
+                self.kv_requests("GET", prefix="/floor"),
+                raw.pid,
+            ),
             wrk(
                 "get.hello",
                 "kv get hello",
@@ -918,8 +933,8 @@ class Bench:
 
     def section_stream(self) -> None:
         a = self.args
-        gw = self.gateway
-        assert gw
+        gw, raw = self.gateway, self.raw
+        assert gw and raw
         r: dict[str, Any] = {}
         for key, fmt in (("batch.gateway", "ndjson"), ("batch.arrow", "arrow")):
             r[key] = self.attempt(
@@ -967,6 +982,15 @@ class Bench:
                 self.gateway_url,
                 [("POST", f"/v1/publish/pub.gw.{i}", {}, body) for i in range(a.keys)],
                 gw.pid,
+            ),
+        )
+        r["pub.floor"] = self.attempt(
+            "publish floor",
+            lambda: self.wrk_run(
+                "pub-floor",
+                self.raw_url,
+                [("POST", f"/floor/publish/pub.floor.{i}", {}, body) for i in range(a.keys)],
+                raw.pid,
             ),
         )
         r["pub.nats"] = self.attempt(
@@ -1354,6 +1378,7 @@ class Bench:
                 ("nolog", f"jsgw {path}, variant: access log off"),
                 ("nats", "nats-py " + ("kv.get (Direct Get)" if op == "get" else "kv.put")),
                 ("raw", "raw ASGI endpoint (uvicorn)"),
+                ("floor", FLOOR_LABEL["get"]),
                 ("hello", "FastAPI hello route"),
                 (
                     "etcd",
@@ -1366,7 +1391,7 @@ class Bench:
                 spec.append(("etcd_ser", "etcd /v3/kv/range serializable"))
             for key, label in spec:
                 res = r.get(f"{op}.{key}")
-                if res is None and key in ("nolog", "cached"):
+                if res is None and key in ("nolog", "cached", "floor"):
                     continue
                 note = self.row_note(res, etcd_missing if key.startswith("etcd") else "skipped")
                 rate = self.rate_of(res)
@@ -1419,19 +1444,20 @@ class Bench:
             ]
             if pairs:
                 rounds.append(f"jsgw GET ÷ {label} req/s, round by round: {', '.join(pairs)}")
-        cpu_pairs = [
-            fmt_ratio(x / y)
-            for x, y in zip(
-                g.get("rounds_cpu_us") or [],
-                (r.get("get.raw") or {}).get("rounds_cpu_us") or [],
-                strict=False,
-            )
-            if x and y
-        ]
-        if cpu_pairs:
-            rounds.append(
-                "jsgw GET CPU µs/op ÷ raw ASGI's, round by round: " + ", ".join(cpu_pairs)
-            )
+        for key, label in (("raw", "raw ASGI's"), ("floor", "the floor's")):
+            cpu_pairs = [
+                fmt_ratio(x / y)
+                for x, y in zip(
+                    g.get("rounds_cpu_us") or [],
+                    (r.get(f"get.{key}") or {}).get("rounds_cpu_us") or [],
+                    strict=False,
+                )
+                if x and y
+            ]
+            if cpu_pairs:
+                rounds.append(
+                    f"jsgw GET CPU µs/op ÷ {label}, round by round: " + ", ".join(cpu_pairs)
+                )
         if rounds:
             out += "\n" + ";\n".join(rounds) + ".\n"
         out += (
@@ -1589,7 +1615,10 @@ class Bench:
             (
                 "pub",
                 "publish with PubAck",
-                [("pub.gateway", "jsgw POST /v1/publish/{subject}", 0.5)],
+                [
+                    ("pub.gateway", "jsgw POST /v1/publish/{subject}", 0.5),
+                    ("pub.floor", FLOOR_LABEL["pub"], None),
+                ],
                 "nats-py js.publish",
                 None,
                 f"asyncio, {a.connections} in flight",
