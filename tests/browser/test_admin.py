@@ -16,6 +16,7 @@ from pathlib import Path
 import httpx
 import nats
 import pytest
+from nats.js.api import ConsumerConfig, DeliverPolicy, KeyValueConfig, StorageType
 from nats.js.errors import NotFoundError
 from playwright.async_api import Page, expect
 
@@ -180,6 +181,9 @@ async def test_the_admin_views_pass_axe(
     kv = await js.create_key_value(bucket=name, history=3)
     await kv.put("k.1", b"v1")
     await kv.put("k.1", b"v2")
+    async with httpx.AsyncClient(base_url=base_url) as http:
+        aggregate = {"aggregate": {"origins": [{"bucket": name}]}}
+        assert (await http.put(f"/v1/kv/{name}_all", json=aggregate)).status_code == 201
     await page.set_viewport_size({"width": width, "height": height})
     for where, hash_, shown in [
         ("overview", "#/", "#new-stream"),
@@ -188,6 +192,7 @@ async def test_the_admin_views_pass_axe(
         ("consumer", f"#/streams/{name}/consumers/c1", "#fetched"),
         ("health", "#/health", "#health .card"),
         ("bucket", f"#/kv/{name}", "ul.keys li"),
+        ("aggregate", f"#/kv/{name}_all", "tr.origin"),
         ("key", f"#/kv/{name}/keys/k.1", "pre.value"),
         ("watch", f"#/kv/{name}/watch", "#events tr"),
         ("subscriptions", "#/subscriptions", "main .card"),
@@ -201,6 +206,7 @@ async def test_the_admin_views_pass_axe(
         await page.screenshot(path=screenshots / f"axe-{where}-{width}.png", full_page=True)
         found = await axe_violations(page)
         assert not found, (where, found)
+        await expect(page.locator("main h1")).to_have_count(1)  # (axe: page-has-heading-one)
 
 
 async def test_health_shows_the_gateway_nats_and_the_pool(
@@ -290,3 +296,91 @@ async def test_messages_from_a_time(
     rows = page.locator("#messages tbody tr")
     await expect(rows).to_have_count(1)
     await expect(rows.first).to_have_attribute("data-seq", str(later.seq))
+
+
+async def test_a_bucket_edited_mirrored_and_aggregated(
+    base_url: str, strict_page: Page, nc: nats.NATS, name: str, screenshots: Path
+) -> None:
+    """A bucket's config edited from its form (what the form does not show, its memory
+    storage, stays), a mirror added and deleted, and an aggregate made of it from the
+    create form, then given a second origin: each read back through nats-py."""
+    page = strict_page
+    js = nc.jetstream()
+    await js.create_key_value(KeyValueConfig(bucket=name, storage=StorageType.MEMORY, direct=True))
+    await page.goto(f"{base_url}/ui/#/kv/{name}")
+    edit = page.locator("#edit-bucket")
+    await expect(edit.locator("[name=history]")).to_have_value("1")
+    await edit.locator("[name=history]").fill("5")
+    await edit.locator("[name=description]").fill("sessions")
+    await edit.get_by_role("button", name="Save changes").click()
+    await expect(page.locator("#flash")).to_contain_text(f"Bucket {name} updated.")
+    config = (await js.stream_info(f"KV_{name}")).config
+    assert (config.max_msgs_per_subject, config.description) == (5, "sessions")
+    assert config.storage == StorageType.MEMORY
+
+    # A mirror: made from its form, listed, deleted once its name is typed.
+    mirror = f"{name}_m"
+    await page.locator("#new-mirror summary").click()
+    await page.locator("#new-mirror-name").fill(mirror)
+    await page.locator("#add-mirror [name=storage]").select_option("memory")
+    await page.get_by_role("button", name="Create mirror").click()
+    await expect(page.locator("#flash")).to_contain_text(f"Mirror {mirror} of {name} created.")
+    row = page.locator(f"tr.mirror[data-mirror={mirror}]")
+    await expect(row).to_be_visible()
+    info = await js.stream_info(mirror)
+    assert info.config.mirror is not None and info.config.mirror.name == f"KV_{name}"
+    await page.screenshot(path=screenshots / "admin-bucket-topology.png", full_page=True)
+    await row.get_by_role("button", name="Delete mirror…").click()
+    await row.get_by_label(f"type {mirror} to confirm").fill(mirror)
+    await row.get_by_role("button", name="Delete mirror", exact=True).click()
+    await expect(page.locator("#flash")).to_contain_text(f"Mirror {mirror} deleted.")
+    await expect(page.locator(f"tr.mirror[data-mirror={mirror}]")).to_have_count(0)
+    with pytest.raises(NotFoundError):
+        await js.stream_info(mirror)
+
+    # An aggregate of the bucket's orders.> keys, then a second origin.
+    union, other = f"{name}_all", f"{name}_b"
+    await js.create_key_value(KeyValueConfig(bucket=other, direct=True))
+    await page.goto(f"{base_url}/ui/")
+    await page.locator("#new-bucket summary").click()
+    await page.locator("#new-bucket-name").fill(union)
+    await page.locator("#aggregate-origins").fill(name)
+    await page.locator("#aggregate-keys").fill("orders.>")
+    await page.get_by_role("button", name="Create bucket").click()
+    await expect(page).to_have_url(f"{base_url}/ui/#/kv/{union}")
+    await expect(page.locator("main")).to_contain_text("Aggregate (read-only)")
+    sources = (await js.stream_info(f"KV_{union}")).config.sources or []
+    assert [s.name for s in sources] == [f"KV_{name}"]
+    await page.locator("#new-origin summary").click()
+    await page.locator("#add-origin [name=bucket]").fill(other)
+    await page.get_by_role("button", name="Add origin").click()
+    await expect(page.locator("#flash")).to_contain_text(f"{union} now copies {other}.")
+    await expect(page.locator("tr.origin")).to_have_count(2)
+    sources = (await js.stream_info(f"KV_{union}")).config.sources or []
+    assert sorted(s.name for s in sources) == sorted([f"KV_{name}", f"KV_{other}"])
+
+
+async def test_a_consumer_edited(
+    base_url: str, strict_page: Page, nc: nats.NATS, name: str
+) -> None:
+    """A consumer's limits changed from its form; what the form does not show stays."""
+    page = strict_page
+    js = nc.jetstream()
+    await js.add_stream(name=name, subjects=[f"{name}.>"])
+    await js.add_consumer(
+        name, ConsumerConfig(durable_name="c1", ack_wait=30, deliver_policy=DeliverPolicy.LAST)
+    )
+    await page.goto(f"{base_url}/ui/#/streams/{name}/consumers/c1")
+    await page.locator("#edit-consumer-box summary").click()
+    form = page.locator("#edit-consumer")
+    await form.locator("[name=ack_wait]").fill("45s")
+    await form.locator("[name=max_deliver]").fill("7")
+    await form.locator("[name=max_ack_pending]").fill("50")
+    await form.locator("[name=max_batch]").fill("20")
+    await form.get_by_role("button", name="Save changes").click()
+    await expect(page.locator("#flash")).to_contain_text("Consumer c1 updated.")
+    config = (await js.consumer_info(name, "c1")).config
+    assert (config.ack_wait, config.max_deliver, config.max_ack_pending) == (45, 7, 50)
+    raw = await nc.request(f"$JS.API.CONSUMER.INFO.{name}.c1", b"")
+    assert json.loads(raw.data)["config"]["max_batch"] == 20  # (nats-py's config has no field)
+    assert config.deliver_policy == DeliverPolicy.LAST

@@ -240,9 +240,12 @@ async function overview() {
         "limit_marker_ttl", "description"], {
         id: "create-bucket",
         submit: "Create bucket",
-        onsubmit: async (body) => {
+        extra: aggregateFields(),
+        onsubmit: async (body, extra) => {
           if (!bucketName.reportValidity()) return;
           const name = bucketName.value.trim();
+          const aggregate = extra.aggregate();
+          if (aggregate) body.aggregate = aggregate;
           await api("PUT", `v1/kv/${seg(name)}`, { json: body });
           flash(`Bucket ${name} created.`, "ok");
           location.hash = `#/kv/${seg(name)}`;
@@ -308,27 +311,87 @@ async function bucketView(bucket) {
     filter, size, h("button", { type: "submit" }, "List keys"));
   size.value = "50";
   const mirrors = await api("GET", `v1/kv/${seg(bucket)}/mirrors`).catch((err) => err);
+  const after = () => render();
   view.replaceChildren(
     card(`Bucket ${bucket}`,
       h("div.stats", {}, stat("values", status.values), stat("history", status.history),
         stat("ttl", seconds(status.ttl)), stat("size", bytes(status.bytes)),
         stat("storage", status.storage), stat("replicas", status.replicas)),
       h("p", {}, link("Live watch of this bucket →", `#/kv/${seg(bucket)}/watch`))),
-    ...topology(status, mirrors),
+    ...await topology(bucket, status, mirrors, after),
     h("div.grid", {}, card("Keys", listForm, keysBox),
       status.aggregate && !status.aggregate.writable
         ? card("Read-only", h("p.muted", {}, "An aggregate that is not writable: its values come from its origins."))
         : card("Write a value", putForm(bucket, load))),
-    card("Delete", confirmed("Delete bucket", bucket, "Deletes the bucket and every value in it.", async () => {
-      await api("DELETE", `v1/kv/${seg(bucket)}`);
-      flash(`Bucket ${bucket} deleted.`, "ok");
-      location.hash = "#/";
-    })));
+    card("Administration", await bucketAdmin(bucket, status, after)));
   await load();
 }
 
-// ADR-8 topologies: the bucket's mirrors (read replicas) and, for an aggregate, its origins.
-function topology(status, mirrors) {
+const BUCKET_EDIT = ["history", "ttl", "max_value_size", "max_bytes", "replicas", "limit_marker_ttl",
+  "compression", "description"];
+
+/** The KVConfig a bucket's status stands for: an update sends it whole (what the form leaves
+ * out keeps its value; an aggregate's origins are kept by the gateway when left out). */
+function bucketConfig(status) {
+  const config = { compression: Boolean(status.is_compressed) };
+  for (const f of [...BUCKET_EDIT, "storage", "placement", "republish"]) {
+    if (f in status && status[f] !== null) config[f] = status[f];
+  }
+  return config;
+}
+
+async function bucketAdmin(bucket, status, after) {
+  const config = bucketConfig(status);
+  return h("div.admin", { id: "bucket-admin" },
+    h("h3", {}, "Edit the configuration"),
+    await schemaForm("KVConfig", BUCKET_EDIT, {
+      id: "edit-bucket",
+      values: config,
+      fixed: config,
+      submit: "Save changes",
+      onsubmit: async (body) => {
+        await api("PUT", `v1/kv/${seg(bucket)}`, { json: body });
+        flash(`Bucket ${bucket} updated.`, "ok");
+        after();
+      },
+    }),
+    h("h3", {}, "Delete"),
+    confirmed("Delete bucket", bucket, "Deletes the bucket and every value in it.", async () => {
+      await api("DELETE", `v1/kv/${seg(bucket)}`);
+      flash(`Bucket ${bucket} deleted.`, "ok");
+      location.hash = "#/";
+    }));
+}
+
+/** The create-bucket form's part that makes an aggregate (ADR-8) of other buckets. */
+function aggregateFields() {
+  const origins = h("input", { id: "aggregate-origins", size: 40, placeholder: "comma-separated bucket names",
+    pattern: "\\s*[a-zA-Z0-9_\\-]+(\\s*,\\s*[a-zA-Z0-9_\\-]+)*\\s*",
+    title: "bucket names: letters, digits, _ and -, separated by commas" });
+  const keys = h("input", { id: "aggregate-keys", size: 40, placeholder: "all keys" });
+  const writable = h("input", { type: "checkbox", id: "aggregate-writable" });
+  return {
+    element: h("fieldset.aggregate", {}, h("legend", {}, "Aggregate of other buckets (optional)"),
+      h("div.field", {}, h("label", { for: "aggregate-origins" }, "origin buckets"), origins,
+        h("small.muted", {}, "the new bucket copies their keys, which keep their names")),
+      h("div.field", {}, h("label", { for: "aggregate-keys" }, "keys of each origin"), keys,
+        h("small.muted", {}, "comma-separated filters, e.g. orders.>")),
+      h("label", {}, writable, " writable (read-only by default: no writes, deletes or purges)")),
+    aggregate() {
+      const names = origins.value.split(",").map((n) => n.trim()).filter(Boolean);
+      if (!names.length) return null;
+      const filters = keys.value.split(",").map((k) => k.trim()).filter(Boolean);
+      return {
+        writable: writable.checked,
+        origins: names.map((bucket) => (filters.length ? { bucket, keys: filters } : { bucket })),
+      };
+    },
+  };
+}
+
+// ADR-8 topologies: the bucket's mirrors (read replicas) and, for an aggregate, its origins,
+// each with the form that adds one.
+async function topology(bucket, status, mirrors, after) {
   const cards = [];
   const keys = (list) => (list && list.length ? list.join(", ") : "all keys");
   if (status.aggregate) {
@@ -336,15 +399,46 @@ function topology(status, mirrors) {
     cards.push(card(`Aggregate (${writable ? "writable" : "read-only"})`,
       table(["origin", "stream", "keys", "lag"], origins.map((o) =>
         h("tr.origin", {}, h("td", {}, link(o.bucket, `#/kv/${seg(o.bucket)}`)), h("td.mono", {}, o.stream),
-          h("td.mono", {}, keys(o.keys)), h("td.num", {}, o.lag ?? "–"))))));
+          h("td.mono", {}, keys(o.keys)), h("td.num", {}, o.lag ?? "–")))),
+      h("details", { id: "new-origin" }, h("summary", {}, "Add an origin"),
+        await schemaForm("KVOrigin", ["bucket", "keys", "stream"], {
+          id: "add-origin",
+          submit: "Add origin",
+          onsubmit: async (body) => {
+            await api("POST", `v1/kv/${seg(bucket)}/origins`, { json: body });
+            flash(`${bucket} now copies ${body.bucket}.`, "ok");
+            after();
+          },
+        }))));
   }
+  const mirrorName = h("input", { id: "new-mirror-name", required: true, size: 24,
+    pattern: "[a-zA-Z0-9_\\-]+", title: "a stream name: letters, digits, _ and -" });
+  const adding = h("details", { id: "new-mirror" }, h("summary", {}, "Add a mirror"),
+    h("div.field", {}, h("label", { for: "new-mirror-name" }, "mirror (its stream's name)"), mirrorName),
+    await schemaForm("KVMirrorConfig", ["keys", "history", "ttl", "max_bytes", "storage", "replicas", "description"], {
+      id: "add-mirror",
+      submit: "Create mirror",
+      onsubmit: async (body) => {
+        if (!mirrorName.reportValidity()) return;
+        const name = mirrorName.value.trim();
+        await api("PUT", `v1/kv/${seg(bucket)}/mirrors/${seg(name)}`, { json: body });
+        flash(`Mirror ${name} of ${bucket} created.`, "ok");
+        after();
+      },
+    }));
   if (mirrors instanceof Error) {
-    cards.push(card("Mirrors", problemBox(mirrors)));
-  } else if (mirrors.mirrors.length) {
+    cards.push(card("Mirrors", problemBox(mirrors), adding));
+  } else {
     cards.push(card("Mirrors",
-      table(["mirror", "keys", "lag", "values"], mirrors.mirrors.map((m) =>
-        h("tr.mirror", {}, h("td.mono", {}, m.name), h("td.mono", {}, keys(m.keys)),
-          h("td.num", {}, m.lag ?? "–"), h("td.num", {}, m.values))))));
+      table(["mirror", "keys", "lag", "values", ""], mirrors.mirrors.map((m) =>
+        h("tr.mirror", { dataset: { mirror: m.name } }, h("td.mono", {}, m.name), h("td.mono", {}, keys(m.keys)),
+          h("td.num", {}, m.lag ?? "–"), h("td.num", {}, m.values),
+          h("td", {}, confirmed("Delete mirror", m.name, "Deletes the mirror's stream.", async () => {
+            await api("DELETE", `v1/kv/${seg(bucket)}/mirrors/${seg(m.name)}`);
+            flash(`Mirror ${m.name} deleted.`, "ok");
+            after();
+          })))), "No mirrors: reads are served by the bucket's own stream."),
+      adding));
   }
   return cards;
 }
@@ -680,7 +774,19 @@ async function consumerView(stream, name) {
       h("div.row", {}, h("button.quiet", { type: "button", onclick: () => render() }, "Refresh"))),
     card("Priority groups", table(["group", "pinned client", "pinned since", ""], groups, "No priority groups.")),
     card("Fetch and settle", fetchPane(stream, name)),
-    card("Configuration", h("pre.value", { tabindex: 0 }, JSON.stringify(c.config, null, 2))),
+    card("Configuration", h("pre.value", { tabindex: 0 }, JSON.stringify(c.config, null, 2)),
+      h("details", { id: "edit-consumer-box" }, h("summary", {}, "Edit the configuration"),
+        await schemaForm("ConsumerConfig", CONSUMER_EDIT, {
+          id: "edit-consumer",
+          values: c.config,
+          fixed: c.config,
+          submit: "Save changes",
+          onsubmit: async (body) => {
+            await api("PUT", base, { json: body });
+            flash(`Consumer ${name} updated.`, "ok");
+            render();
+          },
+        }))),
     card("Delete", confirmed("Delete consumer", name, "Deletes the consumer and its delivery state.", async () => {
       await api("DELETE", base);
       flash(`Consumer ${name} deleted.`, "ok");
@@ -916,7 +1022,7 @@ function regex(pattern) {
  * own checks answer the rest, shown as its problem document. onsubmit(body) gets the fields
  * that were filled in, typed as the schema says.
  */
-async function schemaForm(schemaName, fields, { values = {}, submit = "Save", fixed = {}, onsubmit, id }) {
+async function schemaForm(schemaName, fields, { values = {}, submit = "Save", fixed = {}, onsubmit, id, extra }) {
   const schema = await schemaOf(schemaName);
   const inputs = [];
   const rows = fields.map((name) => {
@@ -980,12 +1086,13 @@ async function schemaForm(schemaName, fields, { values = {}, submit = "Save", fi
       }
       if (!form.reportValidity()) return;
       try {
-        await onsubmit(body);
+        await onsubmit(body, extra);
       } catch (err) {
         errors.replaceChildren(problemBox(err));
       }
     },
-  }, h("div.fields", {}, rows), h("div.row", {}, h("button", { type: "submit" }, submit)), errors);
+  }, h("div.fields", {}, rows), extra ? extra.element : null,
+  h("div.row", {}, h("button", { type: "submit" }, submit)), errors);
   return form;
 }
 
@@ -1067,6 +1174,9 @@ const STREAM_FIELDS = ["name", "subjects", "storage", "retention", "num_replicas
 const STREAM_EDIT = STREAM_FIELDS.filter((f) => !["name", "storage"].includes(f));
 const CONSUMER_FIELDS = ["durable_name", "filter_subject", "ack_policy", "deliver_policy",
   "ack_wait", "max_deliver", "max_ack_pending"];
+// What nats-server lets an existing consumer change.
+const CONSUMER_EDIT = ["description", "filter_subject", "ack_wait", "max_deliver", "max_ack_pending",
+  "max_batch", "max_expires"];
 
 async function createStreamForm() {
   return schemaForm("StreamConfig", STREAM_FIELDS, {
@@ -1403,6 +1513,15 @@ async function render() {
   }
   view.replaceChildren(card("Not found", h("p", {}, "No such view. "), link("Back to the overview", "#/")));
 }
+
+// The page's heading: the title of a view's first card is its h1 (one per page, as screen
+// readers and axe's page-has-heading-one expect); the other cards' are h2 below it.
+// (Views that fill a box of theirs later, as the health view does, get it then.)
+new MutationObserver(() => {
+  if (view.querySelector("h1")) return;
+  const first = view.querySelector("section.card > h2");
+  if (first) first.replaceWith(h("h1", {}, ...first.childNodes));
+}).observe(view, { childList: true, subtree: true });
 
 window.addEventListener("hashchange", () => { clearFlash(); render(); });
 showWho();
