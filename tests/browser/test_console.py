@@ -21,6 +21,7 @@ from tests.browser.support import create_bucket
 from tests.helpers import gateway_settings, served_gateway
 
 TOKEN = "console-admin-token-0123456789"
+READER = "console-viewer-token-0123456789"
 POLICY = f"""
 tokens:
   - name: operator
@@ -29,6 +30,11 @@ tokens:
       - {{resource: "kv:*", actions: [read, write, admin]}}
       - {{resource: "stream:*", actions: [read, write, admin]}}
       - {{resource: "consumer:*/*", actions: [consume, admin]}}
+  - name: viewer
+    token: "{READER}"
+    rules:
+      - {{resource: "kv:*", actions: [read]}}
+      - {{resource: "stream:*", actions: [read]}}
 """
 
 
@@ -203,6 +209,7 @@ async def test_console_with_auth(
     await page.get_by_role("link", name="workers").click()
     group = page.locator('tr[data-group="jobs"]')
     await expect(group).to_contain_text(pin)
+    await expect(group.locator(".age")).to_have_text(re.compile(r"^ \((\d+s|\d+m \d+s) ago\)$"))
     await expect(page.locator(".stat", has_text="ack pending")).to_contain_text("5")
     await page.screenshot(path=screenshots / "console-consumer.png", full_page=True)
 
@@ -300,3 +307,31 @@ async def test_counters_and_pausing(
 
 
 BIG = "98765432109876543210987654321"
+
+
+async def test_a_token_that_may_only_read_sees_each_refusal_plainly(
+    auth_url: str, page: Page, nc: nats.NATS, name: str
+) -> None:
+    """With a read-only token the console browses, and every write it tries (a value, a
+    bucket's config) is answered 403 on the page as the gateway wrote it; nothing changes,
+    and the page does not fall back to the login (that is for 401). (Chromium logs each 4xx
+    answer as a console error: this page cannot be the strict one.)"""
+    await create_bucket(auth_url, name, token=TOKEN)
+    await page.goto(f"{auth_url}/ui/")
+    await page.fill("input[name=token]", READER)
+    await page.click("button[type=submit]")
+    await expect(page.get_by_role("link", name=name, exact=True)).to_be_visible()
+
+    await page.goto(f"{auth_url}/ui/#/kv/{name}")
+    await page.locator("input[name=key]").fill("a")
+    await page.locator("textarea[name=value]").fill("1")
+    await page.get_by_role("button", name="Put").click()
+    await expect(page.locator("#flash")).to_contain_text("403 Forbidden")
+    await expect(page.locator("#flash")).to_contain_text("(auth.forbidden)")
+    edit = page.locator("#edit-bucket")
+    await edit.locator("[name=history]").fill("9")
+    await edit.get_by_role("button", name="Save changes").click()
+    await expect(edit.locator(".problem")).to_contain_text("403 Forbidden")
+    await expect(page.locator("#new-bucket-name, input[name=token]")).to_have_count(0)
+    status = await (await nc.jetstream().key_value(name)).status()
+    assert (status.values, status.history) == (0, 1)

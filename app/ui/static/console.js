@@ -114,6 +114,16 @@ function when(rfc3339) {
   return isNaN(d) ? rfc3339 : d.toLocaleString();
 }
 
+/** How long ago an RFC 3339 time was: "45s ago", "3m 20s ago", "2h 5m ago". */
+function age(rfc3339) {
+  const ms = Date.now() - new Date(rfc3339).getTime();
+  if (isNaN(ms)) return "";
+  const s = Math.max(0, Math.floor(ms / 1000));
+  if (s < 60) return `${s}s ago`;
+  if (s < 3600) return `${Math.floor(s / 60)}m ${s % 60}s ago`;
+  return `${Math.floor(s / 3600)}h ${Math.floor((s % 3600) / 60)}m ago`;
+}
+
 function seconds(s) {
   if (!s) return "none";
   if (s % 86400 === 0) return `${s / 86400}d`;
@@ -735,7 +745,8 @@ async function consumerView(stream, name) {
   const groups = (c.config.priority_groups || []).map((g) => {
     const s = state[g] || {};
     return h("tr", { dataset: { group: g } }, h("td.mono", {}, g),
-      h("td.mono", {}, s.pinned_client_id || h("span.muted", {}, "not pinned")), h("td", {}, when(s.pinned_ts)),
+      h("td.mono", {}, s.pinned_client_id || h("span.muted", {}, "not pinned")),
+      h("td", {}, when(s.pinned_ts), s.pinned_ts ? h("span.age.muted", {}, ` (${age(s.pinned_ts)})`) : null),
       h("td", {}, s.pinned_client_id ? h("button.quiet", {
         type: "button",
         onclick: async () => {
@@ -772,7 +783,7 @@ async function consumerView(stream, name) {
         stat("policy", c.config.priority_policy || "none"), stat("paused", c.paused ? "yes" : "no")),
       pausing,
       h("div.row", {}, h("button.quiet", { type: "button", onclick: () => render() }, "Refresh"))),
-    card("Priority groups", table(["group", "pinned client", "pinned since", ""], groups, "No priority groups.")),
+    card("Priority groups", table(["group", "pinned client", "pinned since (age)", ""], groups, "No priority groups.")),
     card("Fetch and settle", fetchPane(stream, name)),
     card("Configuration", h("pre.value", { tabindex: 0 }, JSON.stringify(c.config, null, 2)),
       h("details", { id: "edit-consumer-box" }, h("summary", {}, "Edit the configuration"),
