@@ -207,6 +207,9 @@ async def test_the_admin_views_pass_axe(
         found = await axe_violations(page)
         assert not found, (where, found)
         await expect(page.locator("main h1")).to_have_count(1)  # (axe: page-has-heading-one)
+        # Nothing wider than the screen: the page never scrolls sideways.
+        overflow = "document.documentElement.scrollWidth - window.innerWidth"
+        assert await page.evaluate(overflow) <= 0, where
 
 
 async def test_health_shows_the_gateway_nats_and_the_pool(
