@@ -326,12 +326,20 @@ async def test_a_bucket_edited_mirrored_and_aggregated(
     await page.locator("#new-mirror summary").click()
     await page.locator("#new-mirror-name").fill(mirror)
     await page.locator("#add-mirror [name=storage]").select_option("memory")
-    await page.get_by_role("button", name="Create mirror").click()
+    await page.get_by_role("button", name="Save mirror").click()
     await expect(page.locator("#flash")).to_contain_text(f"Mirror {mirror} of {name} created.")
     row = page.locator(f"tr.mirror[data-mirror={mirror}]")
     await expect(row).to_be_visible()
     info = await js.stream_info(mirror)
     assert info.config.mirror is not None and info.config.mirror.name == f"KV_{name}"
+    # The same name again changes it.
+    await page.locator("#new-mirror summary").click()
+    await page.locator("#new-mirror-name").fill(mirror)
+    await page.locator("#add-mirror [name=storage]").select_option("memory")
+    await page.locator("#add-mirror [name=max_bytes]").fill("1048576")
+    await page.get_by_role("button", name="Save mirror").click()
+    await expect(page.locator("#flash")).to_contain_text(f"Mirror {mirror} of {name} updated.")
+    assert (await js.stream_info(mirror)).config.max_bytes == 1048576
     await page.screenshot(path=screenshots / "admin-bucket-topology.png", full_page=True)
     await row.get_by_role("button", name="Delete mirror…").click()
     await row.get_by_label(f"type {mirror} to confirm").fill(mirror)

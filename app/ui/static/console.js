@@ -423,16 +423,17 @@ async function topology(bucket, status, mirrors, after) {
   }
   const mirrorName = h("input", { id: "new-mirror-name", required: true, size: 24,
     pattern: "[a-zA-Z0-9_\\-]+", title: "a stream name: letters, digits, _ and -" });
-  const adding = h("details", { id: "new-mirror" }, h("summary", {}, "Add a mirror"),
+  const adding = h("details", { id: "new-mirror" }, h("summary", {}, "Add or change a mirror"),
     h("div.field", {}, h("label", { for: "new-mirror-name" }, "mirror (its stream's name)"), mirrorName),
     await schemaForm("KVMirrorConfig", ["keys", "history", "ttl", "max_bytes", "storage", "replicas", "description"], {
       id: "add-mirror",
-      submit: "Create mirror",
+      submit: "Save mirror",
       onsubmit: async (body) => {
         if (!mirrorName.reportValidity()) return;
         const name = mirrorName.value.trim();
+        const known = !(mirrors instanceof Error) && mirrors.mirrors.some((m) => m.name === name);
         await api("PUT", `v1/kv/${seg(bucket)}/mirrors/${seg(name)}`, { json: body });
-        flash(`Mirror ${name} of ${bucket} created.`, "ok");
+        flash(`Mirror ${name} of ${bucket} ${known ? "updated" : "created"}.`, "ok");
         after();
       },
     }));
