@@ -975,24 +975,18 @@ class Bench:
             ),
         )
         body = self.value.decode()
-        r["pub.gateway"] = self.attempt(
-            "publish gateway",
-            lambda: self.wrk_run(
-                "pub-gateway",
-                self.gateway_url,
-                [("POST", f"/v1/publish/pub.gw.{i}", {}, body) for i in range(a.keys)],
-                gw.pid,
-            ),
-        )
-        r["pub.floor"] = self.attempt(
-            "publish floor",
-            lambda: self.wrk_run(
-                "pub-floor",
-                self.raw_url,
-                [("POST", f"/floor/publish/pub.floor.{i}", {}, body) for i in range(a.keys)],
-                raw.pid,
-            ),
-        )
+        # The gateway's publish, and the floor's (bench/raw_asgi.py) to the same stream.
+        for who, url, path, pid in (
+            ("gateway", self.gateway_url, "/v1/publish/pub.gw", gw.pid),
+            ("floor", self.raw_url, "/floor/publish/pub.floor", raw.pid),
+        ):
+            requests = [("POST", f"{path}.{i}", {}, body) for i in range(a.keys)]
+            r[f"pub.{who}"] = self.attempt(
+                f"publish {who}",
+                lambda who=who, url=url, requests=requests, pid=pid: self.wrk_run(
+                    f"pub-{who}", url, requests, pid
+                ),
+            )
         r["pub.nats"] = self.attempt(
             "publish nats",
             lambda: self.nats_load(

@@ -354,17 +354,8 @@ async function bucketAdmin(bucket, status, after) {
   const config = bucketConfig(status);
   return h("div.admin", { id: "bucket-admin" },
     h("h3", {}, "Edit the configuration"),
-    await schemaForm("KVConfig", BUCKET_EDIT, {
-      id: "edit-bucket",
-      values: config,
-      fixed: config,
-      submit: "Save changes",
-      onsubmit: async (body) => {
-        await api("PUT", `v1/kv/${seg(bucket)}`, { json: body });
-        flash(`Bucket ${bucket} updated.`, "ok");
-        after();
-      },
-    }),
+    await editForm({ id: "edit-bucket", schema: "KVConfig", fields: BUCKET_EDIT, config,
+      path: `v1/kv/${seg(bucket)}`, what: `Bucket ${bucket}`, after }),
     h("h3", {}, "Delete"),
     confirmed("Delete bucket", bucket, "Deletes the bucket and every value in it.", async () => {
       await api("DELETE", `v1/kv/${seg(bucket)}`);
@@ -788,17 +779,8 @@ async function consumerView(stream, name) {
     card("Fetch and settle", fetchPane(stream, name)),
     card("Configuration", h("pre.value", { tabindex: 0 }, JSON.stringify(c.config, null, 2)),
       h("details", { id: "edit-consumer-box" }, h("summary", {}, "Edit the configuration"),
-        await schemaForm("ConsumerConfig", CONSUMER_EDIT, {
-          id: "edit-consumer",
-          values: c.config,
-          fixed: c.config,
-          submit: "Save changes",
-          onsubmit: async (body) => {
-            await api("PUT", base, { json: body });
-            flash(`Consumer ${name} updated.`, "ok");
-            render();
-          },
-        }))),
+        await editForm({ id: "edit-consumer", schema: "ConsumerConfig", fields: CONSUMER_EDIT, config: c.config,
+          path: base, what: `Consumer ${name}`, after: () => render() }))),
     card("Delete", confirmed("Delete consumer", name, "Deletes the consumer and its delivery state.", async () => {
       await api("DELETE", base);
       flash(`Consumer ${name} deleted.`, "ok");
@@ -1108,6 +1090,24 @@ async function schemaForm(schemaName, fields, { values = {}, submit = "Save", fi
   return form;
 }
 
+/**
+ * The form that edits a config (a bucket's, a stream's, a consumer's) with a PUT to ``path``:
+ * the ``fields`` shown, and what it does not show sent again as it is (a PUT replaces it).
+ */
+function editForm({ id, schema, fields, config, path, what, after }) {
+  return schemaForm(schema, fields, {
+    id,
+    values: config,
+    fixed: { ...config },
+    submit: "Save changes",
+    onsubmit: async (body) => {
+      await api("PUT", path, { json: body });
+      flash(`${what} updated.`, "ok");
+      after();
+    },
+  });
+}
+
 /** A button that asks for the name before a destructive action. */
 function confirmed(label, name, what, action) {
   const box = h("div.confirm", { hidden: true });
@@ -1207,17 +1207,8 @@ async function streamAdmin(stream, config, after) {
   const purgeFilter = h("input", { id: "purge-filter", size: 24, placeholder: "all subjects" });
   return h("div", { id: "stream-admin" },
     h("h3", {}, "Edit the configuration"),
-    await schemaForm("StreamConfig", STREAM_EDIT, {
-      id: "edit-stream",
-      values: config,
-      fixed: { ...config },
-      submit: "Save changes",
-      onsubmit: async (body) => {
-        await api("PUT", `v1/streams/${seg(stream)}`, { json: body });
-        flash(`Stream ${stream} updated.`, "ok");
-        after();
-      },
-    }),
+    await editForm({ id: "edit-stream", schema: "StreamConfig", fields: STREAM_EDIT, config,
+      path: `v1/streams/${seg(stream)}`, what: `Stream ${stream}`, after }),
     h("h3", {}, "Purge"),
     h("div.row", {}, h("label", { for: "purge-filter" }, "subject filter"), purgeFilter),
     confirmed("Purge", stream, "Removes the stream's messages (those on the filter, when given).", async () => {
