@@ -190,8 +190,10 @@ class Settings(BaseSettings):
     @field_validator("push_allowed_urls")
     @classmethod
     def _check_prefixes(cls, prefixes: list[str]) -> list[str]:
-        from app.push.allowlist import EndpointError, parse_prefix
+        from app.push.allowlist import DEFAULT_ALLOWED, EndpointError, parse_prefix
 
+        if tuple(prefixes) == DEFAULT_ALLOWED:
+            return prefixes  # (parsed on first use: see app.push.allowlist.http_url)
         for prefix in prefixes:
             try:
                 parse_prefix(prefix)

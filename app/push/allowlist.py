@@ -23,14 +23,17 @@ removes ``.``/``..`` segments: checked after that).
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 from urllib.parse import unquote
-
-import httpx
 
 from app import errors
 from app.errors import ErrorCode
+
+if TYPE_CHECKING:
+    import httpx
 
 DEFAULT_ALLOWED = ("http://127.0.0.1", "http://localhost")
 MAX_ENDPOINT_LENGTH = 2048
@@ -72,8 +75,8 @@ def parse(url: str, *, what: str = "endpoint") -> Target:
     if _UNSAFE.search(url):
         raise EndpointError(f"the {what} holds whitespace, a control character or a backslash")
     try:
-        parsed = httpx.URL(url)
-    except (httpx.InvalidURL, ValueError) as exc:
+        parsed = http_url(url)
+    except ValueError as exc:
         raise EndpointError(f"the {what} is not a URL: {exc}") from None
     scheme = parsed.scheme.lower()
     if scheme not in _SCHEMES or not parsed.is_absolute_url or not parsed.host:
@@ -101,12 +104,31 @@ def parse(url: str, *, what: str = "endpoint") -> Target:
     return Target(scheme, host, port or _SCHEMES[scheme], port is not None, path)
 
 
+def http_url(text: str) -> httpx.URL:
+    """``text`` parsed by httpx's URL parser (ValueError if it is not a URL).
+
+    httpx is imported here, on first use: the gateway uses nothing else of it, and importing
+    the package costs a worker about 13 MB (more where its command line's libraries are
+    installed), which a gateway that pushes to no endpoint never needs. An explicit
+    ``JSGW_PUSH_ALLOWED_URLS`` is checked by the settings, at start-up."""
+    import httpx
+
+    try:
+        return httpx.URL(text)
+    except httpx.InvalidURL as exc:
+        raise ValueError(str(exc)) from None
+
+
 class Allowlist:
-    """The prefixes of ``JSGW_PUSH_ALLOWED_URLS`` (each checked as an URL at start-up)."""
+    """The prefixes of ``JSGW_PUSH_ALLOWED_URLS`` (an explicit setting is checked as URLs
+    at start-up by app.config; here they are parsed on the first check)."""
 
     def __init__(self, prefixes: list[str] | tuple[str, ...]) -> None:
         self.prefixes = tuple(prefixes)
-        self._targets = tuple(parse_prefix(prefix) for prefix in prefixes)
+
+    @functools.cached_property
+    def _targets(self) -> tuple[Target, ...]:
+        return tuple(parse_prefix(prefix) for prefix in self.prefixes)
 
     def allows(self, endpoint: str) -> bool:
         try:

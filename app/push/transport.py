@@ -35,7 +35,8 @@ from dataclasses import dataclass
 from typing import cast
 
 import httptools
-import httpx
+
+from app.push.allowlist import http_url
 
 IDLE = 2.0
 MAX_IDLE_PER_ORIGIN = 1024
@@ -75,7 +76,7 @@ class Endpoint:
     @classmethod
     def parse(cls, url: str) -> Endpoint:
         """Parsed by httpx's URL parser, the one the allow-list checks the same URL with."""
-        parsed = httpx.URL(url)
+        parsed = http_url(url)
         port = parsed.port or _DEFAULT_PORTS[parsed.scheme]
         return cls(parsed.scheme, parsed.host, port, parsed.raw_path, parsed.netloc)
 
