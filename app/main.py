@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import re
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from typing import Any
 
 from fastapi import Depends, FastAPI
@@ -21,7 +19,7 @@ from app.lifespan import make_lifespan
 from app.metrics import Metrics
 from app.middleware import BodyLimitMiddleware, RequestContext, RequestContextMiddleware
 from app.schemas import Message, Problem
-from app.serving import DIRECT_PATHS
+from app.serving import DIRECT_PATHS, once_started
 from app.sse import RAW_SEND
 from routers import (
     auth,
@@ -151,14 +149,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
 def _serve_directly(app: FastAPI, direct: fastpath.DirectPaths) -> None:
     """Hand ``direct`` to the HTTP protocol (app.serving) through the lifespan state."""
-    started = app.router.lifespan_context
-
-    @asynccontextmanager
-    async def lifespan(app: Any) -> AsyncIterator[Any]:
-        async with started(app) as state:
-            yield {**(state or {}), DIRECT_PATHS: direct}
-
-    app.router.lifespan_context = lifespan
+    once_started(app, lambda state: {**(state or {}), DIRECT_PATHS: direct})
 
 
 # The routes whose request body is streamed to NATS as it arrives, never held whole: past

@@ -531,15 +531,25 @@ def tune_gc() -> None:
 App = TypeVar("App", bound=Starlette)
 
 
-def tune_gc_once_started(app: App) -> App:
-    """``app`` (a Starlette app), calling :func:`tune_gc` when its lifespan has started."""
-    started = app.router.lifespan_context
+def once_started(app: App, started: Callable[[Any], Any]) -> App:
+    """``app`` (a Starlette app), calling ``started(state)`` when its lifespan has started;
+    what that returns is the lifespan state from then on."""
+    lifespan_context = app.router.lifespan_context
 
     @asynccontextmanager
     async def lifespan(app: Any) -> AsyncIterator[Any]:
-        async with started(app) as state:
-            tune_gc()
-            yield state
+        async with lifespan_context(app) as state:
+            yield started(state)
 
     app.router.lifespan_context = lifespan
     return app
+
+
+def tune_gc_once_started(app: App) -> App:
+    """``app`` (a Starlette app), calling :func:`tune_gc` when its lifespan has started."""
+
+    def started(state: Any) -> Any:
+        tune_gc()
+        return state
+
+    return once_started(app, started)
