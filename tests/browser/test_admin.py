@@ -162,6 +162,21 @@ async def test_refusals_are_shown_as_the_gateway_wrote_them(
     await expect(page.locator("#publish .problem")).to_contain_text("no stream")
 
 
+# The cells of a table row whose content runs past the next cell's start.
+OVERLAPPING_CELLS = """() => {
+  const found = [];
+  for (const row of document.querySelectorAll("main tr")) {
+    const cells = [...row.children];
+    for (let i = 0; i + 1 < cells.length; i++) {
+      const a = cells[i], b = cells[i + 1];
+      const right = a.getBoundingClientRect().left + a.scrollWidth;
+      if (right > b.getBoundingClientRect().left + 1) found.push(a.textContent.slice(0, 40));
+    }
+  }
+  return found.slice(0, 5);
+}"""
+
+
 @pytest.mark.parametrize(("width", "height"), [(1440, 900), (390, 844)], ids=["desktop", "phone"])
 async def test_the_admin_views_pass_axe(
     base_url: str,
@@ -210,6 +225,9 @@ async def test_the_admin_views_pass_axe(
         # Nothing wider than the screen: the page never scrolls sideways.
         overflow = "document.documentElement.scrollWidth - window.innerWidth"
         assert await page.evaluate(overflow) <= 0, where
+        # No table cell drawn over the next one (a table wider than the screen scrolls).
+        overlaps = await page.evaluate(OVERLAPPING_CELLS)
+        assert not overlaps, (where, overlaps)
 
 
 async def test_health_shows_the_gateway_nats_and_the_pool(

@@ -37,9 +37,12 @@ function table(headers, rows, empty = "Nothing here.") {
   if (!rows.length) return h("p.muted", {}, empty);
   // A header is aligned as its column's cells are (numbers to the right).
   const first = rows[0].children;
-  return h("table", {}, h("thead", {}, h("tr", {}, headers.map((x, i) =>
-    h(first[i] && first[i].classList.contains("num") ? "th.num" : "th", {}, x)))),
-  h("tbody", {}, rows));
+  // In a region of its own that scrolls sideways when the table is wider than the screen (a
+  // phone), reachable from the keyboard as such a region must be.
+  return h("div.table-scroll", { tabindex: 0, role: "region", "aria-label": `table: ${headers.filter(Boolean).join(", ")}` },
+    h("table", {}, h("thead", {}, h("tr", {}, headers.map((x, i) =>
+      h(first[i] && first[i].classList.contains("num") ? "th.num" : "th", {}, x)))),
+    h("tbody", {}, rows)));
 }
 
 /** replaceChildren without the holes of conditional children. */
