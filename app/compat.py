@@ -198,6 +198,8 @@ def server_info(client: NatsClient) -> dict[str, Any]:
 # A pattern that is one character class (``[...]``, escapes allowed): it matches one byte, so
 # searching the concatenation of texts finds what searching each of them finds.
 _ONE_CLASS = re.compile(rb"\[(?:\\.|[^\]\\])*\]", re.S)
+# (DirectPaths checks names lower-cased: right while the pattern matches no letter.)
+_LETTERS = bytes(range(65, 91)) + bytes(range(97, 123))
 
 
 def uvicorn_wire() -> tuple[dict[int, bytes], Any, Any]:
@@ -611,10 +613,11 @@ def _check_uvicorn(c: _Checks) -> None:
         pattern = c.attribute(httptools_impl, name, re.Pattern, f"httptools_impl.{name}", direct)
         if isinstance(pattern, re.Pattern):
             c.require(
-                _ONE_CLASS.fullmatch(pattern.pattern) is not None,
+                _ONE_CLASS.fullmatch(pattern.pattern) is not None
+                and pattern.search(_LETTERS) is None,
                 f"httptools_impl.{name}",
-                f"is {pattern.pattern!r}, not one character class (searched over all headers "
-                "at once)",
+                f"is {pattern.pattern!r}, not one character class without letters (searched "
+                "over all headers at once, names lower-cased)",
                 direct,
             )
     c.source_uses(

@@ -76,18 +76,20 @@ def parse(url: str, *, what: str = "endpoint") -> Target:
         raise EndpointError(f"the {what} holds whitespace, a control character or a backslash")
     try:
         parsed = http_url(url)
+        # (The host is decoded here: IDNA refuses some, e.g. "xn--", with a ValueError.)
+        parsed_host = parsed.host
     except ValueError as exc:
         raise EndpointError(f"the {what} is not a URL: {exc}") from None
     scheme = parsed.scheme.lower()
-    if scheme not in _SCHEMES or not parsed.is_absolute_url or not parsed.host:
+    if scheme not in _SCHEMES or not parsed.is_absolute_url or not parsed_host:
         raise EndpointError(f"the {what} must be an absolute http:// or https:// URL")
     if parsed.userinfo or "@" in _authority(url):
         raise EndpointError(f"the {what} must not hold user information (user@host)")
     if parsed.fragment or "#" in url:
         raise EndpointError(f"the {what} must not have a fragment (#...)")
-    host = parsed.host.lower()
+    host = parsed_host.lower()
     if _HOST.fullmatch(host) is None:
-        raise EndpointError(f"the {what}'s host {parsed.host!r} is not a host name or address")
+        raise EndpointError(f"the {what}'s host {parsed_host!r} is not a host name or address")
     port = parsed.port
     if port is not None and not 1 <= port <= 65535:
         raise EndpointError(f"the {what}'s port {port} is not from 1 to 65535")

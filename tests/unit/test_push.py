@@ -78,6 +78,7 @@ def test_the_default_allows_the_pods_own_application(endpoint: str) -> None:
         "http://127.0.0.1/hook#fragment",
         "http://127.0.0.1:99999/",
         "http://127.0.0.1:0/",
+        "http://xn--/",  # a host IDNA cannot decode
         "/hook",
         "127.0.0.1/hook",
         "http:///hook",
