@@ -338,26 +338,38 @@ async def test_a_bucket_edited_mirrored_and_aggregated(
     config = (await js.stream_info(f"KV_{name}")).config
     assert (config.max_msgs_per_subject, config.description) == (5, "sessions")
     assert config.storage == StorageType.MEMORY
+    # An emptied field goes back to its default: the description is removed.
+    await edit.locator("[name=description]").fill("")
+    await page.locator("#flash button").click()
+    await edit.get_by_role("button", name="Save changes").click()
+    await expect(page.locator("#flash")).to_be_visible()
+    await expect(page.locator("#flash")).to_contain_text(f"Bucket {name} updated.")
+    config = (await js.stream_info(f"KV_{name}")).config
+    assert (config.max_msgs_per_subject, config.description) == (5, None)
 
     # A mirror: made from its form, listed, deleted once its name is typed.
     mirror = f"{name}_m"
     await page.locator("#new-mirror summary").click()
     await page.locator("#new-mirror-name").fill(mirror)
     await page.locator("#add-mirror [name=storage]").select_option("memory")
+    await page.locator("#add-mirror [name=description]").fill("replica")
     await page.get_by_role("button", name="Save mirror").click()
-    await expect(page.locator("#flash")).to_contain_text(f"Mirror {mirror} of {name} created.")
+    await expect(page.locator("#flash")).to_contain_text(f"Mirror {mirror} of {name} saved.")
     row = page.locator(f"tr.mirror[data-mirror={mirror}]")
     await expect(row).to_be_visible()
     info = await js.stream_info(mirror)
     assert info.config.mirror is not None and info.config.mirror.name == f"KV_{name}"
-    # The same name again changes it.
+    # The same name again changes it; what the form leaves empty keeps its value.
     await page.locator("#new-mirror summary").click()
     await page.locator("#new-mirror-name").fill(mirror)
-    await page.locator("#add-mirror [name=storage]").select_option("memory")
     await page.locator("#add-mirror [name=max_bytes]").fill("1048576")
+    await page.locator("#flash button").click()  # (the first save's message, closed)
     await page.get_by_role("button", name="Save mirror").click()
-    await expect(page.locator("#flash")).to_contain_text(f"Mirror {mirror} of {name} updated.")
-    assert (await js.stream_info(mirror)).config.max_bytes == 1048576
+    await expect(page.locator("#flash")).to_be_visible()
+    await expect(page.locator("#flash")).to_contain_text(f"Mirror {mirror} of {name} saved.")
+    changed = (await js.stream_info(mirror)).config
+    assert changed.max_bytes == 1048576
+    assert (changed.storage, changed.description) == (StorageType.MEMORY, "replica")
     await page.screenshot(path=screenshots / "admin-bucket-topology.png", full_page=True)
     await row.get_by_role("button", name="Delete mirror…").click()
     await row.get_by_label(f"type {mirror} to confirm").fill(mirror)

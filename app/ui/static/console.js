@@ -367,6 +367,16 @@ async function bucketAdmin(bucket, status, after) {
     }));
 }
 
+/** The KVMirrorConfig of a listed mirror: the listing's fields, and its stream's config for
+ * the others. */
+async function mirrorConfig(mirror) {
+  const { config } = await api("GET", `v1/streams/${seg(mirror.name)}`);
+  const found = { keys: mirror.keys, history: mirror.history, ttl: mirror.ttl, storage: mirror.storage,
+    replicas: mirror.replicas, external: mirror.external, description: config.description,
+    max_bytes: config.max_bytes, placement: config.placement };
+  return Object.fromEntries(Object.entries(found).filter(([, v]) => v !== null && v !== undefined));
+}
+
 /** The create-bucket form's part that makes an aggregate (ADR-8) of other buckets. */
 function aggregateFields() {
   const origins = h("input", { id: "aggregate-origins", size: 40, placeholder: "comma-separated bucket names",
@@ -425,9 +435,11 @@ async function topology(bucket, status, mirrors, after) {
       onsubmit: async (body) => {
         if (!mirrorName.reportValidity()) return;
         const name = mirrorName.value.trim();
-        const known = !(mirrors instanceof Error) && mirrors.mirrors.some((m) => m.name === name);
-        await api("PUT", `v1/kv/${seg(bucket)}/mirrors/${seg(name)}`, { json: body });
-        flash(`Mirror ${name} of ${bucket} ${known ? "updated" : "created"}.`, "ok");
+        const known = mirrors instanceof Error ? null : mirrors.mirrors.find((m) => m.name === name);
+        // A PUT replaces a mirror's config: what the form leaves empty keeps its value.
+        const current = known ? await mirrorConfig(known) : {};
+        await api("PUT", `v1/kv/${seg(bucket)}/mirrors/${seg(name)}`, { json: { ...current, ...body } });
+        flash(`Mirror ${name} of ${bucket} saved.`, "ok");
         after();
       },
     }));
@@ -1064,6 +1076,7 @@ async function schemaForm(schemaName, fields, { values = {}, submit = "Save", fi
         if (prop.type === "boolean") {
           if (input.checked || name in values) value = input.checked;
         } else if (input.value.trim() === "") {
+          delete body[name]; // (emptied: the default, not the value it had)
           continue;
         } else if (prop.type === "integer") {
           value = Number(input.value);
