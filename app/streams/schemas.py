@@ -30,9 +30,11 @@ from app.schemas import (
 
 
 class Placement(Strict):
+    """Where a stream's replicas go. (nats-server refuses a ``preferred`` server in a stream's
+    placement, on every release: it names a leader in a step-down request only.)"""
+
     cluster: str | None = None
     tags: list[str] | None = Field(default=None, fail_fast=True)
-    preferred: str | None = None
 
 
 class SubjectTransform(Strict):

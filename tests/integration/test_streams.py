@@ -126,6 +126,23 @@ async def test_what_the_config_denies_is_a_conflict(gateway: httpx.AsyncClient, 
     assert (await gateway.get(f"/v1/streams/{name}")).json()["state"]["messages"] == 1
 
 
+async def test_a_preferred_server_in_a_placement_is_refused_before_nats(
+    gateway: httpx.AsyncClient, name: str
+) -> None:
+    """nats-server refuses a ``preferred`` server in a stream's placement on every release (it
+    names a leader in a step-down only): the gateway's schema has no such field, so the
+    request is 400 ``request.invalid`` and nothing is made (the contract fuzzer found the
+    server's refusal behind a schema that allowed it)."""
+    body = {"subjects": [f"{name.lower()}.>"], "placement": {"preferred": "n1"}}
+    problem(await gateway.put(f"/v1/streams/{name}", json=body), 400, "request.invalid")
+    problem(
+        await gateway.put(f"/v1/kv/{name}", json={"placement": {"preferred": "n1"}}),
+        400,
+        "request.invalid",
+    )
+    assert (await gateway.get(f"/v1/streams/{name}")).status_code == 404
+
+
 async def test_message_get_and_delete(gateway: httpx.AsyncClient, name: str) -> None:
     await make_stream(gateway, name)
     subject = f"{name.lower()}.one"
