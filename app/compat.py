@@ -532,7 +532,6 @@ def _check_uvicorn(c: _Checks) -> None:
             "_refuse_head",
             "_refusing",
             "_in_body",
-            "_declared",
             "_max_body",
             "_linger_on_close",
             "_direct",

@@ -58,7 +58,7 @@ import gc
 import logging
 import resource
 import weakref
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
 from typing import Any, TypeVar
 
@@ -199,6 +199,14 @@ class GatheringTransport:
         return getattr(self._transport, name)
 
 
+def _declared_length(scope: Mapping[str, Any]) -> int:
+    """A request's Content-Length (0: none, or not a number)."""
+    for name, value in scope.get("headers", ()):
+        if name == b"content-length":
+            return int(value) if value.isdigit() and len(value) < 19 else 0
+    return 0
+
+
 class GatheringProtocol(HttpToolsProtocol):
     """uvicorn's httptools protocol, writing through a ``GatheringTransport``; on shutdown it
     cuts a connection whose client reads nothing."""
@@ -207,7 +215,6 @@ class GatheringProtocol(HttpToolsProtocol):
     # instance's dict no longer shares its keys with the class's other instances (1.6 KB per
     # connection instead of 0.3: a tenth of an open SSE stream's memory).
     __slots__ = (
-        "_declared",
         "_direct",
         "_drain",
         "_head_bytes",
@@ -245,7 +252,6 @@ class GatheringProtocol(HttpToolsProtocol):
         self._head_refusal: ErrorCode | None = None  # why the parser was stopped
         self._direct: Any = None  # app.fastpath.DirectPaths, from the lifespan state
         self._in_body = False  # a request's head is complete and its body still arriving
-        self._declared = -1  # its Content-Length (-1: none, or not a number)
         self._max_body = 0  # JSGW_MAX_BODY (0: no settings in the lifespan state)
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
@@ -338,7 +344,6 @@ class GatheringProtocol(HttpToolsProtocol):
 
     def on_message_begin(self) -> None:
         self._in_body = False
-        self._declared = -1
         self._in_head = True
         self._heads_begun += 1
         self._head_bytes = _REQUEST_LINE
@@ -354,8 +359,6 @@ class GatheringProtocol(HttpToolsProtocol):
     def on_header(self, name: bytes, value: bytes) -> None:
         self._head_bytes += len(name) + len(value) + _HEADER_LINE
         self._head_fields += 1
-        if len(name) == 14 and name.lower() == b"content-length":
-            self._declared = int(value) if value.isdigit() and len(value) < 19 else -1
         if self._max_head_bytes:
             if self._head_bytes > self._max_head_bytes:
                 self._stop_parser(ErrorCode.HEADER_TOO_LARGE)
@@ -385,7 +388,9 @@ class GatheringProtocol(HttpToolsProtocol):
         if not self._in_body or self._refused is not None or self.transport.is_closing():
             return False
         self._in_body = False
-        declared = self._declared if 0 <= self._declared <= self._max_body else 0
+        declared = _declared_length(self.cycle.scope) if self.cycle is not None else 0
+        if declared > self._max_body:
+            declared = 0
         if self.transport.can_write_eof():
             self.transport.write_eof()
         self._drain = REFUSAL_DRAIN + declared
