@@ -338,6 +338,8 @@ async def test_a_bucket_edited_mirrored_and_aggregated(
     config = (await js.stream_info(f"KV_{name}")).config
     assert (config.max_msgs_per_subject, config.description) == (5, "sessions")
     assert config.storage == StorageType.MEMORY
+    # (The view is drawn again after a save: its new form, not the old one, is filled.)
+    await expect(page.locator(".stat", has_text="history")).to_contain_text("5")
     # An emptied field goes back to its default: the description is removed.
     await edit.locator("[name=description]").fill("")
     await page.locator("#flash button").click()
