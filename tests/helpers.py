@@ -87,6 +87,8 @@ def served_gateway(settings: Settings, port: int = 0) -> Iterator[str]:
     finally:
         server.should_exit = True
         thread.join(15)
+        # A gateway that outlives this would go on in the test process, beside later tests.
+        assert not thread.is_alive(), "the gateway did not stop within 15 s"
 
 
 @contextmanager
@@ -136,6 +138,9 @@ def jsgw_serve(
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+            raise AssertionError(
+                f"the gateway did not stop within 30 s of SIGTERM:\n{log.read_text()[-4000:]}"
+            ) from None
 
 
 class InOrderFlush(nats.NATS):

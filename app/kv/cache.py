@@ -52,6 +52,7 @@ from app.kv.model import Entry
 from app.nats.jsapi import JetStreamApi
 from app.nats.ordered import OrderedConfig, OrderedConsumer
 from app.nats.scan import Delivery
+from app.tasks import cancel_and_wait
 
 log = logging.getLogger("jsgw.kv.cache")
 
@@ -195,10 +196,7 @@ class BucketCache:
 
     async def close(self) -> None:
         task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await cancel_and_wait(task)
 
     # -- the consumer's listener ---------------------------------------------------------------
 

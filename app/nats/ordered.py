@@ -35,6 +35,7 @@ from app.durations import NS_PER_SECOND
 from app.nats.jsapi import JetStreamApi
 from app.nats.pull import unsubscribe
 from app.nats.scan import Delivery, delivery
+from app.tasks import cancel_and_wait
 
 log = logging.getLogger("jsgw.ordered")
 
@@ -145,9 +146,7 @@ class OrderedConsumer:
         self.listener = _CLOSED
         watchdog, self._watchdog = self._watchdog, None
         if watchdog is not None and watchdog is not asyncio.current_task():
-            watchdog.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await watchdog
+            await cancel_and_wait(watchdog)
         await self._detach()
 
     # -- consumers -------------------------------------------------------------------------

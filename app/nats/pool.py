@@ -44,6 +44,7 @@ from app.nats.replies import (
     Reply,
     Settled,
 )
+from app.tasks import cancel_and_wait
 
 log = logging.getLogger("jsgw.pool")
 
@@ -126,10 +127,7 @@ class NatsPool:
         for slot in self._slots:
             if slot.probe is not None:
                 slot.probe.cancel()
-            if slot.task is not None:
-                slot.task.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await slot.task
+            await cancel_and_wait(slot.task)
         for error in errors:
             log.warning("error while draining a NATS connection: %r", error)
 

@@ -43,6 +43,7 @@ from app.nats.scan import Delivery
 from app.push.allowlist import Allowlist
 from app.push.runner import Runner
 from app.push.schemas import Subscription
+from app.tasks import cancel_and_wait
 
 log = logging.getLogger("jsgw.push.registry")
 
@@ -117,10 +118,7 @@ class Registry:
             return
         self._closed = True
         for task in self._tasks:
-            task.cancel()
-        for task in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+            await cancel_and_wait(task)
         if self._advisory is not None:
             await unsubscribe(self._advisory)
         runners = [entry.runner for entry in self.entries.values() if entry.runner is not None]

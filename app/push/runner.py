@@ -74,6 +74,7 @@ from app.push.mapping import Delivery
 from app.push.outcome import Kind, Verdict
 from app.push.schemas import Subscription
 from app.push.transport import AnswerTooLarge, Client, Endpoint, TransportError
+from app.tasks import cancel_and_wait
 
 log = logging.getLogger("jsgw.push")
 
@@ -211,7 +212,7 @@ class Runner:
         if self._stopping:
             return
         self._stopping = True
-        await _cancelled(self._task)
+        await cancel_and_wait(self._task)
         if self._linger is not None:
             self._linger.cancel()
         waiting = list(self._ready)
@@ -223,8 +224,8 @@ class Runner:
         if posts:  # (in-progress acks go on meanwhile)
             _, late = await asyncio.wait(posts, timeout=grace)
             for task in late:
-                await _cancelled(task)
-        await _cancelled(self._sweeper)
+                await cancel_and_wait(task)
+        await cancel_and_wait(self._sweeper)
         self.running = False
 
     def state(self) -> dict[str, Any]:
@@ -255,7 +256,7 @@ class Runner:
         """Consume until the session fails (consumer gone, refused pulls), then again after
         a backoff, until stopped."""
         delay = _RESTART_FIRST
-        while True:
+        while not self._stopping:
             started = self._loop.time()
             try:
                 await self._learn_terms()
@@ -592,15 +593,6 @@ class Runner:
             except nats.errors.Error:
                 return
             held.touched = now
-
-
-async def _cancelled(task: asyncio.Task[None] | None) -> None:
-    """Cancel a task of the runner's own and wait for it to end."""
-    if task is None:
-        return
-    task.cancel()
-    with contextlib.suppress(asyncio.CancelledError):
-        await task
 
 
 def _name(delivery: Delivery) -> str:

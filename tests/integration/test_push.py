@@ -14,6 +14,7 @@ import asyncio
 import base64
 import random
 import re
+import subprocess
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -536,6 +537,69 @@ async def test_the_endpoint_allowlist(gateway: httpx.AsyncClient, name: str) -> 
         body = {"stream": name, "consumer": "push", "endpoint": endpoint}
         response = await gateway.put(f"/v1/subscriptions/{name}", json=body)
         assert response.status_code in (200, 201), response.text
+
+
+async def test_subscriptions_deleted_while_messages_flow_stop_and_the_gateway_with_them(
+    nats_server: EmbeddedServer, nc: nats.NATS, tmp_path: Path, name: str
+) -> None:
+    """Each subscription is deleted while its consumer has messages coming (a publisher
+    floods the stream): once the DELETE is answered and the POSTs under way have had their
+    grace, the application hears nothing more from it, and SIGTERM then stops the gateway
+    within its grace. A runner's task used to miss the cancel now and then (a message arriving
+    in the same turn of the loop), and the gateway's shutdown then waited for it forever."""
+    port = free_port()
+    settings = {
+        "JSGW_NATS_URL": nats_server.url,
+        "JSGW_PORT": str(port),
+        "JSGW_SUBSCRIPTIONS_BUCKET": f"subs_{name}",
+        "JSGW_PUSH_SHUTDOWN_GRACE": "1",
+        "JSGW_ACCESS_LOG": "false",
+        "JSGW_DATA_DIR": str(tmp_path / "data"),
+    }
+    url = f"http://127.0.0.1:{port}"
+    log = tmp_path / "gateway.log"
+    subscriptions = 20
+    flooding = True
+
+    async def flood() -> None:
+        sent = 0
+        while flooding:
+            await nc.publish(f"{name}.{sent % 10}", b"x")
+            sent += 1
+            if sent % 100 == 0:
+                await asyncio.sleep(0.001)
+
+    with jsgw_serve(settings, log, ready=f"{url}/readyz") as process:
+        async with httpx.AsyncClient(base_url=url, timeout=30) as gateway, PushApp() as app:
+            await stream(gateway, name, max_msgs=2000, storage="memory")
+            publisher = asyncio.create_task(flood())
+            try:
+                for i in range(subscriptions):
+                    endpoint = f"{app.url}/{i}"
+                    await subscribe(
+                        gateway, f"{name}_{i}", stream=name, consumer=f"c{i}", endpoint=endpoint
+                    )
+                    await until(
+                        lambda i=i: any(r.path == f"/hook/{i}" for r in app.received),
+                        10,
+                        f"subscription {i} delivering",
+                    )
+                    deleted = await gateway.delete(f"/v1/subscriptions/{name}_{i}")
+                    assert deleted.status_code == 204, deleted.text
+                await asyncio.sleep(2.0)  # the POSTs under way have a grace of 1 s
+                heard = len(app.received)
+                await asyncio.sleep(2.0)
+                late = sorted({r.path for r in app.received[heard:]})
+                assert not late, f"deleted subscriptions still delivering to {late}"
+            finally:
+                flooding = False
+                await publisher
+        process.terminate()
+        try:
+            await asyncio.to_thread(process.wait, 10)
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"the gateway did not stop within 10 s of SIGTERM:\n{log.read_text()}")
+        assert "Application shutdown complete" in log.read_text()
 
 
 async def test_subscription_api_errors(
