@@ -24,6 +24,7 @@ from app.clients import ClientAddresses
 from app.compat import SseAppStatus
 from app.errors import ErrorCode
 from app.metrics import SSE_KINDS, Metrics
+from app.tasks import cancel_and_wait
 
 SHUTDOWN_GRACE = 2.0
 
@@ -150,9 +151,8 @@ async def _until_shutdown(events: AsyncIterator[Any], shutdown: anyio.Event) -> 
         with anyio.CancelScope(shield=True):
             stop.cancel()
             if step is not None and not step.done():
-                step.cancel()
-                with contextlib.suppress(asyncio.CancelledError, StopAsyncIteration):
-                    await step
+                with contextlib.suppress(StopAsyncIteration):
+                    await cancel_and_wait(step)
             aclose = getattr(source, "aclose", None)
             if aclose is not None:
                 await aclose()

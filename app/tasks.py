@@ -16,7 +16,7 @@ RETRY = 0.1
 """Seconds between cancels of a task that has not ended yet."""
 
 
-async def cancel_and_wait(task: asyncio.Task[Any] | None) -> None:
+async def cancel_and_wait(task: asyncio.Future[Any] | None) -> None:
     """Cancel ``task`` until it has ended, and wait for that.
 
     A task that ends by cancellation or returns is done with; an exception it ends with is
