@@ -2,9 +2,10 @@
 
 ``task.cancel()`` asks once, and a task can miss it: on Python 3.11, ``asyncio.wait_for``
 (under nats-py's ``Subscription.next_msg``) returns the result of a future that completed in
-the same turn of the loop as the cancel, and the cancel is dropped. A push runner deleted while
-messages flowed so went on delivering, and the gateway's shutdown waited for it forever (31 of
-100 subscriptions deleted under a flood of messages, nats-py 2.16, Python 3.11.7).
+the same turn of the loop as the cancel, and the cancel is dropped. The runner of a push
+subscription deleted while messages flowed so kept running (it pulled again after its
+back-off), and the gateway's shutdown waited for it forever: 31 of 100 subscriptions deleted
+under a flood of messages, nats-py 2.16, Python 3.11.7.
 """
 
 from __future__ import annotations
