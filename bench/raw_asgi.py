@@ -16,6 +16,10 @@
   key's last value; a publish waiting for its PubAck), the reply's data answered as it came:
   no validation, authorization, error model, metrics or access log. Paths are bench-only and
   put into subjects unchecked.
+* ``GET /floor/lean/kv/{bucket}/keys/{key}`` and ``POST /floor/lean/publish/{subject}``: the
+  same, each request made by the gateway's own NATS client (``app.nats.replies.LeanClient``:
+  its reply mux, the raw reply) instead of nats-py's ``request``: the floor of the NATS leg
+  the gateway actually uses.
 
 Run: ``BENCH_NATS_URL=nats://127.0.0.1:PORT BENCH_SSE_BUCKET=watch
 uvicorn bench.raw_asgi:app --loop uvloop --http httptools --no-access-log``.
@@ -86,30 +90,40 @@ async def _startup() -> None:
         return
     import nats
 
+    from app.nats.replies import LeanClient
+
     _nats["nc"] = await nats.connect(url)
+    lean = LeanClient()
+    await lean.connect(servers=[url])
+    _nats["lean"] = lean
     _nats["lock"] = asyncio.Lock()
 
 
 async def _floor(method: str, path: str, receive, send) -> None:  # type: ignore[no-untyped-def]
-    """One nats-py request, its reply's data as the answer (see the module)."""
-    nc = _nats["nc"]
-    if method == "POST":  # /floor/publish/{subject}
+    """One NATS request (nats-py's, or under /floor/lean the gateway's client's), its reply's
+    data as the answer (see the module)."""
+    lean = path.startswith("/floor/lean/")
+    path = path.removeprefix("/floor/lean/" if lean else "/floor/")
+    if method == "POST":  # publish/{subject}
         body, more = b"", True
         while more:
             message = await receive()
             body += message.get("body", b"")
             more = message.get("more_body", False)
-        reply = await nc.request(path.removeprefix("/floor/publish/"), body, timeout=5)  # type: ignore[attr-defined]
+        subject, payload = path.removeprefix("publish/"), body
         headers = [(b"content-type", b"application/json")]
-    else:  # /floor/kv/{bucket}/keys/{key}
-        bucket, _, key = path.removeprefix("/floor/kv/").partition("/keys/")
-        subject = f"$JS.API.DIRECT.GET.KV_{bucket}.$KV.{bucket}.{key}"
-        reply = await nc.request(subject, b"", timeout=5)  # type: ignore[attr-defined]
-        revision = (reply.headers or {}).get("Nats-Sequence", "0")
-        headers = [
-            (b"content-type", b"application/octet-stream"),
-            (b"kv-revision", revision.encode()),
-        ]
+    else:  # kv/{bucket}/keys/{key}
+        bucket, _, key = path.removeprefix("kv/").partition("/keys/")
+        subject, payload = f"$JS.API.DIRECT.GET.KV_{bucket}.$KV.{bucket}.{key}", b""
+        headers = [(b"content-type", b"application/octet-stream")]
+    if lean:
+        reply = await _nats["lean"].replies.request(subject, payload, 5)  # type: ignore[attr-defined]
+        revision = reply.headers.first("Nats-Sequence") if reply.raw_headers else None
+    else:
+        reply = await _nats["nc"].request(subject, payload, timeout=5)  # type: ignore[attr-defined]
+        revision = (reply.headers or {}).get("Nats-Sequence")
+    if method != "POST":
+        headers.append((b"kv-revision", (revision or "0").encode()))
     await send({"type": "http.response.start", "status": 200, "headers": headers})
     await send({"type": "http.response.body", "body": reply.data})
 

@@ -86,10 +86,13 @@ VARIANTS: dict[str, tuple[str, dict[str, str]]] = {
 }
 PUB_BATCH = 100  # messages per batch publish request
 # The floor of a NATS-backed request on this HTTP stack (bench/raw_asgi.py's /floor routes):
-# one nats-py request per HTTP request and nothing else, no gateway.
+# one NATS request per HTTP request and nothing else, no gateway; made by nats-py's request
+# ("floor") or by the gateway's own NATS client ("floor_lean", /floor/lean).
 FLOOR_LABEL = {
     "get": "floor: raw ASGI endpoint + one nats-py Direct Get (nothing else)",
     "pub": "floor: raw ASGI endpoint + one nats-py request for its PubAck (nothing else)",
+    "get_lean": "floor: raw ASGI endpoint + one Direct Get by jsgw's NATS client (nothing else)",
+    "pub_lean": "floor: raw ASGI endpoint + a PubAck request by jsgw's NATS client (nothing else)",
 }
 PUB_BATCH_CLIENTS = 4
 
@@ -846,6 +849,13 @@ class Bench:
                 raw.pid,
             ),
             wrk(
+                "get.floor_lean",
+                "kv get floor, jsgw's client",
+                self.raw_url,
+                self.kv_requests("GET", prefix="/floor/lean"),
+                raw.pid,
+            ),
+            wrk(
                 "get.hello",
                 "kv get hello",
                 self.hello_url,
@@ -979,6 +989,7 @@ class Bench:
         for who, url, path, pid in (
             ("gateway", self.gateway_url, "/v1/publish/pub.gw", gw.pid),
             ("floor", self.raw_url, "/floor/publish/pub.floor", raw.pid),
+            ("floor_lean", self.raw_url, "/floor/lean/publish/pub.floor", raw.pid),
         ):
             requests = [("POST", f"{path}.{i}", {}, body) for i in range(a.keys)]
             r[f"pub.{who}"] = self.attempt(
@@ -1373,6 +1384,7 @@ class Bench:
                 ("nats", "nats-py " + ("kv.get (Direct Get)" if op == "get" else "kv.put")),
                 ("raw", "raw ASGI endpoint (uvicorn)"),
                 ("floor", FLOOR_LABEL["get"]),
+                ("floor_lean", FLOOR_LABEL["get_lean"]),
                 ("hello", "FastAPI hello route"),
                 (
                     "etcd",
@@ -1385,7 +1397,7 @@ class Bench:
                 spec.append(("etcd_ser", "etcd /v3/kv/range serializable"))
             for key, label in spec:
                 res = r.get(f"{op}.{key}")
-                if res is None and key in ("nolog", "cached", "floor"):
+                if res is None and key in ("nolog", "cached", "floor", "floor_lean"):
                     continue
                 note = self.row_note(res, etcd_missing if key.startswith("etcd") else "skipped")
                 rate = self.rate_of(res)
@@ -1438,7 +1450,11 @@ class Bench:
             ]
             if pairs:
                 rounds.append(f"jsgw GET ÷ {label} req/s, round by round: {', '.join(pairs)}")
-        for key, label in (("raw", "raw ASGI's"), ("floor", "the floor's")):
+        for key, label in (
+            ("raw", "raw ASGI's"),
+            ("floor", "the floor's"),
+            ("floor_lean", "the floor's with jsgw's client"),
+        ):
             cpu_pairs = [
                 fmt_ratio(x / y)
                 for x, y in zip(
@@ -1612,6 +1628,7 @@ class Bench:
                 [
                     ("pub.gateway", "jsgw POST /v1/publish/{subject}", 0.5),
                     ("pub.floor", FLOOR_LABEL["pub"], None),
+                    ("pub.floor_lean", FLOOR_LABEL["pub_lean"], None),
                 ],
                 "nats-py js.publish",
                 None,
