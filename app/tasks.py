@@ -13,8 +13,10 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-RETRY = 0.1
-"""Seconds between cancels of a task that has not ended yet."""
+RETRY = 0.5
+"""Seconds between cancels of a task that has not ended yet: what the task does once
+cancelled (an UNSUB, a consumer's delete, each queued at once) has this long before it is
+cancelled again. A missed cancel is rare; a cleanup slowed by a busy connection is less so."""
 
 
 async def cancel_and_wait(task: asyncio.Future[Any] | None) -> None:
