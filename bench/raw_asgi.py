@@ -18,8 +18,8 @@
   put into subjects unchecked.
 * ``GET /floor/lean/kv/{bucket}/keys/{key}`` and ``POST /floor/lean/publish/{subject}``: the
   same, each request made by the gateway's own NATS client (``app.nats.replies.LeanClient``:
-  its reply mux, the raw reply) instead of nats-py's ``request``: the floor of the NATS leg
-  the gateway actually uses.
+  its reply mux, the raw reply; a publish by ``request_write``, as the gateway's) instead of
+  nats-py's ``request``: the floor of the NATS leg the gateway actually uses.
 
 Run: ``BENCH_NATS_URL=nats://127.0.0.1:PORT BENCH_SSE_BUCKET=watch
 uvicorn bench.raw_asgi:app --loop uvloop --http httptools --no-access-log``.
@@ -91,6 +91,9 @@ async def _startup() -> None:
     import nats
 
     from app.nats.replies import LeanClient
+    from app.publish.service import acknowledged
+
+    _nats["acknowledged"] = acknowledged
 
     _nats["nc"] = await nats.connect(url)
     lean = LeanClient()
@@ -116,7 +119,13 @@ async def _floor(method: str, path: str, receive, send) -> None:  # type: ignore
         bucket, _, key = path.removeprefix("kv/").partition("/keys/")
         subject, payload = f"$JS.API.DIRECT.GET.KV_{bucket}.$KV.{bucket}.{key}", b""
         headers = [(b"content-type", b"application/octet-stream")]
-    if lean:
+    if lean and method == "POST":  # a write, as the gateway sends one (its refusals confirmed)
+        replies = _nats["lean"].replies  # type: ignore[attr-defined]
+        reply = await replies.request_write(
+            subject, payload, 5, None, _nats["acknowledged"], grace=0.1, resend=False
+        )
+        revision = None
+    elif lean:
         reply = await _nats["lean"].replies.request(subject, payload, 5)  # type: ignore[attr-defined]
         revision = reply.headers.first("Nats-Sequence") if reply.raw_headers else None
     else:

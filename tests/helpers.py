@@ -87,8 +87,9 @@ def served_gateway(settings: Settings, port: int = 0) -> Iterator[str]:
     finally:
         server.should_exit = True
         thread.join(15)
-        # A gateway that outlives this would go on in the test process, beside later tests.
-        assert not thread.is_alive(), "the gateway did not stop within 15 s"
+    # A gateway that outlives this would go on in the test process, beside later tests. (Not
+    # in the finally: a failure of the test itself is what it reports then.)
+    assert not thread.is_alive(), "the gateway did not stop within 15 s"
 
 
 @contextmanager
@@ -135,12 +136,16 @@ def jsgw_serve(
         proc.terminate()
         try:
             proc.wait(30)
+            stuck = False
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
-            raise AssertionError(
-                f"the gateway did not stop within 30 s of SIGTERM:\n{log.read_text()[-4000:]}"
-            ) from None
+            stuck = True
+    # (Not in the finally: a failure of the test itself is what it reports then.)
+    if stuck:
+        raise AssertionError(
+            f"the gateway did not stop within 30 s of SIGTERM:\n{log.read_text()[-4000:]}"
+        )
 
 
 class InOrderFlush(nats.NATS):

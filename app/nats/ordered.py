@@ -145,9 +145,13 @@ class OrderedConsumer:
         # are a reference cycle, freed only by the garbage collector.
         self.listener = _CLOSED
         watchdog, self._watchdog = self._watchdog, None
-        if watchdog is not None and watchdog is not asyncio.current_task():
-            await cancel_and_wait(watchdog)
-        await self._detach()
+        try:
+            if watchdog is not None and watchdog is not asyncio.current_task():
+                await cancel_and_wait(watchdog)
+        finally:
+            # Also when this close is itself cancelled meanwhile (a task of the caller's ended
+            # by app.tasks.cancel_and_wait): the consumer and its subscription are let go.
+            await self._detach()
 
     # -- consumers -------------------------------------------------------------------------
 

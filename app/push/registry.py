@@ -117,6 +117,8 @@ class Registry:
         if self._closed:
             return
         self._closed = True
+        for task in self._tasks:  # both at once: no change is applied while the watch ends
+            task.cancel()
         for task in self._tasks:
             await cancel_and_wait(task)
         if self._advisory is not None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import sys
 
 import pytest
 
@@ -29,7 +30,8 @@ async def test_a_task_that_misses_the_cancel_is_cancelled_again() -> None:
     task.cancel()
     await asyncio.wait_for(cancel_and_wait(task), 2)
     assert task.cancelled()
-    assert turns >= 1  # it did miss the first cancel
+    if sys.version_info < (3, 12):  # (3.12's wait_for no longer drops it)
+        assert turns >= 1  # it did miss the first cancel
 
 
 async def test_an_exception_the_task_ended_with_is_raised() -> None:
