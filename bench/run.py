@@ -1441,33 +1441,21 @@ class Bench:
         out = "### KV GET / PUT throughput (1,000 distinct keys)\n\n" + table(headers, rows)
         rounds = []
         g = r.get("get.gateway") or {}
-        for key, label in (("raw", "raw ASGI"), ("etcd_ser", "etcd serializable")):
+        for field, key, what in (
+            ("rounds", "raw", "jsgw GET ÷ raw ASGI req/s"),
+            ("rounds", "etcd_ser", "jsgw GET ÷ etcd serializable req/s"),
+            ("rounds_cpu_us", "raw", "jsgw GET CPU µs/op ÷ raw ASGI's"),
+            ("rounds_cpu_us", "floor", "jsgw GET CPU µs/op ÷ the floor's"),
+            ("rounds_cpu_us", "floor_lean", "jsgw GET CPU µs/op ÷ the floor's with jsgw's client"),
+        ):
             other = r.get(f"get.{key}") or {}
             pairs = [
                 fmt_ratio(x / y)
-                for x, y in zip(g.get("rounds") or [], other.get("rounds") or [], strict=False)
+                for x, y in zip(g.get(field) or [], other.get(field) or [], strict=False)
                 if x and y
             ]
             if pairs:
-                rounds.append(f"jsgw GET ÷ {label} req/s, round by round: {', '.join(pairs)}")
-        for key, label in (
-            ("raw", "raw ASGI's"),
-            ("floor", "the floor's"),
-            ("floor_lean", "the floor's with jsgw's client"),
-        ):
-            cpu_pairs = [
-                fmt_ratio(x / y)
-                for x, y in zip(
-                    g.get("rounds_cpu_us") or [],
-                    (r.get(f"get.{key}") or {}).get("rounds_cpu_us") or [],
-                    strict=False,
-                )
-                if x and y
-            ]
-            if cpu_pairs:
-                rounds.append(
-                    f"jsgw GET CPU µs/op ÷ {label}, round by round: " + ", ".join(cpu_pairs)
-                )
+                rounds.append(f"{what}, round by round: {', '.join(pairs)}")
         if rounds:
             out += "\n" + ";\n".join(rounds) + ".\n"
         out += (
