@@ -63,16 +63,46 @@ class SocketTransport(asyncio.Transport):
         )
 
 
-async def test_a_head_leaves_with_what_follows_it() -> None:
+async def test_a_head_leaves_with_its_first_body_write_at_the_end_of_the_turn() -> None:
     socket = SocketTransport()
     transport = GatheringTransport(socket, asyncio.get_running_loop())
     transport.write(b"HTTP/1.1 200 OK\r\n\r\n")
     assert socket.writes == []
     assert transport.get_write_buffer_size() == 7 + 19
-    transport.writelines([b"bo", b"dy"])
-    assert socket.writes == [b"HTTP/1.1 200 OK\r\n\r\nbo", b"dy"]  # nothing waits for the turn
+    transport.write(b"body")
+    assert socket.writes == []  # held to the end of the turn
     await asyncio.sleep(0)
-    assert socket.writes == [b"HTTP/1.1 200 OK\r\n\r\nbo", b"dy"]
+    assert socket.writes == [b"HTTP/1.1 200 OK\r\n\r\nbody"]
+
+
+async def test_a_further_write_in_the_turn_sends_what_is_held_with_it() -> None:
+    socket = SocketTransport()
+    transport = GatheringTransport(socket, asyncio.get_running_loop())
+    transport.write(b"HTTP/1.1 200 OK\r\n\r\n")
+    transport.writelines([b"bo", b"dy"])
+    assert socket.writes == [b"HTTP/1.1 200 OK\r\n\r\nbody"]  # nothing waits for the turn
+    await asyncio.sleep(0)
+    assert socket.writes == [b"HTTP/1.1 200 OK\r\n\r\nbody"]
+
+
+async def test_a_whole_answer_leaves_at_the_end_of_the_turn() -> None:
+    socket = SocketTransport()
+    transport = GatheringTransport(socket, asyncio.get_running_loop())
+    transport.write_whole(b"HTTP/1.1 200 OK\r\n\r\none")
+    assert socket.writes == []
+    assert transport.get_write_buffer_size() == 7 + 22
+    await asyncio.sleep(0)
+    assert socket.writes == [b"HTTP/1.1 200 OK\r\n\r\none"]
+    # Pipelined answers of one turn: the second sends the first with it, in order.
+    transport.write_whole(b"HTTP/1.1 200 OK\r\n\r\ntwo")
+    transport.write_whole(b"HTTP/1.1 200 OK\r\n\r\nthree")
+    assert socket.writes[1:] == [b"HTTP/1.1 200 OK\r\n\r\ntwoHTTP/1.1 200 OK\r\n\r\nthree"]
+    # After a held 100 Continue, the answer is held with it.
+    transport.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+    transport.write_whole(b"HTTP/1.1 200 OK\r\n\r\nfour")
+    assert len(socket.writes) == 2
+    await asyncio.sleep(0)
+    assert socket.writes[2:] == [b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\n\r\nfour"]
 
 
 async def test_a_head_alone_leaves_at_the_end_of_the_turn() -> None:
@@ -85,7 +115,7 @@ async def test_a_head_alone_leaves_at_the_end_of_the_turn() -> None:
     assert socket.writes == [b"HTTP/1.1 200 OK\r\n\r\n", b"data: 1\n\n"]
 
 
-async def test_one_callback_per_turn_flushes_every_held_head(monkeypatch: Any) -> None:
+async def test_one_callback_per_turn_flushes_every_held_answer(monkeypatch: Any) -> None:
     loop = asyncio.get_running_loop()
     scheduled = []
     call_soon = loop.call_soon
@@ -100,13 +130,15 @@ async def test_one_callback_per_turn_flushes_every_held_head(monkeypatch: Any) -
     transports = [GatheringTransport(socket, loop) for socket in sockets]
     for transport in transports:
         transport.write(b"HTTP/1.1 200 OK\r\n\r\n")
-    transports[1].write(b"body")  # this one's head left with its body
+    transports[1].write(b"body")  # this one's head leaves with its body
+    transports[2].write_whole(b"HTTP/1.1 200 OK\r\n\r\n")  # held with the head before it
+    assert [socket.writes for socket in sockets] == [[], [], []]
     assert len(scheduled) == 1
     await asyncio.sleep(0)
     assert [socket.writes for socket in sockets] == [
         [b"HTTP/1.1 200 OK\r\n\r\n"],
         [b"HTTP/1.1 200 OK\r\n\r\nbody"],
-        [b"HTTP/1.1 200 OK\r\n\r\n"],
+        [b"HTTP/1.1 200 OK\r\n\r\n" * 2],
     ]
     transports[0].write(b"HTTP/1.1 204 No Content\r\n\r\n")  # a new turn, a new callback
     assert len(scheduled) == 2
@@ -214,7 +246,7 @@ async def test_a_refused_request_is_answered_before_the_close() -> None:
     assert len(socket.writes) == 1 and socket.writes[0].startswith(b"HTTP/1.1 400 ")
 
 
-def test_held_heads_do_not_keep_their_loop_alive() -> None:
+def test_held_writes_do_not_keep_their_loop_alive() -> None:
     import gc
     import weakref
 
