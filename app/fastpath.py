@@ -1,7 +1,7 @@
 """Lean paths for the hottest requests and the longest-lived ones: the routes declared
-``lean=True`` (today ``GET`` and ``PUT /v1/kv/{bucket}/keys/{key}``, ``POST
-/v1/publish/{subject}``, ``POST`` and ``GET /v1/counters/{stream}/{subject}``, core NATS ``POST
-/v1/nats/request/{subject}`` and ``/v1/nats/publish/{subject}``, and the KV watch
+``lean=True`` (today ``GET``, ``HEAD``, ``PUT`` and ``DELETE /v1/kv/{bucket}/keys/{key}``,
+``POST /v1/publish/{subject}``, ``POST`` and ``GET /v1/counters/{stream}/{subject}``, core NATS
+``POST /v1/nats/request/{subject}`` and ``/v1/nats/publish/{subject}``, and the KV watch
 ``GET /v1/kv/{bucket}/watch``).
 
 FastAPI's routing, dependency solving and response machinery cost several times the work of

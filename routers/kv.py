@@ -502,6 +502,7 @@ async def get_key(
 @router.head(
     "/{bucket}/keys/{key:text}",
     access=Need("read", KEY),
+    lean=True,
     response_class=Response,
     responses={
         200: {"description": "As GET, without a body", "headers": _ENTRY_HEADERS},
@@ -579,6 +580,7 @@ async def put_key(
 @router.delete(
     "/{bucket}/keys/{key:text}",
     access=Need("write", KEY),
+    lean=True,
     status_code=204,
     responses=problems(errors.NotFound, errors.Conflict, errors.PreconditionFailed),
     openapi_extra=rules(when("ttl", requires=("purge=true",))),

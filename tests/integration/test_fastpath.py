@@ -13,6 +13,7 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 
 import httpx
+import nats.js.errors
 import pytest
 
 from app import fastpath
@@ -126,7 +127,14 @@ async def test_both_paths_answer_alike(
         fast = await gateway.get(path, headers=headers)
         slow = await via_fastapi.get(path, headers=headers)
         same(fast, slow)
+        fast = await gateway.head(path, headers=headers)
+        slow = await via_fastapi.head(path, headers=headers)
+        assert fast.status_code == slow.status_code, path
+        assert fast.content == slow.content == b""
+        for header in SAME_HEADERS:
+            assert fast.headers.get(header) == slow.headers.get(header), (path, header)
     assert lean_calls.count("GET") == len(cases) and "PUT" in lean_calls
+    assert lean_calls.count("HEAD") == len(cases)
     metrics = (await gateway.get("/metrics")).text
     line = 'jsgw_http_requests_total{method="GET",route="/v1/kv/{bucket}/keys/{key}",status="200"}'
     assert line in metrics
@@ -206,6 +214,10 @@ def alike(fast: httpx.Response, slow: httpx.Response, *, differ: tuple[str, ...]
     skip.add("connection")
     assert {h for h in fast.headers if h not in skip} == {h for h in slow.headers if h not in skip}
     assert ("location" in fast.headers) == ("location" in slow.headers)
+    assert ("kv-revision" in fast.headers) == ("kv-revision" in slow.headers)
+    if fast.status_code == 204:
+        assert fast.content == slow.content == b""
+        return
     a, b = fast.json(), slow.json()
     for field in ("instance", *differ):
         a.pop(field, None)
@@ -242,9 +254,27 @@ async def test_both_paths_write_alike(
         fast = await gateway.put(path, content=b"v")
         slow = await via_fastapi.put(path, content=b"v")
         same(fast, slow)
+    deletes: list[tuple[str, dict[str, str]]] = [
+        ("", {"If-Match": '"1"'}),  # not the key's revision: 412
+        ("", {}),  # a DEL marker: 204
+        ("?purge=true&ttl=1m", {}),  # the bucket takes no per-key TTL
+        ("?ttl=1m", {}),  # ttl without purge: 400
+        ("?purge=maybe", {}),  # 400 request.invalid
+        ("?purge=true", {}),  # a PURGE marker: 204
+    ]
+    for query, headers in deletes:
+        fast = await gateway.delete(f"/v1/kv/{name}/keys/new.fast{query}", headers=headers)
+        slow = await via_fastapi.delete(f"/v1/kv/{name}/keys/new.slow{query}", headers=headers)
+        alike(fast, slow)
+    for path in (f"/v1/kv/{name}/keys/a.*", "/v1/kv/NO_SUCH_BUCKET/keys/a", "/v1/kv/b.b/keys/a"):
+        same(await gateway.delete(path), await via_fastapi.delete(path))
+    assert lean_calls.count("DELETE") == len(deletes) + 3
     # Every fast write is stored, and only those.
     kv = await nc.jetstream().key_value(name)
-    assert (await kv.get("fast")).value == b"v" and (await kv.get("new.fast")).value == b"v"
+    assert (await kv.get("fast")).value == b"v"
+    with pytest.raises(nats.js.errors.KeyNotFoundError):
+        await kv.get("new.fast")
+    assert [entry.operation for entry in await kv.history("new.fast")] == ["PURGE"]
 
     js = nc.jetstream()
     await js.add_stream(name=name, subjects=[f"{name}.>"])

@@ -60,6 +60,8 @@ def test_the_app_s_lean_paths_match_hostile_keys_and_subjects_as_the_routes_do()
     for method, path, params in [
         ("GET", "/v1/kv/b/keys/a\r\nX-Injected: 1", {"bucket": "b", "key": "a\r\nX-Injected: 1"}),
         ("PUT", "/v1/kv/b/keys/a\n", {"bucket": "b", "key": "a\n"}),
+        ("HEAD", "/v1/kv/b/keys/a\r\n", {"bucket": "b", "key": "a\r\n"}),
+        ("DELETE", "/v1/kv/b/keys/a\n", {"bucket": "b", "key": "a\n"}),
         ("GET", "/v1/kv/b\n/keys/a/b", {"bucket": "b\n", "key": "a/b"}),
         ("POST", "/v1/publish/x\n", {"subject": "x\n"}),
         ("POST", "/v1/publish/\r\nPUB x 1", {"subject": "\r\nPUB x 1"}),
@@ -69,7 +71,7 @@ def test_the_app_s_lean_paths_match_hostile_keys_and_subjects_as_the_routes_do()
         assert scope["jsgw.lean"][1] == params
     for method, path in [
         ("GET", "/v1/kv/b/keys/"),
-        ("DELETE", "/v1/kv/b/keys/a"),
+        ("DELETE", "/v1/kv/b"),
         ("POST", "/v1/publish"),
         ("GET", "/v1/kv/b/history/a"),
     ]:

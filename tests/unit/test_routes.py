@@ -45,7 +45,9 @@ def test_the_lean_routes_are_the_hot_ones_and_the_watch() -> None:
     }
     assert lean == {
         ("GET", "/v1/kv/{bucket}/keys/{key}"),
+        ("HEAD", "/v1/kv/{bucket}/keys/{key}"),
         ("PUT", "/v1/kv/{bucket}/keys/{key}"),
+        ("DELETE", "/v1/kv/{bucket}/keys/{key}"),
         ("POST", "/v1/publish/{subject}"),
         ("POST", "/v1/counters/{stream}/{subject}"),
         ("GET", "/v1/counters/{stream}/{subject}"),
