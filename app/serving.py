@@ -6,10 +6,14 @@ smallest answer. A KV GET is small and frequent, so those calls were a fifth of 
 Here the transport uvicorn writes to holds a response's head and its first body write (or a
 whole answer, :meth:`GatheringTransport.write_whole`, as the lean paths write them) until the
 end of the event loop's turn, and sends them in one write; one callback per turn flushes every
-connection's held answer, not one per response. A further write on the connection in the
-same turn sends what is held with it at once, so at most one answer is held, and a stream's
-later chunks (SSE, NDJSON) go straight to the socket: not delayed, which matters when one
-change is written to thousands of watchers. Closing the connection sends what is held first.
+connection's held answer, not one per response (scheduled with ``call_soon``: it runs after
+the callbacks already due, and after the I/O the loop reads before it gets to them). A
+further write on the connection in the same turn sends what is held with it at once, so what
+is held is at most an answer and a head, and a stream's later chunks (SSE, NDJSON) go
+straight to the socket: not delayed, which matters when one change is written to thousands
+of watchers. Closing the connection sends what is held first; so does the client's FIN, on
+which uvicorn lets the socket's transport close on its own (and while that transport is
+closing, writes go to it at once: it still sends them before the connection is lost).
 
 Why the end of the turn, not at once: the answers finished in one turn (those whose NATS
 replies came in one read) then leave in one burst. Each write to a client waiting for data
@@ -18,8 +22,9 @@ writer's system call, paid once per burst instead of once per answer. With wrk's
 connections on the other core, sending at once woke wrk at every KV GET (14,000 wake-ups a
 second at 14,000 requests a second, ``perf stat -e sched:sched_waking``), and the gateway
 spent 16 µs of system time per request; held to the end of the turn, one wake-up per 9
-requests and 7 to 8 µs. An answer waits at most for the rest of its turn: at 1 and 8
-connections latency did not change, at 64 it fell with the CPU it saved (docs/performance.md).
+requests and 7 to 8 µs. An answer waits at most for the rest of its turn. At 64 connections
+latency fell with the CPU saved; at 1 and 8 the medians moved within the runs' noise (one run
+each, docs/performance.md).
 
 When the server begins to exit, a connection whose client has stopped reading (its socket
 buffers full, writes paused) is cut once it has taken nothing for ``STALL_GRACE`` seconds:
@@ -125,6 +130,9 @@ class HeldWrites:
             try:
                 transport.flush()
             except Exception as exc:  # noqa: BLE001 - one broken socket must not hold the others
+                # Its answer is lost: the connection goes, so that no later answer on it is
+                # taken for this one.
+                transport.abort()
                 self._loop().call_exception_handler(  # type: ignore[union-attr]
                     {"message": "flushing a held response failed", "exception": exc}
                 )
@@ -166,8 +174,7 @@ class GatheringTransport:
         if self._pending is None and not data.startswith(_HEAD):
             self._transport.write(data)  # a stream's later chunks: straight out
         else:
-            # (A body that happens to start so is only held until the next write or the end
-            # of the turn: never reordered.)
+            # (A body that happens to start so is only held as a head is: never reordered.)
             self._gather(data, whole=False)
 
     def writelines(self, chunks: Any) -> None:
@@ -180,7 +187,12 @@ class GatheringTransport:
 
     def _gather(self, data: bytes, whole: bool) -> None:
         pending = self._pending
-        if pending is None:
+        if self._transport.is_closing():
+            # (Closing on its own: the client's FIN, on which uvicorn's protocol lets the
+            # socket's transport close. It still sends what it is given before it goes.)
+            self._pending = None
+            self._transport.write(data if pending is None else pending + data)
+        elif pending is None:
             self._pending = bytes(data)
             self._whole = whole
             self._held.add(self)
@@ -466,6 +478,12 @@ class GatheringProtocol(HttpToolsProtocol):
             self.transport.abort()
         else:  # still reading, however slowly: looked at again
             self._stall_check = self.loop.call_later(STALL_GRACE, self._cut_if_stalled)
+
+    def eof_received(self) -> None:
+        # uvicorn's answer (None) lets the socket's transport close itself, past the
+        # gathering one: what it holds is handed over first.
+        self.transport.flush()  # type: ignore[attr-defined]
+        super().eof_received()
 
     def connection_lost(self, exc: Exception | None) -> None:
         for timer in (self._stall_check, self._head_deadline, self._refused):

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import os
+import socket as socketlib
 import tempfile
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
@@ -14,6 +15,7 @@ from typing import Any
 
 import pytest
 import uvicorn
+import uvloop
 from asgi_lifespan import LifespanManager
 from starlette.applications import Starlette
 from uvicorn.config import Config
@@ -25,6 +27,7 @@ from app.serving import (
     GatheringProtocol,
     GatheringTransport,
     tune_gc_once_started,
+    uvicorn_options,
 )
 
 
@@ -422,3 +425,75 @@ async def test_a_connection_s_dict_still_shares_its_keys_with_the_class() -> Non
     assert sys.getsizeof(vars(protocol)) == sys.getsizeof(vars(alone))
     protocol.connection_lost(None)
     alone.connection_lost(None)
+
+
+@pytest.mark.parametrize("loop", ["asyncio", "uvloop"])
+def test_an_answer_reaches_a_client_that_half_closed_after_its_request(loop: str) -> None:
+    """A client may send its request and then its FIN (``shutdown(SHUT_WR)``); uvicorn's
+    protocol lets the socket's transport close itself on that FIN, past the gathering one: an
+    answer made before the connection is lost still leaves, as with uvicorn's own transport.
+    (One made later is not sent by uvicorn at all: it sees a disconnect.) asyncio reads the
+    FIN in a later turn than the request, once the answer is held; uvloop reads both at once,
+    and the transport is closing before the answer is made."""
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "lifespan":
+            while (await receive())["type"] != "lifespan.shutdown":
+                await send({"type": "lifespan.startup.complete"})
+            await send({"type": "lifespan.shutdown.complete"})
+            return
+        await send(
+            {"type": "http.response.start", "status": 401, "headers": [(b"content-length", b"2")]}
+        )
+        await send({"type": "http.response.body", "body": b"no"})
+
+    async def scenario() -> list[bytes]:
+        listener = socketlib.socket()
+        listener.bind(("127.0.0.1", 0))
+        port = listener.getsockname()[1]
+        options = {**uvicorn_options(), "loop": "none"}  # (the running loop)
+        server = uvicorn.Server(uvicorn.Config(app, log_level="warning", **options))
+        serving = asyncio.create_task(server.serve(sockets=[listener]))
+        try:
+            while not server.started:
+                await asyncio.sleep(0.01)
+            answers = []
+            for _ in range(20):
+                reader, writer = await asyncio.open_connection("127.0.0.1", port)
+                writer.write(b"GET / HTTP/1.1\r\nhost: t\r\n\r\n")
+                writer.write_eof()
+                answers.append((await asyncio.wait_for(reader.read(), 5))[:12])
+                writer.close()
+            return answers
+        finally:
+            server.should_exit = True
+            await serving
+
+    run = uvloop.run if loop == "uvloop" else asyncio.run
+    assert run(scenario()) == [b"HTTP/1.1 401"] * 20
+
+
+async def test_a_transport_closing_on_its_own_takes_an_answer_at_once() -> None:
+    socket = SocketTransport()
+    transport = GatheringTransport(socket, asyncio.get_running_loop())
+    socket.is_closing = lambda: True  # type: ignore[method-assign]  # (the client's FIN)
+    transport.write_whole(b"HTTP/1.1 401 Unauthorized\r\n\r\n")
+    assert socket.writes == [b"HTTP/1.1 401 Unauthorized\r\n\r\n"]
+
+
+async def test_a_held_answer_that_cannot_be_sent_ends_its_connection() -> None:
+    loop = asyncio.get_running_loop()
+    errors: list[dict[str, Any]] = []
+    loop.set_exception_handler(lambda _, context: errors.append(context))
+    broken, fine = SocketTransport(), SocketTransport()
+
+    def refuse(data: Any) -> None:
+        raise RuntimeError("unable to perform operation")
+
+    broken.write = refuse  # type: ignore[method-assign]
+    for socket in (broken, fine):
+        GatheringTransport(socket, loop).write_whole(b"HTTP/1.1 200 OK\r\n\r\n")
+    await asyncio.sleep(0)
+    assert broken.aborted and fine.writes == [b"HTTP/1.1 200 OK\r\n\r\n"]
+    assert [context["message"] for context in errors] == ["flushing a held response failed"]
+    loop.set_exception_handler(None)
