@@ -40,6 +40,22 @@ and pull consumers for programs without a NATS client. Errors are RFC 9457 probl
 stable `code`; every response carries `X-Request-ID`."""
 
 
+# The domains' routers, in the order the app matches them.
+ROUTERS = (
+    system.router,
+    auth.router,
+    streams.router,
+    publish.router,
+    direct.router,
+    kv.router,
+    consumers.router,
+    counters.router,
+    subscriptions.router,
+    obj.router,
+    nats.router,
+)
+
+
 class Gateway(FastAPI):
     """FastAPI, with the lean paths for the hottest requests taken before Starlette's layers."""
 
@@ -97,21 +113,13 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         dependencies=[Depends(authorize)],
         telemetry=None if settings.otel else {"tracing": False, "metrics": False, "logs": False},
     )
-    app.include_router(system.router)
-    app.include_router(auth.router)
-    app.include_router(streams.router)
-    app.include_router(publish.router)
-    app.include_router(direct.router)
-    app.include_router(kv.router)
-    app.include_router(consumers.router)
-    app.include_router(counters.router)
-    app.include_router(subscriptions.router)
-    app.include_router(obj.router)
-    app.include_router(nats.router)
+    for router in ROUTERS:
+        app.include_router(router)
     # Static pages, not API routes: without access rules, public; their data comes through
     # the API above.
     ui.install(app)
     routing.check_declared(app)
+    routing.index_paths(app, ROUTERS)
     # 405s name every method of the path, and OPTIONS is answered (app.problems).
     app.state.allowed = routing.Allowed(app)
     # Built (and checked) also when off. Served inside the middleware below: metrics,

@@ -23,7 +23,7 @@ but for those that stream it to NATS as it arrives (``app.main.STREAMED_BODIES``
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Coroutine, Iterator
+from collections.abc import Callable, Coroutine, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -106,6 +106,21 @@ class Router(APIRouter):
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(route_class=Route, generate_unique_id_function=operation_id, **kwargs)
+        # One pattern for the paths of all its routes, and how many routes it had then
+        # (index_paths): a route added later makes it stale, and unused.
+        self.paths: tuple[re.Pattern[str], int] | None = None
+
+    def matches(self, scope: Scope) -> tuple[starlette.routing.Match, Scope]:
+        """FastAPI's answer, or at once "no match" when no route of this router has the
+        request's path (see :func:`index_paths`)."""
+        paths = self.paths
+        if (
+            paths is not None
+            and paths[1] == len(self.routes)
+            and paths[0].match(get_route_path(scope)) is None
+        ):
+            return starlette.routing.Match.NONE, {}
+        return super().matches(scope)
 
     def get(  # type: ignore[override]
         self, path: str, *, access: Need, lean: bool = False, **kwargs: Any
@@ -178,6 +193,34 @@ def api_routes(app: FastAPI) -> Iterator[Mounted]:
                 context.param_convertors,
                 frozenset(context.methods or ()),
             )
+
+
+_NAMED_GROUP = re.compile(r"\(\?P<\w+>")
+
+
+def index_paths(app: FastAPI, routers: Iterable[Router]) -> None:
+    """Give each router one pattern that matches the paths of all its routes, as the app
+    serves them (included, with any prefix).
+
+    FastAPI (0.16x) keeps an included router as one entry of the app's routes and matches a
+    request against it by trying each of its routes in turn, with a few function calls of
+    bookkeeping around each (about 2 µs a route): a request for the last router's paths went
+    through every route of the routers before it (88 µs to find an object's route, 62 for an
+    ack's). With the pattern, a router none of whose paths is the request's answers "no match"
+    (:meth:`Router.matches`) in one regular-expression match. A router with a route that is
+    not an API route of the app is left without a pattern (matched as before).
+    Starlette's path patterns name their groups (``(?P<bucket>...)``), and names may appear
+    once in a pattern: the joined one keeps the groups, unnamed."""
+    mounted = {id(m.route): m.path_regex for m in api_routes(app)}
+    for router in routers:
+        patterns = [mounted.get(id(route)) for route in router.routes]
+        if patterns and all(patterns):
+            joined = "|".join(
+                f"(?:{_NAMED_GROUP.sub('(?:', pattern.pattern)})"
+                for pattern in patterns
+                if pattern is not None
+            )
+            router.paths = (re.compile(joined), len(router.routes))
 
 
 def check_declared(app: FastAPI) -> None:

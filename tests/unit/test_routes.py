@@ -3,15 +3,24 @@ app with an undeclared route (auth on or off)."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
+from typing import Any
 
+import httpx
 import pytest
 from fastapi.routing import APIRoute
 
 from app.auth.access import Need
 from app.config import Settings
-from app.main import create_app
-from app.routing import ACCESS_EXTENSION, Route, Router, api_routes, check_declared
+from app.main import ROUTERS, create_app
+from app.routing import (
+    ACCESS_EXTENSION,
+    Route,
+    Router,
+    api_routes,
+    check_declared,
+)
 
 URL = ["nats://127.0.0.1:4222"]
 
@@ -91,3 +100,54 @@ def test_the_setting_leaves_the_lean_paths_checked_but_off() -> None:
     on = create_app(Settings(nats_url=URL))
     off = create_app(Settings(nats_url=URL, lean_paths=False))
     assert on.lean_paths is not None and off.lean_paths is None
+
+
+def _a_path(path_format: str) -> str:
+    """A path the route template matches: each parameter filled in."""
+    return re.sub(r"\{[^}]+\}", "x1", path_format)
+
+
+def test_each_router_s_pattern_matches_its_routes_paths_and_no_other_router_s() -> None:
+    app = create_app(Settings(nats_url=URL))
+    owner = {id(route): router for router in ROUTERS for route in router.routes}
+    mounted = list(api_routes(app))
+    assert all(router.paths is not None for router in ROUTERS)
+    for m in mounted:
+        path = _a_path(m.path_format)
+        assert m.path_regex.match(path), m.path_format
+        for router in ROUTERS:
+            assert router.paths is not None
+            found = router.paths[0].match(path) is not None
+            if router is owner[id(m.route)]:
+                assert found, (m.path_format, router.prefix)
+            elif not found:  # (a pattern that does match stands aside for the route's)
+                assert not any(
+                    other.path_regex.match(path)
+                    for other in mounted
+                    if owner[id(other.route)] is router
+                )
+
+
+async def test_the_app_s_routing_asks_the_routers_patterns(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The patterns are used by FastAPI's routing (FastAPI 0.16x matches an included router
+    through its ``matches``): this fails when a FastAPI release stops asking, which would
+    leave them unused. (Every route still being found with them is what the integration
+    tests, which reach each route through the app, show.)"""
+    asked: list[str] = []
+    matches = Router.matches
+
+    def spy(self: Router, scope: Any) -> Any:
+        asked.append(self.prefix)
+        return matches(self, scope)
+
+    monkeypatch.setattr(Router, "matches", spy)
+    app = create_app(Settings(nats_url=URL))
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://t") as client:
+        answer = await client.get("/v1/no/such/thing")
+    assert answer.status_code == 404
+    assert sorted(asked) == sorted(router.prefix for router in ROUTERS), (
+        "FastAPI no longer asks the routers' matches: the path patterns are unused"
+    )
