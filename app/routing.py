@@ -106,9 +106,7 @@ class Router(APIRouter):
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(route_class=Route, generate_unique_id_function=operation_id, **kwargs)
-        # One pattern for the paths of all its routes, and how many routes it had then
-        # (index_paths): a route added later makes it stale, and unused.
-        self.paths: tuple[re.Pattern[str], int] | None = None
+        self.paths: Paths | None = None  # (index_paths)
 
     def matches(self, scope: Scope) -> tuple[starlette.routing.Match, Scope]:
         """FastAPI's answer, or at once "no match" when no route of this router has the
@@ -116,8 +114,9 @@ class Router(APIRouter):
         paths = self.paths
         if (
             paths is not None
-            and paths[1] == len(self.routes)
-            and paths[0].match(get_route_path(scope)) is None
+            and getattr(self, "_routes_version", None) == paths.version
+            and scope.get(_FASTAPI_SCOPE, {}).get(_INCLUDED_ROUTER) is paths.included
+            and paths.pattern.match(get_route_path(scope)) is None
         ):
             return starlette.routing.Match.NONE, {}
         return super().matches(scope)
@@ -196,31 +195,56 @@ def api_routes(app: FastAPI) -> Iterator[Mounted]:
 
 
 _NAMED_GROUP = re.compile(r"\(\?P<\w+>")
+# Where FastAPI (0.16x) keeps, in a request's scope, the inclusion of a router being matched.
+_FASTAPI_SCOPE: str = getattr(fastapi.routing, "_FASTAPI_SCOPE_KEY", "")
+_INCLUDED_ROUTER: str = getattr(fastapi.routing, "_FASTAPI_INCLUDED_ROUTER_KEY", "")
+
+
+@dataclass(frozen=True, slots=True)
+class Paths:
+    """One pattern of a router's paths where one inclusion of it serves them."""
+
+    pattern: re.Pattern[str]
+    included: object  # FastAPI's entry of the app's routes that includes the router
+    version: int  # the router's routes version then (a route added since: not used)
 
 
 def index_paths(app: FastAPI, routers: Iterable[Router]) -> None:
     """Give each router one pattern that matches the paths of all its routes, as the app
-    serves them (included, with any prefix).
+    serves them.
 
     FastAPI (0.16x) keeps an included router as one entry of the app's routes and matches a
     request against it by trying each of its routes in turn, with a few function calls of
     bookkeeping around each (about 2 µs a route): a request for the last router's paths went
-    through every route of the routers before it (88 µs to find an object's route, 62 for an
-    ack's). With the pattern, a router none of whose paths is the request's answers "no match"
-    (:meth:`Router.matches`) in one regular-expression match. A router with a route that is
-    not an API route of the app is left without a pattern (matched as before).
-    Starlette's path patterns name their groups (``(?P<bucket>...)``), and names may appear
-    once in a pattern: the joined one keeps the groups, unnamed."""
-    mounted = {id(m.route): m.path_regex for m in api_routes(app)}
+    through every route of the routers before it (about 90 µs to find an object's route, 60
+    for an ack's). With the pattern, :meth:`Router.matches` answers "no match" in one
+    regular-expression match when none of the router's paths is the request's.
+
+    The pattern holds for one inclusion (the entry of the app's routes that includes the
+    router, checked on each request, as FastAPI's own ``APIRouter.matches`` checks it) and the
+    routes the router had then. A router included other than once at the top of the app, with
+    a route mounted twice or one that is not an API route, or on a FastAPI that does not
+    include routers so, gets no pattern and is matched by FastAPI alone. Starlette's path
+    patterns name their groups (``(?P<bucket>...)``), and a name may appear once in a
+    pattern: the joined one keeps the groups, unnamed."""
+    mounted: dict[int, list[re.Pattern[str]]] = {}
+    for m in api_routes(app):
+        mounted.setdefault(id(m.route), []).append(m.path_regex)
     for router in routers:
-        patterns = [mounted.get(id(route)) for route in router.routes]
-        if patterns and all(patterns):
-            joined = "|".join(
-                f"(?:{_NAMED_GROUP.sub('(?:', pattern.pattern)})"
-                for pattern in patterns
-                if pattern is not None
-            )
-            router.paths = (re.compile(joined), len(router.routes))
+        router.paths = None
+        version = getattr(router, "_routes_version", None)
+        entries = [e for e in app.routes if getattr(e, "original_router", None) is router]
+        patterns = [mounted.get(id(route), []) for route in router.routes]
+        if (
+            not (_FASTAPI_SCOPE and _INCLUDED_ROUTER)
+            or version is None
+            or len(entries) != 1
+            or not patterns
+            or any(len(found) != 1 or found[0].flags != re.UNICODE for found in patterns)
+        ):
+            continue
+        joined = "|".join(f"(?:{_NAMED_GROUP.sub('(?:', p.pattern)})" for [p] in patterns)
+        router.paths = Paths(re.compile(joined), entries[0], version)
 
 
 def check_declared(app: FastAPI) -> None:

@@ -9,7 +9,9 @@ from typing import Any
 
 import httpx
 import pytest
+from fastapi import APIRouter, FastAPI
 from fastapi.routing import APIRoute
+from starlette.routing import Match
 
 from app.auth.access import Need
 from app.config import Settings
@@ -20,7 +22,9 @@ from app.routing import (
     Router,
     api_routes,
     check_declared,
+    index_paths,
 )
+from routers import obj, system
 
 URL = ["nats://127.0.0.1:4222"]
 
@@ -107,17 +111,22 @@ def _a_path(path_format: str) -> str:
     return re.sub(r"\{[^}]+\}", "x1", path_format)
 
 
+def _matched(app: FastAPI, method: str, path: str) -> bool:
+    """Does an entry of the app's routes take the request (as the app's router asks them)?"""
+    scope = {"type": "http", "method": method, "path": path, "root_path": ""}
+    return any(entry.matches(dict(scope))[0] is Match.FULL for entry in app.routes)
+
+
 def test_each_router_s_pattern_matches_its_routes_paths_and_no_other_router_s() -> None:
     app = create_app(Settings(nats_url=URL))
     owner = {id(route): router for router in ROUTERS for route in router.routes}
     mounted = list(api_routes(app))
-    assert all(router.paths is not None for router in ROUTERS)
     for m in mounted:
         path = _a_path(m.path_format)
         assert m.path_regex.match(path), m.path_format
         for router in ROUTERS:
-            assert router.paths is not None
-            found = router.paths[0].match(path) is not None
+            assert router.paths is not None, router.prefix
+            found = router.paths.pattern.match(path) is not None
             if router is owner[id(m.route)]:
                 assert found, (m.path_format, router.prefix)
             elif not found:  # (a pattern that does match stands aside for the route's)
@@ -126,23 +135,29 @@ def test_each_router_s_pattern_matches_its_routes_paths_and_no_other_router_s() 
                     for other in mounted
                     if owner[id(other.route)] is router
                 )
+        assert all(_matched(app, method, path) for method in m.methods), m.path_format
 
 
-async def test_the_app_s_routing_asks_the_routers_patterns(
+async def test_the_app_s_routing_walks_only_the_router_whose_pattern_matches(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """The patterns are used by FastAPI's routing (FastAPI 0.16x matches an included router
-    through its ``matches``): this fails when a FastAPI release stops asking, which would
-    leave them unused. (Every route still being found with them is what the integration
-    tests, which reach each route through the app, show.)"""
+    """FastAPI (0.16x) asks each included router through its ``matches``, and walks its
+    routes in ``APIRouter.matches``: with the patterns, only the router that has the path is
+    walked. This fails when a FastAPI release stops asking (the patterns unused)."""
     asked: list[str] = []
-    matches = Router.matches
+    walked: list[str] = []
+    ours, fastapis = Router.matches, APIRouter.matches
 
-    def spy(self: Router, scope: Any) -> Any:
+    def ask(self: Router, scope: Any) -> Any:
         asked.append(self.prefix)
-        return matches(self, scope)
+        return ours(self, scope)
 
-    monkeypatch.setattr(Router, "matches", spy)
+    def walk(self: APIRouter, scope: Any) -> Any:
+        walked.append(self.prefix)
+        return fastapis(self, scope)
+
+    monkeypatch.setattr(Router, "matches", ask)
+    monkeypatch.setattr(APIRouter, "matches", walk)
     app = create_app(Settings(nats_url=URL))
     transport = httpx.ASGITransport(app=app)
     async with httpx.AsyncClient(transport=transport, base_url="http://t") as client:
@@ -151,3 +166,37 @@ async def test_the_app_s_routing_asks_the_routers_patterns(
     assert sorted(asked) == sorted(router.prefix for router in ROUTERS), (
         "FastAPI no longer asks the routers' matches: the path patterns are unused"
     )
+    assert walked == []
+    asked.clear()
+    assert _matched(app, "GET", "/v1/obj/b/objects/x")
+    assert walked == ["/v1/obj"] and len(asked) == ROUTERS.index(obj.router) + 1
+
+
+def test_a_pattern_holds_for_its_own_inclusion_and_routes_only() -> None:
+    first = create_app(Settings(nats_url=URL))
+    # The same router included elsewhere, under a prefix: matched by FastAPI alone there.
+    other = FastAPI()
+    other.include_router(system.router, prefix="/gw")
+    assert _matched(other, "GET", "/gw/healthz")
+    # A second app indexes the shared routers again: the first is matched as without them.
+    second = create_app(Settings(nats_url=URL))
+    for app in (first, second):
+        assert _matched(app, "GET", "/v1/kv/b/keys/k") and _matched(app, "GET", "/healthz")
+    # A route added to a router after its pattern was made: the pattern is not used.
+    late = Router(prefix="/v1/late")
+
+    @late.get("/one", access=Need("read"))
+    async def one() -> dict[str, int]:
+        return {"one": 1}
+
+    app = FastAPI()
+    app.include_router(late)
+    index_paths(app, [late])
+    assert late.paths is not None and not _matched(app, "GET", "/v1/late/two")
+
+    @late.get("/two", access=Need("read"))
+    async def two() -> dict[str, int]:
+        return {"two": 2}
+
+    assert late.paths.pattern.match("/v1/late/two") is None
+    assert _matched(app, "GET", "/v1/late/two")
