@@ -18,6 +18,10 @@ so that a refused request costs the reading of its head; a route that takes a JS
 reads it within ``JSGW_MAX_JSON_BODY`` (:func:`app.middleware.read_json_body`) before FastAPI
 decodes and validates it. Routes that read their raw body themselves keep ``JSGW_MAX_BODY``,
 but for those that stream it to NATS as it arrives (``app.main.STREAMED_BODIES``).
+
+A :class:`Router` also answers FastAPI's routing at once for paths none of its routes has
+(:func:`index_paths`), so that a request is not tried against every route of the routers
+included before the one that serves it.
 """
 
 from __future__ import annotations
