@@ -13,6 +13,7 @@ it), so a timeout is ``nats.outcome_unknown`` and the client reads the counter t
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -88,12 +89,15 @@ class CounterService:
         subject = validation.subject(subject)
         key = floor_key(stream, subject)
         floor = self.floors.revisions.get(key, 0)
+        started = time.monotonic()
         message = await self._last(stream, subject)
         seen = 0 if message is None else message.seq
         if seen < floor:
             # A replica (or a mirror) behind an answer given or an increment acknowledged:
-            # the stream leader has every acknowledged increment.
-            message = await self._leader_last(stream, subject)
+            # the stream leader has every acknowledged increment, read in what is left of
+            # the request's time.
+            with self.pool.within(started):
+                message = await self._leader_last(stream, subject)
             self.floors.settle(key, floor, 0 if message is None else message.seq)
         elif seen > floor:
             self.floors.advance(key, seen)

@@ -18,6 +18,7 @@ import base64
 import functools
 import itertools
 import os
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -189,6 +190,7 @@ class KVService:
                         raise _key_not_found(key, entry)
                     return entry
         delta: int | None
+        started = time.monotonic()  # a read asked again answers within one request timeout
         try:
             if leader:
                 message, delta = await self._leader_last(stream, subject), 0
@@ -198,16 +200,19 @@ class KVService:
                 seen = 0 if message is None else message.seq
                 if seen != floor:
                     if seen < floor:
-                        message = await self._behind(stream, subject, floor)
+                        with self.js.pool.within(started):
+                            message = await self._behind(stream, subject, floor)
                     else:
                         self.floors.advance(subject, seen)
             else:
-                message, delta = await self._at(stream, subject, revision)
-                if message is None and revision <= floor:
-                    # The key reached this revision, but whoever answered (a mirror behind,
-                    # or one keeping fewer revisions or other keys) lacks it: the leader.
-                    self._stale_reads.inc()
-                    message, delta = await self._at_by_leader(stream, subject, revision)
+                with self.js.pool.within(started):
+                    message, delta = await self._at(stream, subject, revision)
+                    if message is None and revision <= floor:
+                        # The key reached this revision, but whoever answered (a mirror
+                        # behind, or one keeping fewer revisions or other keys) lacks it: the
+                        # leader.
+                        self._stale_reads.inc()
+                        message, delta = await self._at_by_leader(stream, subject, revision)
                 if message is not None and message.seq > floor:
                     self.floors.advance(subject, message.seq)
         except errors.NotFound as exc:  # bucket_errors, inline on the hottest path
@@ -239,10 +244,12 @@ class KVService:
     async def _latest(self, stream: str, subject: str) -> StoredMessage | None:
         """The key's last message as :meth:`get` reads it: never older than its floor."""
         floor = self.floors.revisions.get(subject, 0)
+        started = time.monotonic()
         message = await self._last(stream, subject)
         seen = 0 if message is None else message.seq
         if seen < floor:
-            return await self._behind(stream, subject, floor)
+            with self.js.pool.within(started):
+                return await self._behind(stream, subject, floor)
         self.floors.advance(subject, seen)
         return message
 
@@ -314,6 +321,7 @@ class KVService:
         """Every stored revision of a key, oldest first, deletes included."""
         stream, subject = self._names(bucket, key)
         floor = self.floors.revisions.get(subject, 0)
+        started = time.monotonic()
         with bucket_errors(bucket):
             try:
                 entries = await self._history_by_direct(bucket, stream, subject)
@@ -327,7 +335,8 @@ class KVService:
                     # by one behind what this process served or wrote: the bucket's own
                     # stream, by a consumer.
                     self._stale_reads.inc()
-                    entries = await self._history_by_consumer(bucket, stream, subject)
+                    with self.js.pool.within(started):
+                        entries = await self._history_by_consumer(bucket, stream, subject)
         if not entries:
             raise _key_not_found(key)
         self.floors.advance(subject, entries[-1].revision)

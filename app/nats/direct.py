@@ -395,7 +395,7 @@ class DirectGet:
         seen = 0
         try:
             while True:
-                replies = await inbox.replies(seen, self.pool.timeout)
+                replies = await inbox.replies(seen, self.pool.wait())
                 for raw, data in replies[seen:]:
                     seen += 1
                     message = _plain_message(raw, data) if raw else None

@@ -14,7 +14,8 @@ import functools
 import logging
 import ssl
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -47,6 +48,10 @@ from app.nats.replies import (
 from app.tasks import cancel_and_wait
 
 log = logging.getLogger("jsgw.pool")
+
+# When the answer that the running NATS calls belong to must be given (time.monotonic()):
+# set by NatsPool.within for the later steps of one answer, and none of them waits past it.
+_ANSWER_DUE: ContextVar[float | None] = ContextVar("jsgw_answer_due", default=None)
 
 _NOT_CONNECTED = (
     nats.errors.OutboundBufferLimitError,
@@ -330,7 +335,7 @@ class NatsPool:
         """Until the server has processed what ``client`` has sent and queued (a SUB just
         made): :meth:`LeanClient.flush_in_order`, with the pool's timeout and error mapping."""
         assert isinstance(client, LeanClient)
-        await self.observe(operation, lambda: client.flush_in_order(self.timeout))
+        await self.observe(operation, lambda: client.flush_in_order(self.wait()))
 
     async def raw_subscription(
         self, subject: str, handler: RawHandler, *, queue: str = "", operation: str
@@ -344,7 +349,7 @@ class NatsPool:
             sub = await client.raw_subscribe(subject, handler, queue)
             opened = RawSubscription(client, sub)
             try:
-                await client.flush_in_order(self.timeout)
+                await client.flush_in_order(self.wait())
             except BaseException:
                 await opened.close()
                 raise
@@ -379,31 +384,34 @@ class NatsPool:
         # observe(), inlined: the hottest call of the gateway, one coroutine fewer.
         started = time.perf_counter()
         try:
+            wait = self.wait(timeout)
             if stored is not None:
                 return await lean.replies.request_write(
                     subject,
                     payload,
-                    timeout or self.timeout,
+                    wait,
                     headers,
                     stored,
                     grace=self._settings.write_confirm_grace,
                     resend=resend,
                 )
-            return await lean.replies.request(subject, payload, timeout or self.timeout, headers)
+            return await lean.replies.request(subject, payload, wait, headers)
         except _MAPPED as exc:
             if not (isinstance(exc, ConnectionLost) and not write and client is None):
                 raise self._mapped(exc, operation, write) from None
         finally:
             self._metrics.observe_nats(operation, time.perf_counter() - started)
-        # A read whose connection broke while it waited: asked once more, on one that is up.
-        return await self.request(
-            subject,
-            payload,
-            operation=operation,
-            headers=headers,
-            timeout=timeout,
-            client=self.pick(),
-        )
+        # A read whose connection broke while it waited: asked once more, on one that is up,
+        # in what is left of its time.
+        with self.within(time.monotonic() - (time.perf_counter() - started), timeout):
+            return await self.request(
+                subject,
+                payload,
+                operation=operation,
+                headers=headers,
+                timeout=timeout,
+                client=self.pick(),
+            )
 
     async def request_batch(
         self,
@@ -421,7 +429,7 @@ class NatsPool:
         assert isinstance(client, LeanClient)
         replies: list[Reply | None] = await self.observe(
             operation,
-            lambda: client.replies.request_batch(messages, timeout or self.timeout),
+            lambda: client.replies.request_batch(messages, self.wait(timeout)),
             write=True,
         )
         return replies
@@ -438,7 +446,7 @@ class NatsPool:
         client = self.pick()
         assert isinstance(client, LeanClient)
         results: list[Reply | Exception] = await self.observe(
-            operation, lambda: client.replies.request_all(requests, timeout or self.timeout)
+            operation, lambda: client.replies.request_all(requests, self.wait(timeout))
         )
         for result in results:
             if isinstance(result, nats.errors.NoRespondersError):
@@ -446,6 +454,36 @@ class NatsPool:
             elif isinstance(result, nats.errors.TimeoutError):
                 self._metrics.nats_errors.labels(operation, "timeout").inc()
         return results
+
+    def wait(self, timeout: float | None = None) -> float:
+        """How long a NATS call may wait for its answer: ``timeout`` (the request timeout
+        when None), cut to what is left of the answer it belongs to (:meth:`within`); 504
+        ``nats.timeout`` when nothing is left, and nothing is sent."""
+        wait = timeout or self.timeout
+        due = _ANSWER_DUE.get()
+        if due is not None:
+            wait = min(wait, due - time.monotonic())
+            if wait <= 0:
+                raise Timeout(ErrorCode.NATS_TIMEOUT, "NATS did not answer in time")
+        return wait
+
+    @contextlib.contextmanager
+    def within(self, started: float, timeout: float | None = None) -> Iterator[None]:
+        """The NATS calls made in this block end within ``timeout`` (the request timeout
+        when None) of ``started`` (time.monotonic()), as one call begun then would.
+
+        For the later steps of one answer: a read asked again of the stream leader after a
+        replica answered behind, or again on another connection after its own broke. Each
+        step alone keeps to the request timeout; without this, their sum did not, and an
+        answer could come after twice the time a client was told it waits.
+        """
+        due = started + (timeout or self.timeout)
+        outer = _ANSWER_DUE.get()
+        token = _ANSWER_DUE.set(due if outer is None else min(due, outer))
+        try:
+            yield
+        finally:
+            _ANSWER_DUE.reset(token)
 
     async def observe(
         self, operation: str, call: Callable[[], Awaitable[Any]], *, write: bool = False

@@ -122,7 +122,7 @@ class ConsumerScan:
         outcome = await pool.observe(
             "consumer.scan",
             lambda: fetch(
-                pool.pick(), subject, PullRequest(batch=count, no_wait=True), timeout=pool.timeout
+                pool.pick(), subject, PullRequest(batch=count, no_wait=True), timeout=pool.wait()
             ),
         )
         if outcome.status is not None and not outcome.status.ends_quietly:

@@ -13,12 +13,15 @@ from __future__ import annotations
 
 import asyncio
 import re
+import time
 
 import httpx
 import nats
 import orjson
+from nats.aio.msg import Msg
 
-from tests.helpers import problem
+from app.nats.embedded import EmbeddedServer
+from tests.helpers import gateway_settings, problem, running_gateway
 from tests.integration.test_kv_buckets import make_bucket
 from tests.integration.test_kv_entries import JSON_ACCEPT, put
 
@@ -155,3 +158,51 @@ async def test_the_leaders_answer_stands_when_the_key_went_back(
     assert await stale_reads(gateway) - before == 1  # the floor came down with the first
     assert await put(gateway, name, "k", b"4") == 4
     assert (await gateway.get(url)).content == b"4"
+
+
+async def test_a_read_asked_again_of_the_leader_answers_within_the_request_timeout(
+    nats_server: EmbeddedServer, nc: nats.NATS, name: str
+) -> None:
+    """A Direct Get answered late and behind the key's floor is read again from the stream
+    leader in what is left of the request timeout, not in a timeout of its own: the client
+    has its answer (here a 504, the leader being silent) within the time it was told.
+
+    JetStream's part is played by core-NATS responders under a JetStream domain of their
+    own (which the server does not answer), so that the replica can be made slow: the first
+    read is answered at revision 5 at once, the next ones at revision 4 after DELAY s.
+    """
+    timeout, delay = 1.0, 0.6
+    stream, subject = f"KV_{name}", f"$KV.{name}.k"
+    revisions = iter([5])
+
+    async def replica(msg: Msg) -> None:
+        revision = next(revisions, 4)
+        if revision == 4:
+            await asyncio.sleep(delay)
+        headers = {
+            "Nats-Stream": stream,
+            "Nats-Subject": subject,
+            "Nats-Sequence": str(revision),
+            "Nats-Time-Stamp": "2026-11-27T00:00:00.000000000Z",
+        }
+        await nc.publish(msg.reply, str(revision).encode(), headers=headers)
+
+    async def silent(msg: Msg) -> None:
+        asked.set()
+
+    asked = asyncio.Event()
+    await nc.subscribe(f"$JS.scripted.API.DIRECT.GET.{stream}.{subject}", cb=replica)
+    await nc.subscribe(f"$JS.scripted.API.STREAM.MSG.GET.{stream}", cb=silent)
+    await nc.flush()
+    settings = gateway_settings(nats_server.url, js_domain="scripted", request_timeout=timeout)
+    async with running_gateway(settings) as gateway:
+        url = f"/v1/kv/{name}/keys/k"
+        first = await gateway.get(url)
+        assert first.status_code == 200 and first.headers["kv-revision"] == "5", first.text
+        started = time.monotonic()
+        late = await gateway.get(url)
+        took = time.monotonic() - started
+    problem(late, 504, "nats.timeout")
+    assert asked.is_set()  # the leader was asked
+    # One request timeout in all (before, DELAY + one more: 1.6 s).
+    assert took < timeout + 0.3, took

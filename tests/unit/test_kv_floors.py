@@ -19,6 +19,7 @@ from app.kv.service import KVService
 from app.metrics import Metrics
 from app.nats.direct import StoredMessage
 from app.nats.floors import RevisionFloors
+from app.nats.pool import NatsPool
 
 
 def test_a_floor_only_rises() -> None:
@@ -72,6 +73,10 @@ class _Leader:
     def __init__(self, answer: Exception | dict[str, Any]) -> None:
         self.answer = answer
         self.asked: list[tuple[str, ...]] = []
+        # Not connected: what the reads take of it is the request timeout (NatsPool.within).
+        self.pool = NatsPool(
+            Settings(nats_url=["nats://127.0.0.1:1"]), ["nats://127.0.0.1:1"], Metrics()
+        )
 
     async def call(self, operation: str, *tokens: str, **_: Any) -> dict[str, Any]:
         self.asked.append(tokens)
