@@ -14,6 +14,14 @@ session keeps the queued feed events after Q, drops its own consumer and lives o
   revision of the same key when ``last_per_subject`` skipped one): Q >= every revision <= P
   that matches the filter.
 
+Both consumers are R1: the server places each on any replica of the stream, and a replica
+may be behind the others (just after a partition it lacks what the leader committed last).
+The catch-up's "nothing pending" then speaks for its replica only, and Q may stop short of P
+(a client resuming after revision 55 would miss 56..58, which the feed passed before the
+session joined it). So a ``ready`` that claims more than the catch-up delivered is checked
+against the stream leader first: whatever the leader has in the filter up to the claim and P
+that the catch-up did not deliver is read from the leader and sent before ``ready``.
+
 So no revision is lost or sent twice. Catch-up consumers live a few milliseconds; at most
 ``catchup_limit`` exist at once per worker, so thousands of clients connecting together do not
 run into the server's limit on consumers per stream.
@@ -23,8 +31,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
+import functools
 import logging
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 
 import orjson
@@ -32,8 +42,9 @@ import orjson
 from app import errors, validation
 from app.errors import ErrorCode
 from app.kv import model as kv_model
-from app.kv.model import PUT, Entry, entry_from_delivery
+from app.kv.model import PUT, Entry, entry_from_delivery, entry_from_message
 from app.metrics import Metrics
+from app.nats.direct import StoredMessage
 from app.nats.jsapi import JetStreamApi
 from app.nats.ordered import OrderedConfig, OrderedConsumer
 from app.nats.scan import Delivery
@@ -171,10 +182,21 @@ class WatchSession:
         visible: Callable[[str], bool] | None,
         on_closed: Callable[[WatchSession], None],
         on_too_slow: Callable[[], None] | None = None,
+        leader_next: Callable[[int], Awaitable[StoredMessage | None]] | None = None,
+        on_behind: Callable[[], None] | None = None,
     ) -> None:
         self.bucket = bucket
         self.options = options
         self.feed: Feed | None = None
+        # The feed's position when the session joined it: every later change reaches the
+        # session through the feed, every earlier one must come from the catch-up.
+        self.joined = 0
+        # The stream leader's first message in the filter at or after a sequence: what a
+        # ready that claims more than the catch-up delivered is checked against (None: the
+        # catch-up is believed).
+        self._leader_next = leader_next
+        self._on_behind = on_behind  # the leader had what the catch-up did not deliver
+        self._checking: asyncio.Task[None] | None = None
         self.catchup: OrderedConsumer | None = None
         self._catchup_done: Callable[[], None] | None = None
         # The client's events (None: the end, always last), and the writer waiting for them,
@@ -214,8 +236,8 @@ class WatchSession:
             self._send_ready(position)
 
     def on_message(self, message: Delivery) -> None:
-        if self._ended or self._backlog is None:
-            return  # the feed has taken over
+        if self._ended or self._backlog is None or self._checking is not None:
+            return  # the feed has taken over, or the leader is asked for the rest
         entry = entry_from_delivery(self.bucket, message, meta_only=self.options.meta_only)
         if self._new(entry) and self._wanted(entry):
             self._push(entry_event(entry))
@@ -239,10 +261,58 @@ class WatchSession:
 
     def live_from(self, position: int) -> None:
         """No catch-up (``updates_only``): ready at the feed's position, live at once."""
-        self._send_ready(position)
+        self._ready_at(position)
 
     def _send_ready(self, position: int) -> None:
-        """End Of Initial Data (ADR-8), once; its id resumes the watch right after it."""
+        """End Of Initial Data (ADR-8), once; its id resumes the watch right after it.
+
+        The catch-up claims everything in the filter up to ``position`` was delivered. When
+        that, or the feed's position at the join, is past what it did deliver, the rest is
+        read from the stream leader first (:meth:`_from_leader`)."""
+        if self._ready or self._ended or self._checking is not None:
+            return
+        claimed = max(position, self.joined)
+        if self._leader_next is not None and claimed > self._through:
+            self._stop_catchup()  # the leader answers for the rest
+            self._checking = asyncio.get_running_loop().create_task(self._from_leader(claimed))
+            return
+        self._ready_at(position)
+
+    async def _from_leader(self, claimed: int) -> None:
+        """What the leader has in the filter after the catch-up's last delivery, up to
+        ``claimed``, sent in order; then ``ready``. A leader that cannot be asked ends the
+        watch with its error: the client resumes after the last revision it was sent."""
+        assert self._leader_next is not None
+        behind = True  # counted once, at the first message the catch-up lacked
+        try:
+            while not self._ended:
+                message = await self._leader_next(self._through + 1)
+                if message is None or message.seq > claimed:
+                    break
+                entry = entry_from_message(self.bucket, message)
+                if self.options.meta_only:
+                    entry = dataclasses.replace(entry, value=None)
+                if behind:
+                    behind = False
+                    log.info(
+                        "a watch of %s caught up on a replica that lacks revision %d: the "
+                        "rest up to %d is read from the stream leader",
+                        self.bucket,
+                        message.seq,
+                        claimed,
+                    )
+                    if self._on_behind is not None:
+                        self._on_behind()
+                if self._new(entry) and self._wanted(entry):
+                    self._push(entry_event(entry))
+        except errors.GatewayError as exc:
+            self.end(exc)
+            return
+        finally:
+            self._checking = None
+        self._ready_at(claimed)
+
+    def _ready_at(self, position: int) -> None:
         if self._ready or self._ended:
             return
         self._ready = True
@@ -335,6 +405,9 @@ class WatchSession:
     def _leave(self) -> None:
         self._backlog = None
         self._stop_catchup()
+        checking = self._checking
+        if checking is not None and checking is not asyncio.current_task():
+            checking.cancel()
         feed, self.feed = self.feed, None
         if feed is not None:
             feed.remove(self)
@@ -515,6 +588,12 @@ class Watches:
             visible=visible,
             on_closed=self._closed,
             on_too_slow=None if self._metrics is None else self._behind.inc,
+            on_behind=None if self._metrics is None else self._metrics.kv_stale_reads.inc,
+            leader_next=functools.partial(
+                self._leader_next,
+                kv_model.stream_name(bucket),
+                kv_model.filter_subject(bucket, options.key_filter),
+            ),
         )
         self._active.add(session)
         self._changed()
@@ -522,7 +601,7 @@ class Watches:
             self._upkeep = asyncio.get_running_loop().create_task(self._keep_up())
         try:
             feed = await self._feed(bucket, options)
-            position = feed.add(session)
+            position = session.joined = feed.add(session)
             if not options.needs_catchup:
                 session.live_from(position)
                 return session
@@ -536,6 +615,21 @@ class Watches:
                 await session.close()
             raise
         return session
+
+    async def _leader_next(self, stream: str, subject: str, seq: int) -> StoredMessage | None:
+        """The stream leader's first message on ``subject`` (a filter) at or after ``seq``."""
+        try:
+            result = await self.js.call(
+                "kv.watch",
+                "STREAM",
+                "MSG",
+                "GET",
+                stream,
+                body={"seq": seq, "next_by_subj": subject},
+            )
+        except errors.MessageNotFound:
+            return None
+        return StoredMessage.from_msg_get(stream, result.get("message") or {})
 
     def _closed(self, session: WatchSession) -> None:
         self._active.discard(session)

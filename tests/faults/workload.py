@@ -26,11 +26,13 @@ import base64
 import contextlib
 import json
 import random
+import re
 import time
 import uuid
 from collections import Counter, defaultdict
 from collections.abc import AsyncIterator, Callable
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -678,6 +680,13 @@ class Workload:
         await self.stop()
         counters = await stored_messages(urls, f"KV_{self.counters}")
         figures = self._figures(scenario, published, watched, counters)
+        async with self.client() as http:
+            exported = (await http.get("/metrics")).text
+        stale = re.search(r"^jsgw_kv_stale_reads_total (\S+)$", exported, re.MULTILINE)
+        # KV reads and watch catch-ups that a replica behind answered, redone by the leader
+        figures.notes.append(f"stale reads redone: {stale.group(1) if stale else '?'}")
+        completed = Path(harness.gateway_log).read_text().count("read from the stream leader")
+        figures.notes.append(f"watch catch-ups completed from the leader: {completed}")
         if figures.consume_missing:
             missing = sorted({m["seq"] for m in published} - self.delivered.keys())
             info = await harness.consumer_info(self.stream, self.consumer)

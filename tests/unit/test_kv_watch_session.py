@@ -17,6 +17,7 @@ from app.kv.watch import (
     entry_from_delivery,
 )
 from app.metrics import Metrics
+from app.nats.direct import StoredMessage
 from app.nats.scan import Delivery
 
 
@@ -229,3 +230,120 @@ async def test_a_watch_cut_off_is_counted_once_by_why() -> None:
     with contextlib.suppress(asyncio.CancelledError):
         await writer
     assert (dropped(metrics, "behind"), dropped(metrics, "stuck")) == (1, 1)
+
+
+class Leader:
+    """The stream leader's messages of bucket B, as ``STREAM.MSG.GET`` with next_by_subj
+    (the filter is every key here) answers them; the sequences asked are recorded."""
+
+    def __init__(self, *keys_at: tuple[int, str], error: errors.GatewayError | None = None):
+        self.messages = {
+            seq: StoredMessage("KV_B", f"$KV.B.{key}", seq, "2026-11-27T00:00:00Z", {}, b"L")
+            for seq, key in keys_at
+        }
+        self.asked: list[int] = []
+        self.behind: list[bool] = []  # the session's on_behind calls
+        self.error = error
+
+    async def next(self, seq: int) -> StoredMessage | None:
+        self.asked.append(seq)
+        await asyncio.sleep(0)
+        if self.error is not None:
+            raise self.error
+        return next((self.messages[s] for s in sorted(self.messages) if s >= seq), None)
+
+
+def checked(leader: Leader, *, joined: int, **options: object) -> WatchSession:
+    s = WatchSession(
+        "B",
+        WatchOptions(**options),
+        queue_size=100,
+        visible=None,
+        on_closed=lambda _: None,
+        leader_next=leader.next,
+        on_behind=lambda: leader.behind.append(True),
+    )
+    s.joined = joined
+    return s
+
+
+async def until_ready(s: WatchSession) -> None:
+    while s._checking is not None:
+        await asyncio.sleep(0)
+
+
+async def test_a_catch_up_on_a_replica_behind_is_completed_from_the_leader() -> None:
+    """The client resumes after 55; the feed it joins is at 58; its catch-up consumer lands
+    on a replica that lacks 56..58 (committed by the leader just before a partition) and
+    finds nothing pending. Those three come from the leader, in order, before ready."""
+    leader = Leader((56, "a"), (57, "b"), (58, "a"), (60, "z"))
+    s = checked(leader, joined=58, since=55)
+    s.on_start(num_pending=0, position=58)  # the replica's "nothing after 55"
+    feed(s, 59, "c")  # the feed goes on meanwhile
+    s.on_message(delivery(56, "late", 0))  # the catch-up is no longer listened to
+    await until_ready(s)
+    feed(s, 60, "z")
+    events = await drain(s)
+    assert [(e.event, e.id) for e in events] == [
+        ("put", "56"),
+        ("put", "57"),
+        ("put", "58"),
+        ("ready", "58"),
+        ("put", "59"),
+        ("put", "60"),
+    ]
+    assert json.loads(events[0].data)["value"] == "TA=="  # the leader's message
+    assert leader.asked == [56, 57, 58, 59]
+    assert leader.behind == [True]  # one watch completed from the leader: counted once
+
+
+async def test_nothing_in_the_filter_up_to_the_claim_costs_one_leader_read() -> None:
+    leader = Leader((70, "a"))  # the next one in the filter is past the claim
+    s = checked(leader, joined=64, since=40, key_filter="a")
+    s.on_start(num_pending=0, position=64)
+    await until_ready(s)
+    assert [(e.event, e.id) for e in await drain(s)] == [("ready", "64")]
+    assert leader.asked == [41]
+    assert leader.behind == []  # the catch-up lacked nothing
+
+
+async def test_a_catch_up_that_delivered_through_the_join_is_believed() -> None:
+    leader = Leader((3, "a"))
+    s = checked(leader, joined=3)
+    s.on_start(num_pending=2, position=0)
+    s.on_message(delivery(2, "b", 1))
+    s.on_message(delivery(3, "a", 0))
+    assert s._checking is None
+    assert [(e.event, e.id) for e in await drain(s)] == [("put", "2"), ("put", "3"), ("ready", "3")]
+    assert leader.asked == []
+
+
+async def test_a_leader_that_cannot_be_asked_ends_the_watch_for_the_client_to_resume() -> None:
+    unavailable = errors.Unavailable(errors.ErrorCode.NATS_UNAVAILABLE, "no leader")
+    s = checked(Leader(error=unavailable), joined=58, since=55)
+    s.on_start(num_pending=0, position=58)
+    events = [event async for event in s.events()]  # the stream ends by itself
+    assert [e.event for e in events] == ["error"]
+    assert json.loads(events[0].data)["code"] == "nats.unavailable"
+
+
+async def test_leader_entries_honour_meta_only_and_ignore_deletes() -> None:
+    leader = Leader((5, "a"), (6, "b"))
+    leader.messages[6].headers["KV-Operation"] = "DEL"
+    s = checked(leader, joined=6, since=4, meta_only=True, ignore_deletes=True)
+    s.on_start(num_pending=0, position=6)
+    await until_ready(s)
+    events = await drain(s)
+    assert [(e.event, e.id) for e in events] == [("put", "5"), ("ready", "6")]
+    assert "value" not in json.loads(events[0].data)
+
+
+async def test_a_watch_closed_during_the_leader_read_stops_it() -> None:
+    leader = Leader((5, "a"))
+    s = checked(leader, joined=5, since=4)
+    s.on_start(num_pending=0, position=5)
+    checking = s._checking
+    assert checking is not None
+    await s.close()
+    await asyncio.sleep(0)
+    assert checking.done()
