@@ -541,6 +541,20 @@ class Partition:
             a, b = sorted(key)
             self.heal(a, b)
 
+    def lag(self, node: str, seconds: float, rate: str = "256kbit") -> None:
+        """Queue what the cluster sends ``node`` for up to ``seconds`` (0: not at all): a
+        token bucket on its switch port that passes ``rate``, so that a load above it keeps
+        the queue full. Its replicas then apply what the others committed that much later: a
+        replica behind that still answers, its client links untouched. (A token bucket, as
+        netem is not in every kernel.)"""
+        port = self._links[frozenset((node, "sw"))].b_if
+        tc = ["tc", "-n", self.ns["sw"], "qdisc"]
+        _run(*tc, "del", "dev", port, "root", check=False)
+        if seconds > 0:
+            queue = f"{int(seconds * 1000)}ms"
+            bucket = ["tbf", "rate", rate, "burst", "4kb", "latency", queue]
+            _run(*tc, "add", "dev", port, "root", *bucket)
+
     @property
     def cut_links(self) -> list[tuple[str, str]]:
         return sorted(tuple(sorted(k)) for k in self._down)  # type: ignore[misc]
@@ -665,6 +679,16 @@ class Partition:
             return await wait_for_stream_current(nc, stream, 3, timeout)
         finally:
             await nc.close()
+
+    def meta_leader(self) -> str | None:
+        """The JetStream meta leader, as the first node that answers its /jsz says."""
+        for node in NODES:
+            try:
+                with urllib.request.urlopen(f"{self.monitor_url(node)}/jsz", timeout=2) as r:
+                    return (json.loads(r.read()).get("meta_cluster") or {}).get("leader")
+            except OSError:
+                continue
+        return None
 
     def leader_views(self, stream: str) -> dict[str, str | None]:
         """Who each node believes leads ``stream`` (its own /jsz view; None: no leader known,
