@@ -183,7 +183,7 @@ class WatchSession:
         on_closed: Callable[[WatchSession], None],
         on_too_slow: Callable[[], None] | None = None,
         leader_next: Callable[[int], Awaitable[StoredMessage | None]] | None = None,
-        on_behind: Callable[[], None] | None = None,
+        on_replica_behind: Callable[[], None] | None = None,
     ) -> None:
         self.bucket = bucket
         self.options = options
@@ -195,7 +195,8 @@ class WatchSession:
         # ready that claims more than the catch-up delivered is checked against (None: the
         # catch-up is believed).
         self._leader_next = leader_next
-        self._on_behind = on_behind  # the leader had what the catch-up did not deliver
+        # Called when the leader had what the catch-up did not deliver.
+        self._on_replica_behind = on_replica_behind
         self._checking: asyncio.Task[None] | None = None
         self.catchup: OrderedConsumer | None = None
         self._catchup_done: Callable[[], None] | None = None
@@ -245,7 +246,7 @@ class WatchSession:
             self._send_ready(message.stream_seq)
 
     def on_error(self, error: errors.GatewayError) -> None:
-        if isinstance(error, errors.StreamDeleted):
+        if isinstance(error, errors.StreamDeleted | errors.StreamNotFound):
             error = errors.NotFound(
                 ErrorCode.KV_BUCKET_DELETED, f"bucket {self.bucket!r} was deleted: the watch ends"
             )
@@ -272,9 +273,19 @@ class WatchSession:
         if self._ready or self._ended or self._checking is not None:
             return
         claimed = max(position, self.joined)
-        if self._leader_next is not None and claimed > self._through:
-            self._stop_catchup()  # the leader answers for the rest
-            self._checking = asyncio.get_running_loop().create_task(self._from_leader(claimed))
+        # What the catch-up has covered: what it delivered (or the resume point), and, with
+        # nothing pending, all its server held when it was made (the stream's last sequence
+        # on the stream leader, app.nats.ordered).
+        held = 0 if self.catchup is None else self.catchup.holds
+        if self._leader_next is not None and claimed > max(self._through, held):
+            # The leader answers for the rest. The catch-up's slot (catchup_limit) is kept
+            # until it has: a replica behind keeps many watches reading from the leader.
+            slot, self._catchup_done = self._catchup_done, None
+            self._stop_catchup()
+            task = asyncio.get_running_loop().create_task(self._from_leader(claimed))
+            if slot is not None:  # (also when cancelled before it ran)
+                task.add_done_callback(lambda _: slot())
+            self._checking = task
             return
         self._ready_at(position)
 
@@ -289,9 +300,12 @@ class WatchSession:
                 message = await self._leader_next(self._through + 1)
                 if message is None or message.seq > claimed:
                     break
-                entry = entry_from_message(self.bucket, message)
-                if self.options.meta_only:
-                    entry = dataclasses.replace(entry, value=None)
+                if message.seq <= self._through:  # (never from a sound server: no loop)
+                    raise errors.UpstreamError(
+                        ErrorCode.JETSTREAM_BAD_RESPONSE,
+                        f"the stream leader answered revision {message.seq} for one after "
+                        f"{self._through}",
+                    )
                 if behind:
                     behind = False
                     log.info(
@@ -301,12 +315,23 @@ class WatchSession:
                         message.seq,
                         claimed,
                     )
-                    if self._on_behind is not None:
-                        self._on_behind()
+                    if self._on_replica_behind is not None:
+                        self._on_replica_behind()
+                entry = entry_from_message(self.bucket, message)
+                if self.options.meta_only:
+                    entry = dataclasses.replace(entry, value=None)
                 if self._new(entry) and self._wanted(entry):
                     self._push(entry_event(entry))
         except errors.GatewayError as exc:
-            self.end(exc)
+            self.on_error(exc)
+            return
+        except Exception:
+            log.exception("reading a watch's revisions from the stream leader failed")
+            self.end(
+                errors.UpstreamError(
+                    ErrorCode.JETSTREAM_BAD_RESPONSE, "the stream leader's answer was not read"
+                )
+            )
             return
         finally:
             self._checking = None
@@ -588,7 +613,7 @@ class Watches:
             visible=visible,
             on_closed=self._closed,
             on_too_slow=None if self._metrics is None else self._behind.inc,
-            on_behind=None if self._metrics is None else self._metrics.kv_stale_reads.inc,
+            on_replica_behind=None if self._metrics is None else self._metrics.kv_stale_reads.inc,
             leader_next=functools.partial(
                 self._leader_next,
                 kv_model.stream_name(bucket),

@@ -103,6 +103,10 @@ class OrderedConsumer:
         # None until known (last_per_subject delivers in an order of its own).
         self._position: int | None = None
         self._stream_created: str | None = None
+        # A stream sequence the server of the current consumer is known to hold (see _attach):
+        # a consumer that has nothing pending after a message has delivered everything in
+        # its filter up to here.
+        self.holds = 0
         self._last_seen = self._loop.time()
         self._reset = asyncio.Event()
         self._watchdog: asyncio.Task[None] | None = None
@@ -125,7 +129,7 @@ class OrderedConsumer:
         elif self.config.deliver_policy == "by_start_sequence":
             self._position = max((self.config.start_seq or 1) - 1, 0)
         try:
-            await self._attach(_last_seq(info))
+            await self._attach(info)
         except BaseException:
             # Failed or cancelled part way (the gateway closing): what was made goes, here,
             # for every caller.
@@ -178,8 +182,9 @@ class OrderedConsumer:
             config["deliver_policy"] = c.deliver_policy
         return config
 
-    async def _attach(self, stream_last_seq: int) -> None:
-        """Subscribe a fresh inbox, then create a consumer that delivers to it."""
+    async def _attach(self, stream: dict[str, Any]) -> None:
+        """Subscribe a fresh inbox, then create a consumer that delivers to it (``stream``:
+        the stream's info, asked just before)."""
         self._generation += 1
         generation = self._generation
         client = self.js.pool.pick()
@@ -209,6 +214,12 @@ class OrderedConsumer:
         self._expected = 1
         self._last_seen = self._loop.time()
         self._advisory = await self._watch_deletion(client, generation)
+        # The stream's last sequence when the consumer runs on the server that led the stream
+        # (and so had it all) when the info was asked, or on a lone server (whose consumers'
+        # infos name no cluster); else 0: another replica may be behind (R1 consumers are
+        # placed on any), and speaks for itself only.
+        runs_on = _server(info)
+        self.holds = _last_seq(stream) if runs_on in (None, _server(stream)) else 0
         num_pending = int(info.get("num_pending", 0))
         delivered = int((info.get("delivered") or {}).get("stream_seq", 0))
         if self._position is None and self.config.deliver_policy == "new":
@@ -216,7 +227,7 @@ class OrderedConsumer:
         position = self._position or 0
         if num_pending == 0:
             # Nothing in the filter up to the consumer's start: any point before it will do.
-            position = max(position, delivered, stream_last_seq)
+            position = max(position, delivered, self.holds)
         self.listener.on_start(num_pending, position)
         gate.set()
 
@@ -302,7 +313,7 @@ class OrderedConsumer:
                 if info.get("created") != self._stream_created:
                     raise _stream_gone(self.config.stream)
                 await self._detach()
-                await self._attach(_last_seq(info))
+                await self._attach(info)
                 log.info("consumer on %s re-created at %s", self.config.stream, self._position)
                 return
             except (errors.Unavailable, errors.Timeout) as exc:
@@ -315,6 +326,13 @@ class OrderedConsumer:
     def _fail(self, error: errors.GatewayError) -> None:
         if not self._closed:
             self.listener.on_error(error)
+
+
+def _server(info: dict[str, Any]) -> str | None:
+    """The server that leads a stream or runs a consumer, as its info says (a lone server
+    names itself as a stream's leader, and nothing for a consumer)."""
+    leader = (info.get("cluster") or {}).get("leader")
+    return leader if isinstance(leader, str) else None
 
 
 def _last_seq(info: dict[str, Any]) -> int:

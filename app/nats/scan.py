@@ -8,7 +8,8 @@ short ``inactive_threshold`` in case the gateway dies first.
 
 from __future__ import annotations
 
-import contextlib
+import asyncio
+import contextvars
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any
@@ -23,6 +24,13 @@ from app.nats.jsapi import JetStreamApi
 from app.nats.pull import PullRequest, fetch
 
 _INACTIVE_THRESHOLD_NS = 30 * NS_PER_SECOND
+_DELETING: set[asyncio.Task[None]] = set()  # deletions after the answer (ConsumerScan)
+
+
+def _deleted(task: asyncio.Task[None]) -> None:
+    _DELETING.discard(task)
+    if not task.cancelled():
+        task.exception()  # (retrieved: a consumer left behind expires on its own)
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,6 +154,18 @@ class ConsumerScan:
     ) -> None:
         if self.name is None:
             return
-        # Best effort: a consumer left behind expires after its inactive threshold anyway.
-        with contextlib.suppress(errors.GatewayError):
-            await self.js.call("consumer.delete", "CONSUMER", "DELETE", self.stream, self.name)
+        try:
+            await self._delete()
+            return
+        except errors.GatewayError:
+            pass
+        # Not deleted: often because the answer the scan was for ran out of its time
+        # (NatsPool.within). Asked again after the answer, with a timeout of its own, outside
+        # that answer's context; best effort: a consumer left behind expires after its
+        # inactive threshold anyway.
+        task = asyncio.get_running_loop().create_task(self._delete(), context=contextvars.Context())
+        _DELETING.add(task)
+        task.add_done_callback(_deleted)
+
+    async def _delete(self) -> None:
+        await self.js.call("consumer.delete", "CONSUMER", "DELETE", self.stream, str(self.name))

@@ -242,7 +242,7 @@ class Leader:
             for seq, key in keys_at
         }
         self.asked: list[int] = []
-        self.behind: list[bool] = []  # the session's on_behind calls
+        self.behind: list[bool] = []  # the session's on_replica_behind calls
         self.error = error
 
     async def next(self, seq: int) -> StoredMessage | None:
@@ -261,7 +261,7 @@ def checked(leader: Leader, *, joined: int, **options: object) -> WatchSession:
         visible=None,
         on_closed=lambda _: None,
         leader_next=leader.next,
-        on_behind=lambda: leader.behind.append(True),
+        on_replica_behind=lambda: leader.behind.append(True),
     )
     s.joined = joined
     return s
@@ -340,10 +340,83 @@ async def test_leader_entries_honour_meta_only_and_ignore_deletes() -> None:
 
 async def test_a_watch_closed_during_the_leader_read_stops_it() -> None:
     leader = Leader((5, "a"))
+    answer = asyncio.Event()
+    plain_next = leader.next
+
+    async def slow_next(seq: int) -> StoredMessage | None:
+        await answer.wait()
+        return await plain_next(seq)
+
+    leader.next = slow_next  # type: ignore[method-assign]
     s = checked(leader, joined=5, since=4)
+    s._leader_next = slow_next
     s.on_start(num_pending=0, position=5)
     checking = s._checking
     assert checking is not None
+    await asyncio.sleep(0.01)  # the read is asked and waits
     await s.close()
     await asyncio.sleep(0)
-    assert checking.done()
+    assert checking.cancelled()
+    assert leader.asked == []  # its answer never came
+
+
+class Catchup:
+    """A catch-up consumer as the session sees it: where its server stood, and its stop."""
+
+    def __init__(self, holds: int) -> None:
+        self.holds = holds
+        self.closed = False
+
+    async def start(self) -> None:
+        pass
+
+    async def close(self) -> None:
+        self.closed = True
+
+
+async def test_a_catch_up_on_the_stream_leader_is_believed_up_to_what_the_leader_held() -> None:
+    """Filtered on key a (revision 4) while another key is at 5: the catch-up's server led
+    the stream at 5 when it was made, so nothing in the filter lies in (4, 5]."""
+    leader = Leader((4, "a"), (5, "b"))
+    s = checked(leader, joined=5, key_filter="a")
+    released: list[bool] = []
+    await s.catch_up(Catchup(holds=5), lambda: released.append(True))  # type: ignore[arg-type]
+    s.on_message(delivery(4, "a", 0))
+    assert s._checking is None and leader.asked == []
+    assert [(e.event, e.id) for e in await drain(s)] == [("put", "4"), ("ready", "4")]
+    await asyncio.sleep(0)  # (the catch-up is stopped in a task of its own)
+    assert released == [True]
+
+
+async def test_the_catch_up_s_slot_is_held_until_the_leader_has_answered() -> None:
+    """A replica behind sends its watches to the leader: they stay within catchup_limit."""
+    leader = Leader((5, "a"))
+    answer = asyncio.Event()
+    plain_next = leader.next
+
+    async def slow_next(seq: int) -> StoredMessage | None:
+        await answer.wait()
+        return await plain_next(seq)
+
+    s = checked(leader, joined=5, since=4)
+    s._leader_next = slow_next
+    released: list[bool] = []
+    catchup = Catchup(holds=0)
+    await s.catch_up(catchup, lambda: released.append(True))  # type: ignore[arg-type]
+    s.on_start(num_pending=0, position=5)
+    await asyncio.sleep(0.01)
+    assert catchup.closed and released == []  # its consumer is gone, its slot is not
+    answer.set()
+    await until_ready(s)
+    await asyncio.sleep(0)
+    assert released == [True]
+    assert [(e.event, e.id) for e in await drain(s)] == [("put", "5"), ("ready", "5")]
+
+
+async def test_a_bucket_deleted_during_the_leader_read_is_a_deleted_bucket() -> None:
+    gone = errors.StreamNotFound(detail="stream not found")
+    s = checked(Leader(error=gone), joined=58, since=55)
+    s.on_start(num_pending=0, position=58)
+    events = [event async for event in s.events()]
+    assert [e.event for e in events] == ["error"]
+    assert json.loads(events[0].data)["code"] == "kv.bucket_deleted"
