@@ -236,7 +236,12 @@ class Leader:
     """The stream leader's messages of bucket B, as ``STREAM.MSG.GET`` with next_by_subj
     (the filter is every key here) answers them; the sequences asked are recorded."""
 
-    def __init__(self, *keys_at: tuple[int, str], error: errors.GatewayError | None = None):
+    def __init__(
+        self,
+        *keys_at: tuple[int, str],
+        error: errors.GatewayError | None = None,
+        held: bool = False,
+    ):
         self.messages = {
             seq: StoredMessage("KV_B", f"$KV.B.{key}", seq, "2026-11-27T00:00:00Z", {}, b"L")
             for seq, key in keys_at
@@ -244,8 +249,13 @@ class Leader:
         self.asked: list[int] = []
         self.behind: list[bool] = []  # the session's on_replica_behind calls
         self.error = error
+        # ``held``: each answer waits until this is set (a read in flight)
+        self.answer = asyncio.Event()
+        if not held:
+            self.answer.set()
 
     async def next(self, seq: int) -> StoredMessage | None:
+        await self.answer.wait()
         self.asked.append(seq)
         await asyncio.sleep(0)
         if self.error is not None:
@@ -339,17 +349,8 @@ async def test_leader_entries_honour_meta_only_and_ignore_deletes() -> None:
 
 
 async def test_a_watch_closed_during_the_leader_read_stops_it() -> None:
-    leader = Leader((5, "a"))
-    answer = asyncio.Event()
-    plain_next = leader.next
-
-    async def slow_next(seq: int) -> StoredMessage | None:
-        await answer.wait()
-        return await plain_next(seq)
-
-    leader.next = slow_next  # type: ignore[method-assign]
+    leader = Leader((5, "a"), held=True)
     s = checked(leader, joined=5, since=4)
-    s._leader_next = slow_next
     s.on_start(num_pending=0, position=5)
     checking = s._checking
     assert checking is not None
@@ -390,23 +391,15 @@ async def test_a_catch_up_on_the_stream_leader_is_believed_up_to_what_the_leader
 
 async def test_the_catch_up_s_slot_is_held_until_the_leader_has_answered() -> None:
     """A replica behind sends its watches to the leader: they stay within catchup_limit."""
-    leader = Leader((5, "a"))
-    answer = asyncio.Event()
-    plain_next = leader.next
-
-    async def slow_next(seq: int) -> StoredMessage | None:
-        await answer.wait()
-        return await plain_next(seq)
-
+    leader = Leader((5, "a"), held=True)
     s = checked(leader, joined=5, since=4)
-    s._leader_next = slow_next
     released: list[bool] = []
     catchup = Catchup(holds=0)
     await s.catch_up(catchup, lambda: released.append(True))  # type: ignore[arg-type]
     s.on_start(num_pending=0, position=5)
     await asyncio.sleep(0.01)
     assert catchup.closed and released == []  # its consumer is gone, its slot is not
-    answer.set()
+    leader.answer.set()
     await until_ready(s)
     await asyncio.sleep(0)
     assert released == [True]
