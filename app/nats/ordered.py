@@ -216,10 +216,13 @@ class OrderedConsumer:
         self._advisory = await self._watch_deletion(client, generation)
         # The stream's last sequence when the consumer runs on the server that led the stream
         # (and so had it all) when the info was asked, or on a lone server (whose consumers'
-        # infos name no cluster); else 0: another replica may be behind (R1 consumers are
-        # placed on any), and speaks for itself only.
-        runs_on = _server(info)
-        self.holds = _last_seq(stream) if runs_on in (None, _server(stream)) else 0
+        # infos have no cluster); else 0: another replica may be behind (R1 consumers are
+        # placed on any), and speaks for itself only (so does a replica answering the info
+        # while the stream has no leader).
+        leader = _server(stream)
+        alone = "cluster" not in info
+        on_leader = leader is not None and _server(info) == leader
+        self.holds = _last_seq(stream) if alone or on_leader else 0
         num_pending = int(info.get("num_pending", 0))
         delivered = int((info.get("delivered") or {}).get("stream_seq", 0))
         if self._position is None and self.config.deliver_policy == "new":
@@ -309,10 +312,10 @@ class OrderedConsumer:
         backoff = 0.25
         while not self._closed:
             try:
+                await self._detach()  # first: the stream's info is then as fresh as at a start
                 info = await self.js.call("stream.info", "STREAM", "INFO", self.config.stream)
                 if info.get("created") != self._stream_created:
                     raise _stream_gone(self.config.stream)
-                await self._detach()
                 await self._attach(info)
                 log.info("consumer on %s re-created at %s", self.config.stream, self._position)
                 return

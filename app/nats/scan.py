@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import logging
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any
@@ -23,14 +24,19 @@ from app.nats.acks import parse_ack_subject
 from app.nats.jsapi import JetStreamApi
 from app.nats.pull import PullRequest, fetch
 
+log = logging.getLogger("jsgw.scan")
+
 _INACTIVE_THRESHOLD_NS = 30 * NS_PER_SECOND
 _DELETING: set[asyncio.Task[None]] = set()  # deletions after the answer (ConsumerScan)
 
 
 def _deleted(task: asyncio.Task[None]) -> None:
     _DELETING.discard(task)
-    if not task.cancelled():
-        task.exception()  # (retrieved: a consumer left behind expires on its own)
+    if task.cancelled():
+        return
+    error = task.exception()  # a consumer left behind expires on its own
+    if error is not None and not isinstance(error, errors.GatewayError):
+        log.debug("deleting a scan's consumer failed", exc_info=error)
 
 
 @dataclass(frozen=True, slots=True)

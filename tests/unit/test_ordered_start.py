@@ -86,3 +86,8 @@ async def test_a_consumer_on_another_replica_starts_where_it_says_it_is() -> Non
     # The replica has the stream up to 70 ("new" starts there); the leader had 90.
     assert await started_at(JetStream("n1", "n2", has=70)) == 70
     assert await started_at(JetStream("n1", "n2", has=0), "last_per_subject") == 0
+
+
+async def test_a_replica_answering_for_a_stream_without_leader_is_not_believed() -> None:
+    # (a stream whose replicas have no leader: any answers its info, naming no leader)
+    assert await started_at(JetStream(None, "n2", has=70)) == 70
