@@ -381,10 +381,10 @@ class NatsPool:
         """
         lean = client or self.pick()
         assert isinstance(lean, LeanClient)
+        wait = self.wait(timeout)  # (nothing is sent, nor timed, when no time is left)
         # observe(), inlined: the hottest call of the gateway, one coroutine fewer.
         started = time.perf_counter()
         try:
-            wait = self.wait(timeout)
             if stored is not None:
                 return await lean.replies.request_write(
                     subject,
