@@ -17,6 +17,8 @@ import nats
 import orjson
 import pytest
 
+from app.kv.model import entry_from_message
+from app.main import create_app
 from app.nats.embedded import EmbeddedServer
 from tests.helpers import gateway_settings, served_gateway
 
@@ -558,3 +560,31 @@ async def test_a_watch_with_an_unread_body_ends_when_its_client_leaves(
                 await asyncio.sleep(0.05)
             took = time.monotonic() - started
             assert took < 1.0, f"body of {body} bytes: the watch ended {took:.1f} s after"
+
+
+async def test_the_leader_read_that_completes_a_catch_up(
+    nats_server: EmbeddedServer, nc: nats.NATS, name: str
+) -> None:
+    """What a watch reads from the stream leader when its catch-up ran on a replica behind
+    (app.kv.watch; tests/faults/test_watch_replica.py has the replica): the next message of
+    the filter from a sequence, markers included, on every release the KV tests run on."""
+    js = nc.jetstream()
+    kv = await js.create_key_value(bucket=name, history=5)
+    await kv.put("a.1", b"1")  # 1
+    await kv.put("b", b"2")  # 2
+    await kv.delete("a.1")  # 3
+    await kv.put("a.2", b"4")  # 4
+    app = create_app(gateway_settings(nats_server.url))
+    async with app.router.lifespan_context(app) as state:
+        watches = state["runtime"].kv.watches
+        stream, subject = f"KV_{name}", f"$KV.{name}.a.>"
+        found = []
+        for seq in (1, 2, 4, 5):
+            message = await watches._leader_next(stream, subject, seq)
+            found.append(None if message is None else entry_from_message(name, message))
+    assert [(e.revision, e.key, e.operation, e.value) for e in found[:3]] == [
+        (1, "a.1", "PUT", b"1"),
+        (3, "a.1", "DEL", b""),
+        (4, "a.2", "PUT", b"4"),
+    ]
+    assert found[3] is None
