@@ -23,7 +23,7 @@ from app import errors, validation
 from app.direct.service import DirectService
 from app.errors import ErrorCode
 from app.nats import features
-from app.nats.direct import DirectGet, StoredMessage
+from app.nats.direct import DirectGet, StoredMessage, leader_message
 from app.nats.floors import RevisionFloors
 from app.nats.jsapi import JetStreamApi
 from app.publish.service import Outgoing, Publisher
@@ -127,13 +127,8 @@ class CounterService:
             return None
 
     async def _leader_last(self, stream: str, subject: str) -> StoredMessage | None:
-        try:
-            result = await self.js.call(
-                "stream.msg_get", "STREAM", "MSG", "GET", stream, body={"last_by_subj": subject}
-            )
-        except errors.MessageNotFound:
-            return None
-        return StoredMessage.from_msg_get(stream, result.get("message") or {})
+        request = {"last_by_subj": subject}
+        return await leader_message(self.js, stream, request, operation="stream.msg_get")
 
     async def read(
         self,

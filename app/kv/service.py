@@ -46,7 +46,7 @@ from app.kv.model import (
 from app.kv.topology import ReadOnlyBuckets, read_only_error
 from app.kv.watch import Watches, WatchOptions, WatchSession
 from app.metrics import Metrics
-from app.nats.direct import DirectGet, StoredMessage
+from app.nats.direct import DirectGet, StoredMessage, leader_message
 from app.nats.floors import RevisionFloors
 from app.nats.jsapi import JetStreamApi
 from app.nats.scan import ConsumerScan
@@ -309,13 +309,7 @@ class KVService:
     ) -> StoredMessage | None:
         """``STREAM.MSG.GET``, for buckets without Direct Get (ADR-8 "allow_direct is false"),
         and reads of the stream leader."""
-        try:
-            result = await self.js.call(
-                "kv.get", "STREAM", "MSG", "GET", stream, body=request, timeout=timeout
-            )
-        except errors.MessageNotFound:
-            return None
-        return StoredMessage.from_msg_get(stream, result.get("message") or {})
+        return await leader_message(self.js, stream, request, operation="kv.get", timeout=timeout)
 
     async def history(self, bucket: str, key: str) -> list[Entry]:
         """Every stored revision of a key, oldest first, deletes included."""

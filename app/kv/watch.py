@@ -44,7 +44,7 @@ from app.errors import ErrorCode
 from app.kv import model as kv_model
 from app.kv.model import PUT, Entry, entry_from_delivery, entry_from_message
 from app.metrics import Metrics
-from app.nats.direct import StoredMessage
+from app.nats.direct import StoredMessage, leader_message
 from app.nats.jsapi import JetStreamApi
 from app.nats.ordered import OrderedConfig, OrderedConsumer
 from app.nats.scan import Delivery
@@ -554,6 +554,14 @@ class Feed:
 FeedKey = tuple[str, str, bool]
 
 
+def _leader_next(
+    js: JetStreamApi, stream: str, subject: str, seq: int
+) -> Awaitable[StoredMessage | None]:
+    """The stream leader's first message on ``subject`` (a filter) at or after ``seq``."""
+    request = {"seq": seq, "next_by_subj": subject}
+    return leader_message(js, stream, request, operation="kv.watch")
+
+
 class Watches:
     """The live watches of a worker: their feeds, a cap on their number, heartbeats, cutting
     off writers stuck on a client that reads nothing, and a farewell on shutdown."""
@@ -615,7 +623,8 @@ class Watches:
             on_too_slow=None if self._metrics is None else self._behind.inc,
             on_replica_behind=None if self._metrics is None else self._metrics.kv_stale_reads.inc,
             leader_next=functools.partial(
-                self._leader_next,
+                _leader_next,
+                self.js,
                 kv_model.stream_name(bucket),
                 kv_model.filter_subject(bucket, options.key_filter),
             ),
@@ -640,21 +649,6 @@ class Watches:
                 await session.close()
             raise
         return session
-
-    async def _leader_next(self, stream: str, subject: str, seq: int) -> StoredMessage | None:
-        """The stream leader's first message on ``subject`` (a filter) at or after ``seq``."""
-        try:
-            result = await self.js.call(
-                "kv.watch",
-                "STREAM",
-                "MSG",
-                "GET",
-                stream,
-                body={"seq": seq, "next_by_subj": subject},
-            )
-        except errors.MessageNotFound:
-            return None
-        return StoredMessage.from_msg_get(stream, result.get("message") or {})
 
     def _closed(self, session: WatchSession) -> None:
         self._active.discard(session)

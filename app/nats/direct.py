@@ -99,6 +99,25 @@ def _int(headers: dict[str, str], name: str) -> int | None:
     return int(value) if value is not None and value.isdigit() else None
 
 
+async def leader_message(
+    js: JetStreamApi,
+    stream: str,
+    request: dict[str, Any],
+    *,
+    operation: str,
+    timeout: float | None = None,
+) -> StoredMessage | None:
+    """``STREAM.MSG.GET``: the message the stream leader answers ``request`` with (``seq``,
+    ``last_by_subj``, ``next_by_subj``...), or None when it has none."""
+    try:
+        result = await js.call(
+            operation, "STREAM", "MSG", "GET", stream, body=request, timeout=timeout
+        )
+    except errors.MessageNotFound:
+        return None
+    return StoredMessage.from_msg_get(stream, result.get("message") or {})
+
+
 def _from_direct_reply(reply: Reply) -> StoredMessage:
     """The message a single Direct Get answered with (or its status as an error).
 

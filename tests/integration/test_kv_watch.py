@@ -18,6 +18,7 @@ import orjson
 import pytest
 
 from app.kv.model import entry_from_message
+from app.kv.watch import _leader_next as watch_leader_next
 from app.main import create_app
 from app.nats.embedded import EmbeddedServer
 from tests.helpers import gateway_settings, served_gateway
@@ -576,11 +577,11 @@ async def test_the_leader_read_that_completes_a_catch_up(
     await kv.put("a.2", b"4")  # 4
     app = create_app(gateway_settings(nats_server.url))
     async with app.router.lifespan_context(app) as state:
-        watches = state["runtime"].kv.watches
+        js = state["runtime"].js
         stream, subject = f"KV_{name}", f"$KV.{name}.a.>"
         found = []
         for seq in (1, 2, 4, 5):
-            message = await watches._leader_next(stream, subject, seq)
+            message = await watch_leader_next(js, stream, subject, seq)
             found.append(None if message is None else entry_from_message(name, message))
     assert [(e.revision, e.key, e.operation, e.value) for e in found[:3]] == [
         (1, "a.1", "PUT", b"1"),
