@@ -93,6 +93,10 @@ FLOOR_LABEL = {
     "pub": "floor: raw ASGI endpoint + one nats-py request for its PubAck (nothing else)",
     "get_lean": "floor: raw ASGI endpoint + one Direct Get by jsgw's NATS client (nothing else)",
     "pub_lean": "floor: raw ASGI endpoint + a PubAck request by jsgw's NATS client (nothing else)",
+    # The same on a bare HTTP protocol (bench/bare_http.py: uvloop + httptools, no uvicorn, no
+    # ASGI): what the HTTP stack itself costs, and the floor of a gateway serving its own.
+    "get_bare": "floor: bare HTTP protocol + one Direct Get by jsgw's NATS client",
+    "pub_bare": "floor: bare HTTP protocol + a PubAck request by jsgw's NATS client",
 }
 PUB_BATCH_CLIENTS = 4
 
@@ -301,6 +305,8 @@ class Bench:
         self.raw_url = ""
         self.hello: Proc | None = None
         self.hello_url = ""
+        self.bare: Proc | None = None
+        self.bare_url = ""
         self.etcd: Proc | None = None
         self.etcd_url = ""
         self.wrk = wrk_mod.find()
@@ -407,6 +413,17 @@ class Bench:
             setattr(self, name, proc)
             setattr(self, f"{name}_url", url)
             log(f"{name} {proc.pid} at {url}")
+
+        port = free_port()
+        self.bare = self.procs.start(
+            "bare",
+            [PYTHON, "-m", "bench.bare_http", "--port", str(port), "--workers", str(a.workers)],
+            env={"BENCH_NATS_URL": self.nats_url, "BENCH_VALUE_SIZE": str(a.value_size)},
+            log=self.workdir / "bare.log",
+        )
+        self.bare_url = f"http://127.0.0.1:{port}"
+        wait_http(f"{self.bare_url}/healthz", self.bare, timeout=60)
+        log(f"bare {self.bare.pid} at {self.bare_url}")
 
         if self.etcd_bin and "etcd" not in a.skip:
             self.etcd, self.etcd_url = etcd_mod.start(self.procs, self.etcd_bin, self.workdir)
@@ -803,8 +820,8 @@ class Bench:
 
     def section_kv(self) -> None:
         a = self.args
-        gw, raw, hello = self.gateway, self.raw, self.hello
-        assert gw and raw and hello
+        gw, raw, hello, bare = self.gateway, self.raw, self.hello, self.bare
+        assert gw and raw and hello and bare
         slice_s = self.kv_slice()
 
         def wrk(key: str, label: str, url: str, requests: list, pid: int | None) -> tuple:
@@ -854,6 +871,14 @@ class Bench:
                 self.raw_url,
                 self.kv_requests("GET", prefix="/floor/lean"),
                 raw.pid,
+            ),
+            wrk("get.bare", "kv get bare", self.bare_url, self.kv_requests("GET"), bare.pid),
+            wrk(
+                "get.floor_bare",
+                "kv get floor, bare HTTP",
+                self.bare_url,
+                self.kv_requests("GET", prefix="/floor/lean"),
+                bare.pid,
             ),
             wrk(
                 "get.hello",
@@ -990,6 +1015,7 @@ class Bench:
             ("gateway", self.gateway_url, "/v1/publish/pub.gw", gw.pid),
             ("floor", self.raw_url, "/floor/publish/pub.floor", raw.pid),
             ("floor_lean", self.raw_url, "/floor/lean/publish/pub.floor", raw.pid),
+            ("floor_bare", self.bare_url, "/floor/lean/publish/pub.floor", self.bare.pid),
         ):
             requests = [("POST", f"{path}.{i}", {}, body) for i in range(a.keys)]
             r[f"pub.{who}"] = self.attempt(
@@ -1385,6 +1411,8 @@ class Bench:
                 ("raw", "raw ASGI endpoint (uvicorn)"),
                 ("floor", FLOOR_LABEL["get"]),
                 ("floor_lean", FLOOR_LABEL["get_lean"]),
+                ("bare", "bare HTTP protocol (uvloop + httptools, no ASGI), no NATS"),
+                ("floor_bare", FLOOR_LABEL["get_bare"]),
                 ("hello", "FastAPI hello route"),
                 (
                     "etcd",
@@ -1397,7 +1425,14 @@ class Bench:
                 spec.append(("etcd_ser", "etcd /v3/kv/range serializable"))
             for key, label in spec:
                 res = r.get(f"{op}.{key}")
-                if res is None and key in ("nolog", "cached", "floor", "floor_lean"):
+                if res is None and key in (
+                    "nolog",
+                    "cached",
+                    "floor",
+                    "floor_lean",
+                    "bare",
+                    "floor_bare",
+                ):
                     continue
                 note = self.row_note(res, etcd_missing if key.startswith("etcd") else "skipped")
                 rate = self.rate_of(res)
@@ -1440,17 +1475,27 @@ class Bench:
                 )
         out = "### KV GET / PUT throughput (1,000 distinct keys)\n\n" + table(headers, rows)
         rounds = []
-        g = r.get("get.gateway") or {}
-        for field, key, what in (
-            ("rounds", "raw", "jsgw GET ÷ raw ASGI req/s"),
-            ("rounds", "etcd_ser", "jsgw GET ÷ etcd serializable req/s"),
-            ("rounds_cpu_us", "raw", "jsgw GET CPU µs/op ÷ raw ASGI's"),
-            ("rounds_cpu_us", "floor", "jsgw GET CPU µs/op ÷ the floor's"),
-            ("rounds_cpu_us", "floor_lean", "jsgw GET CPU µs/op ÷ the floor's with jsgw's client"),
+        for op, field, key, what in (
+            ("get", "rounds", "raw", "jsgw GET ÷ raw ASGI req/s"),
+            ("get", "rounds", "etcd_ser", "jsgw GET ÷ etcd serializable req/s"),
+            ("get", "rounds_cpu_us", "raw", "jsgw GET CPU µs/op ÷ raw ASGI's"),
+            ("get", "rounds_cpu_us", "floor", "jsgw GET CPU µs/op ÷ the floor's"),
+            (
+                "get",
+                "rounds_cpu_us",
+                "floor_lean",
+                "jsgw GET CPU µs/op ÷ the floor's with jsgw's client",
+            ),
+            ("get", "rounds_cpu_us", "floor_bare", "jsgw GET CPU µs/op ÷ the bare HTTP floor's"),
+            # The access line: the defaults' CPU per request less the same gateway's with the
+            # access log off, measured in the same round.
+            ("get", "rounds_cpu_us", "nolog", "the access line (µs, GET, log on − log off)"),
+            ("put", "rounds_cpu_us", "nolog", "the access line (µs, PUT, log on − log off)"),
         ):
-            other = r.get(f"get.{key}") or {}
+            g = r.get(f"{op}.gateway") or {}
+            other = r.get(f"{op}.{key}") or {}
             pairs = [
-                fmt_ratio(x / y)
+                f"{x - y:.1f}" if key == "nolog" else fmt_ratio(x / y)
                 for x, y in zip(g.get(field) or [], other.get(field) or [], strict=False)
                 if x and y
             ]
@@ -1617,6 +1662,7 @@ class Bench:
                     ("pub.gateway", "jsgw POST /v1/publish/{subject}", 0.5),
                     ("pub.floor", FLOOR_LABEL["pub"], None),
                     ("pub.floor_lean", FLOOR_LABEL["pub_lean"], None),
+                    ("pub.floor_bare", FLOOR_LABEL["pub_bare"], None),
                 ],
                 "nats-py js.publish",
                 None,
