@@ -58,7 +58,17 @@ uvicorn (``uvicorn.protocols.http.httptools_impl.HttpToolsProtocol``, ``uvicorn.
   ``waiting_for_100_continue`` and ``on_response``; a whole answer is written as ``send``
   writes it, with its ``STATUS_LINE``, ``HEADER_RE`` and ``HEADER_VALUE_RE``
   (:func:`uvicorn_wire`).
-- app/tls.py: ``ClientCertProtocol`` overrides ``on_message_begin`` and adds to ``scope``.
+- app/serving.py: a request read whole (``GatheringProtocol._serve_whole``) gets the scope
+  ``on_message_begin``, ``on_header`` and ``on_headers_complete`` would make (``asgi_version``,
+  ``server``, ``client``, ``scheme``, ``root_path``, ``app_state``, ``parse_url``, the
+  unquoted path, keep-alive), is not read so with ``limit_concurrency`` set, and is accounted
+  as ``on_response_complete`` does (``server_state.total_requests``,
+  ``flow.resume_reading``, ``timeout_keep_alive_task`` armed with ``timeout_keep_alive`` and
+  ``timeout_keep_alive_handler``, disarmed by ``_unset_keepalive_if_required``); its
+  ``shutdown`` would close a connection whose request read whole is being answered (uvicorn
+  looks at its own ``cycle``), so that case is overridden.
+- app/tls.py: ``ClientCertProtocol`` adds to every request's ``scope`` (uvicorn's, made in
+  ``on_message_begin``, and a request read whole's).
 - app/sse.py: ``server_exiting`` finds uvicorn's ``Server`` as the SIGTERM handler's
   ``__self__`` (``Server.capture_signals`` installs ``Server.handle_exit``) and reads its
   ``should_exit``.
@@ -690,6 +700,64 @@ def _check_uvicorn(c: _Checks) -> None:
         "HttpToolsProtocol.on_message_begin",
         "ClientCertProtocol adds to the scope",
         tls,
+    )
+    # A request read whole gets the scope, keep-alive and accounting uvicorn's callbacks give
+    # it (tests/integration/test_whole_reads.py compares both ways on a real socket).
+    whole = "a request read whole is read, and answered, as uvicorn's callbacks do it"
+    c.source_uses(
+        base.__dict__.get("on_message_begin"),
+        [
+            '"asgi": {"version": self.asgi_version, "spec_version": "2.3"}',
+            '"server": self.server',
+            '"client": self.client',
+            '"scheme": self.scheme',
+            '"root_path": self.root_path',
+            '"state": self.app_state.copy()',
+        ],
+        "HttpToolsProtocol.on_message_begin",
+        whole,
+        serving,
+    )
+    c.source_uses(
+        base.__dict__.get("on_header"),
+        ["name = name.lower()", 'if name == b"expect"'],
+        "HttpToolsProtocol.on_header",
+        whole,
+        serving,
+    )
+    c.source_uses(
+        base.__dict__.get("on_headers_complete"),
+        [
+            "parsed_url = httptools.parse_url(self.url)",
+            "path = urllib.parse.unquote(path)",
+            "full_path = self.root_path + path",
+            'full_raw_path = self.root_path.encode("ascii") + raw_path',
+            'self.scope["query_string"] = parsed_url.query or b""',
+            'keep_alive=http_version != "1.0" and self.parser.should_keep_alive()',
+            "if self.limit_concurrency is not None",
+        ],
+        "HttpToolsProtocol.on_headers_complete",
+        whole,
+        serving,
+    )
+    c.source_uses(
+        base.__dict__.get("on_response_complete"),
+        [
+            "self.server_state.total_requests += 1",
+            "self.flow.resume_reading()",
+            "self.timeout_keep_alive_task = self.loop.call_later(",
+            "self.timeout_keep_alive, self.timeout_keep_alive_handler",
+        ],
+        "HttpToolsProtocol.on_response_complete",
+        whole,
+        serving,
+    )
+    c.source_uses(
+        base.__dict__.get("shutdown"),
+        ["if self.cycle is None or self.cycle.response_complete:"],
+        "HttpToolsProtocol.shutdown",
+        "it would close a connection whose request read whole is being answered",
+        serving,
     )
     c.source_uses(
         Server.shutdown,

@@ -44,6 +44,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from fastapi import FastAPI
+from fastapi.datastructures import DefaultPlaceholder
 from fastapi.dependencies.utils import request_params_to_args
 from fastapi.exceptions import RequestValidationError
 from fastapi.routing import APIRoute
@@ -217,6 +218,7 @@ class LeanPath:
     pattern: re.Pattern[str]
     convertors: tuple[tuple[str, Convertor[Any]], ...]
     arguments: Arguments
+    whole: bool  # its answers are written whole (its response class is no stream)
 
 
 _SCOPE_KEY = "jsgw.lean"
@@ -293,8 +295,13 @@ def install(app: FastAPI) -> LeanPaths:
         where = f"{' '.join(sorted(mounted.methods))} {mounted.path_format}"
         plan = arguments(route, where)
         convertors = tuple(mounted.param_convertors.items())
+        response_class = route.response_class
+        if isinstance(response_class, DefaultPlaceholder):
+            response_class = response_class.value
+        # (What DirectPaths.serve writes whole: a Response that its own __call__ sends.)
+        whole = response_class.__call__ is Response.__call__
         for method in sorted(mounted.methods):
-            paths.append(LeanPath(method, route, mounted.path_regex, convertors, plan))
+            paths.append(LeanPath(method, route, mounted.path_regex, convertors, plan, whole))
     return LeanPaths(paths)
 
 
@@ -308,6 +315,10 @@ class DirectPaths:
     answer, head and body, in one write, as uvicorn's ``send`` would have written it (its
     status lines, its default headers, its header checks, ``connection: close`` when the
     connection is not kept).
+
+    A request that one read holds whole is answered through app.serving's ``WholeCycle``
+    instead of uvicorn's cycle (``take(scope, whole=True)``: only routes whose answers are
+    written whole; see app.serving).
 
     Taken: a lean route's request with no body, or a body of a declared length within
     ``JSGW_MAX_BODY`` (llhttp delivers no more than declared). A body of another framing
@@ -329,11 +340,13 @@ class DirectPaths:
         self.max_body = max_body
         self._status_lines, self._bad_name, self._bad_value = uvicorn_wire()
 
-    def take(self, scope: Scope) -> bool:
+    def take(self, scope: Scope, *, whole: bool = False) -> bool:
+        """Is this request the lean paths' (``whole``: and is its answer written whole)?"""
         return (
             not self.app.dependency_overrides
             and self.lean.take(scope)
             and body_framing(scope, self.max_body) in self._TAKEN
+            and (not whole or scope[_SCOPE_KEY][0].whole)
         )
 
     async def serve(self, cycle: Any) -> None:

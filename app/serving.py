@@ -35,6 +35,22 @@ that reads nothing the farewell cannot be delivered anyway. Besides ``connection
 this uses the protocol's ``shutdown``, ``resume_writing``, ``connection_lost``, ``loop``,
 ``flow`` (``write_paused``) and ``transport`` (app/compat.py checks them at start-up).
 
+A read that holds one whole request of a lean path whose answers are written whole (the
+commonest read under load: a KV GET, a publish with its small body), on a connection with
+nothing in flight, is not handed to uvicorn's parser: a parser of the protocol's own
+(:class:`_WholeReader`: the same llhttp, its callbacks only gathering) reads it, the scope is
+made as uvicorn's callbacks make it, and :class:`app.fastpath.DirectPaths` answers it through a
+:class:`WholeCycle` (the part of uvicorn's request/response cycle it reads). uvicorn's
+per-request work (its callbacks, the cycle and its event, the overrides above) cost about a
+tenth of a KV GET. Anything else goes to uvicorn's parser as before: a head or body cut across
+reads, two requests in one read, an ``Expect`` or ``Upgrade`` header, a head over its bounds
+(refused there), another route, a streamed answer, any read the parser refuses (uvicorn
+answers it). While such a request is answered, what the client sends next waits, unparsed,
+and is read after the answer (reading pauses past ``_WAITING_HIGH``); at shutdown the answer
+is given with ``connection: close``. tests/integration/test_whole_reads.py sends each kind of
+request both ways on a real socket and compares the answers and the scopes; app/compat.py
+checks the parts of uvicorn's callbacks this repeats.
+
 The garbage collector is tuned for serving (:func:`tune_gc_once_started`) by the process that
 serves, once its app has started: the setting is the process's, not an app's.
 
@@ -72,11 +88,13 @@ import functools
 import gc
 import logging
 import resource
+import urllib.parse
 import weakref
 from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
 from typing import Any, TypeVar
 
+import httptools
 import orjson
 from starlette.applications import Starlette
 
@@ -102,6 +120,13 @@ REFUSAL_DRAIN = 256 * 1024
 _REQUEST_LINE = 24
 # What a header line adds to its name and value: ": " and CRLF.
 _HEADER_LINE = 4
+# What may wait, unread by the parser, while a request read whole is answered (a client that
+# sends its next requests before the answer): past it, reading pauses until the answer.
+_WAITING_HIGH = 64 * 1024
+
+
+class _NotWhole(Exception):
+    """A read that holds no request whole, or more than one."""
 
 
 class _HeadRefused(Exception):
@@ -237,6 +262,155 @@ def _declared_length(scope: Mapping[str, Any]) -> int:
     return 0
 
 
+class _WholeReader:
+    """The parser callbacks of requests read whole (:meth:`GatheringProtocol._serve_whole`):
+    a request's target, header fields and body, and what its head's bounds count."""
+
+    __slots__ = (
+        "begun",
+        "body",
+        "complete",
+        "expect",
+        "head_bytes",
+        "headers",
+        "keep_alive",
+        "method",
+        "parser",
+        "upgrade",
+        "url",
+        "version",
+    )
+
+    def __init__(self) -> None:
+        self.parser = httptools.HttpRequestParser(self)
+        self.begun = 0  # messages begun in this read
+        self.complete = False
+        self.url = b""
+        self.headers: list[tuple[bytes, bytes]] = []
+        self.body = b""
+        self.expect = self.keep_alive = self.upgrade = False
+        self.head_bytes = 0
+        self.version = ""
+        self.method = b""
+
+    def reset(self) -> None:
+        """A new parser, for a read that left this one inside a request."""
+        self.parser = httptools.HttpRequestParser(self)
+
+    def on_message_begin(self) -> None:
+        self.begun += 1
+        self.url = self.body = b""
+        self.headers = []
+        self.head_bytes = _REQUEST_LINE
+
+    def on_url(self, url: bytes) -> None:
+        self.url += url
+        self.head_bytes += len(url)
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        name = name.lower()
+        if name == b"expect":
+            self.expect = True
+        self.headers.append((name, value))
+        self.head_bytes += len(name) + len(value) + _HEADER_LINE
+
+    def on_headers_complete(self) -> None:
+        # (Read now, as uvicorn's on_headers_complete reads them: past the message's end, the
+        # parser has moved on.)
+        parser = self.parser
+        self.version = parser.get_http_version()
+        self.method = parser.get_method()
+        self.keep_alive = self.version != "1.0" and parser.should_keep_alive()
+        self.upgrade = parser.should_upgrade()
+
+    def on_body(self, body: bytes) -> None:
+        self.body += body
+
+    def on_message_complete(self) -> None:
+        self.complete = True
+
+
+class _Wakeup:
+    """``message_event`` of a :class:`WholeCycle`: wakes a ``receive`` waiting for the end."""
+
+    __slots__ = ("future",)
+
+    def __init__(self, future: asyncio.Future[None] | None = None) -> None:
+        self.future = future
+
+    def set(self) -> None:
+        if self.future is not None and not self.future.done():
+            self.future.set_result(None)
+
+
+_NO_WAITER = _Wakeup()
+
+
+class WholeCycle:
+    """A request read whole in one read, as app.fastpath.DirectPaths answers it: what it
+    reads of uvicorn's ``RequestResponseCycle``, with the body in hand and the answer written
+    whole (routes whose answers stream are never read this way)."""
+
+    __slots__ = (
+        "body",
+        "default_headers",
+        "disconnected",
+        "flow",
+        "keep_alive",
+        "message_event",
+        "more_body",
+        "on_response",
+        "response_complete",
+        "response_started",
+        "scope",
+        "transport",
+        "waiting_for_100_continue",
+    )
+
+    def __init__(
+        self, scope: dict[str, Any], body: bytes, protocol: GatheringProtocol, keep_alive: bool
+    ) -> None:
+        self.scope = scope
+        self.body: bytes | None = body
+        self.transport = protocol.transport
+        self.flow = protocol.flow
+        self.default_headers = protocol.server_state.default_headers
+        self.keep_alive = keep_alive
+        self.on_response = protocol._whole_answered
+        self.message_event = _NO_WAITER
+        self.disconnected = False
+        self.more_body = False
+        self.response_started = False
+        self.response_complete = False
+        self.waiting_for_100_continue = False
+
+    async def receive(self) -> dict[str, Any]:
+        """As uvicorn's: the body, then (once the answer is done or the client gone) the end."""
+        if self.body is not None and not self.disconnected and not self.response_complete:
+            body, self.body = self.body, None
+            return {"type": "http.request", "body": body, "more_body": False}
+        if not self.disconnected and not self.response_complete:
+            waiter = self.message_event = _Wakeup(asyncio.get_running_loop().create_future())
+            await waiter.future  # type: ignore[misc]
+        return {"type": "http.disconnect"}
+
+    async def send(self, message: Mapping[str, Any]) -> None:
+        raise RuntimeError("an answer to a request read whole is written whole")
+
+    async def send_500_response(self) -> None:
+        """uvicorn's answer to a request whose answer failed before it began."""
+        head = [b"HTTP/1.1 500 Internal Server Error\r\n"]
+        for name, value in self.default_headers:
+            head += (name, b": ", value, b"\r\n")
+        head.append(
+            b"content-type: text/plain; charset=utf-8\r\ncontent-length: 21\r\n"
+            b"connection: close\r\n\r\nInternal Server Error"
+        )
+        self.response_started = self.response_complete = True
+        self.transport.write(b"".join(head))
+        self.transport.close()
+
+
 class GatheringProtocol(HttpToolsProtocol):
     """uvicorn's httptools protocol, writing through a ``GatheringTransport``; on shutdown it
     cuts a connection whose client reads nothing."""
@@ -245,6 +419,7 @@ class GatheringProtocol(HttpToolsProtocol):
     # instance's dict no longer shares its keys with the class's other instances (1.6 KB per
     # connection instead of 0.3: a tenth of an open SSE stream's memory).
     __slots__ = (
+        "_answering",
         "_direct",
         "_drain",
         "_head_bytes",
@@ -262,6 +437,8 @@ class GatheringProtocol(HttpToolsProtocol):
         "_refused",
         "_resumed_at",
         "_stall_check",
+        "_waiting",
+        "_whole",
     )
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -283,6 +460,11 @@ class GatheringProtocol(HttpToolsProtocol):
         self._direct: Any = None  # app.fastpath.DirectPaths, from the lifespan state
         self._in_body = False  # a request's head is complete and its body still arriving
         self._max_body = 0  # JSGW_MAX_BODY (0: no settings in the lifespan state)
+        # Requests read whole (:meth:`_serve_whole`): the parser and what it found, the
+        # request being answered, and what came meanwhile (None: not read so on this server).
+        self._whole: _WholeReader | None = None
+        self._answering: WholeCycle | None = None
+        self._waiting = bytearray()
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         gathering = GatheringTransport(transport, self.loop, self._linger_on_close)
@@ -291,6 +473,8 @@ class GatheringProtocol(HttpToolsProtocol):
         if runtime is None:
             return
         self._direct = self.app_state.get(DIRECT_PATHS)
+        if self._direct is not None and self.limit_concurrency is None:
+            self._whole = _WholeReader()
         settings = runtime.settings
         self._max_body = settings.max_body
         if len(self.connections) > connection_cap(settings.max_connections):
@@ -323,6 +507,21 @@ class GatheringProtocol(HttpToolsProtocol):
         self._refused = self.loop.call_later(REFUSAL_LINGER, self.transport.close)
 
     def data_received(self, data: bytes) -> None:
+        if self._answering is not None:  # (a request read whole is being answered)
+            self._waiting += data
+            if len(self._waiting) > _WAITING_HIGH:
+                self.flow.pause_reading()
+            return
+        if (
+            self._whole is not None
+            and self._refused is None
+            and not self._in_head
+            and not self._in_body
+            and (self.cycle is None or self.cycle.response_complete)
+            and not self.pipeline
+            and self._serve_whole(data)
+        ):
+            return
         if self._refused is not None:  # a refused connection's request: dropped
             self._drain -= len(data)
             if self._drain < 0 and not self.transport.is_closing():
@@ -358,6 +557,84 @@ class GatheringProtocol(HttpToolsProtocol):
         ):
             self._head_deadline = self.loop.call_later(self._header_timeout, self._head_too_slow)
 
+    def _serve_whole(self, data: bytes) -> bool:
+        """Answer a lean path's request that this read holds whole, and nothing else (see
+        the module); False, with nothing done, for anything else (uvicorn's parser reads it,
+        as every request before)."""
+        if b"\r\n\r\n" not in data:
+            return False  # (a head cut across reads)
+        reader = self._whole
+        assert reader is not None
+        reader.begun = 0
+        reader.complete = reader.expect = False
+        try:
+            reader.parser.feed_data(data)
+            if reader.begun != 1 or not reader.complete:
+                raise _NotWhole  # (a body to come, or pipelined requests)
+            if reader.expect or reader.upgrade:
+                return False
+            if self._max_head_bytes and (
+                reader.head_bytes > self._max_head_bytes
+                or len(reader.headers) > self._max_head_fields
+            ):
+                return False  # (refused by uvicorn's parser's callbacks)
+            url = httptools.parse_url(reader.url)
+        except (_NotWhole, httptools.HttpParserError, httptools.HttpParserUpgrade):
+            reader.reset()  # (its parser is not at a request's start now)
+            return False
+        # The scope as uvicorn's on_message_begin and on_headers_complete make it.
+        raw_path = url.path
+        path = raw_path.decode("ascii")
+        if "%" in path:
+            path = urllib.parse.unquote(path)
+        scope: dict[str, Any] = {
+            "type": "http",
+            "asgi": {"version": self.asgi_version, "spec_version": "2.3"},
+            "http_version": reader.version,
+            "server": self.server,
+            "client": self.client,
+            "scheme": self.scheme,
+            "root_path": self.root_path,
+            "headers": reader.headers,
+            "state": self.app_state.copy(),
+            "method": reader.method.decode("ascii"),
+            "path": self.root_path + path,
+            "raw_path": self.root_path.encode("ascii") + raw_path,
+            "query_string": url.query or b"",
+        }
+        self._extend_scope(scope)
+        direct = self._direct
+        if not direct.take(scope, whole=True):
+            return False
+        self._unset_keepalive_if_required()
+        deadline, self._head_deadline = self._head_deadline, None
+        if deadline is not None:
+            deadline.cancel()
+        cycle = self._answering = WholeCycle(scope, reader.body, self, reader.keep_alive)
+        task = self.loop.create_task(direct.serve(cycle))
+        task.add_done_callback(self.tasks.discard)
+        self.tasks.add(task)
+        return True
+
+    def _whole_answered(self) -> None:
+        """A request read whole is answered (as uvicorn's ``on_response_complete``): what came
+        meanwhile is read, else the keep-alive bound is armed."""
+        self._answering = None
+        self.server_state.total_requests += 1
+        if self.transport.is_closing():
+            return
+        self.flow.resume_reading()
+        if self._waiting:
+            waiting, self._waiting = bytes(self._waiting), bytearray()
+            self.data_received(waiting)
+        else:
+            self.timeout_keep_alive_task = self.loop.call_later(
+                self.timeout_keep_alive, self.timeout_keep_alive_handler
+            )
+
+    def _extend_scope(self, scope: dict[str, Any]) -> None:
+        """What a subclass adds to every request's scope (app.tls: the client certificate)."""
+
     def _start_asgi_task(self, cycle: Any, app: Any) -> None:
         """A request (pipelined or not) begins: the lean paths' are served from here
         (:class:`app.fastpath.DirectPaths`), the others by the app."""
@@ -379,6 +656,7 @@ class GatheringProtocol(HttpToolsProtocol):
         self._head_bytes = _REQUEST_LINE
         self._head_received = self._head_fields = 0
         super().on_message_begin()
+        self._extend_scope(self.scope)  # type: ignore[arg-type]
 
     def on_url(self, url: bytes) -> None:
         self._head_bytes += len(url)
@@ -467,7 +745,10 @@ class GatheringProtocol(HttpToolsProtocol):
         super().resume_writing()
 
     def shutdown(self) -> None:
-        super().shutdown()
+        if self._answering is not None:  # (its answer goes out, then the connection closes)
+            self._answering.keep_alive = False
+        else:
+            super().shutdown()
         if self._stall_check is None:
             self._stall_check = self.loop.call_later(STALL_GRACE, self._cut_if_stalled)
 
@@ -490,6 +771,10 @@ class GatheringProtocol(HttpToolsProtocol):
             if timer is not None:
                 timer.cancel()
         self._stall_check = self._head_deadline = None
+        answering = self._answering
+        if answering is not None and not answering.response_complete:
+            answering.disconnected = True
+            answering.message_event.set()
         super().connection_lost(exc)
 
 

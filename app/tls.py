@@ -79,10 +79,9 @@ class ClientCertProtocol(GatheringProtocol):
             # getpeercert() is only filled in for a certificate the CA verified.
             self._client_cert_name = subject_name(ssl_object.getpeercert())
 
-    def on_message_begin(self) -> None:
-        super().on_message_begin()
+    def _extend_scope(self, scope: dict[str, Any]) -> None:
         if self._client_cert_name is not None:
-            extensions = self.scope.setdefault("extensions", {})
+            extensions = scope.setdefault("extensions", {})
             extensions["tls"] = {"client_cert_name": self._client_cert_name}
 
 
