@@ -63,8 +63,9 @@ uvicorn (``uvicorn.protocols.http.httptools_impl.HttpToolsProtocol``, ``uvicorn.
   ``server``, ``client``, ``scheme``, ``root_path``, ``app_state``, ``parse_url``, the
   unquoted path, keep-alive), is not read so with ``limit_concurrency`` set, and is accounted
   as ``on_response_complete`` does (``server_state.total_requests``,
-  ``flow.resume_reading``, ``timeout_keep_alive_task`` armed with ``timeout_keep_alive`` and
-  ``timeout_keep_alive_handler``, disarmed by ``_unset_keepalive_if_required``); its
+  ``flow.resume_reading``, idle connections closed after ``timeout_keep_alive``, by a timer
+  of its own, as ``timeout_keep_alive_handler`` closes them; uvicorn's own keep-alive timer,
+  ``timeout_keep_alive_task``, is disarmed by ``_unset_keepalive_if_required``); its
   ``shutdown`` would close a connection whose request read whole is being answered (uvicorn
   looks at its own ``cycle``), so that case is overridden.
 - app/tls.py: ``ClientCertProtocol`` adds to every request's ``scope`` (uvicorn's, made in
@@ -745,7 +746,6 @@ def _check_uvicorn(c: _Checks) -> None:
         [
             "self.server_state.total_requests += 1",
             "self.flow.resume_reading()",
-            "self.timeout_keep_alive_task = self.loop.call_later(",
             "self.timeout_keep_alive, self.timeout_keep_alive_handler",
         ],
         "HttpToolsProtocol.on_response_complete",

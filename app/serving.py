@@ -429,6 +429,8 @@ class GatheringProtocol(HttpToolsProtocol):
         "_head_refusal",
         "_header_timeout",
         "_heads_begun",
+        "_idle_since",
+        "_idle_timer",
         "_in_body",
         "_in_head",
         "_max_body",
@@ -465,6 +467,10 @@ class GatheringProtocol(HttpToolsProtocol):
         self._whole: _WholeReader | None = None
         self._answering: WholeCycle | None = None
         self._waiting = bytearray()
+        # The keep-alive bound after a request read whole: idle since (0.0: not idle), and
+        # one timer that looks again when it fires (not one armed and cancelled per request).
+        self._idle_since = 0.0
+        self._idle_timer: asyncio.TimerHandle | None = None
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         gathering = GatheringTransport(transport, self.loop, self._linger_on_close)
@@ -507,6 +513,7 @@ class GatheringProtocol(HttpToolsProtocol):
         self._refused = self.loop.call_later(REFUSAL_LINGER, self.transport.close)
 
     def data_received(self, data: bytes) -> None:
+        self._idle_since = 0.0
         if self._answering is not None:  # (a request read whole is being answered)
             self._waiting += data
             if len(self._waiting) > _WAITING_HIGH:
@@ -618,7 +625,7 @@ class GatheringProtocol(HttpToolsProtocol):
 
     def _whole_answered(self) -> None:
         """A request read whole is answered (as uvicorn's ``on_response_complete``): what came
-        meanwhile is read, else the keep-alive bound is armed."""
+        meanwhile is read, else the connection is idle from now (:meth:`_idle_check`)."""
         self._answering = None
         self.server_state.total_requests += 1
         if self.transport.is_closing():
@@ -627,10 +634,23 @@ class GatheringProtocol(HttpToolsProtocol):
         if self._waiting:
             waiting, self._waiting = bytes(self._waiting), bytearray()
             self.data_received(waiting)
+            return
+        self._idle_since = now = self.loop.time()
+        if self._idle_timer is None:
+            self._idle_timer = self.loop.call_at(now + self.timeout_keep_alive, self._idle_check)
+
+    def _idle_check(self) -> None:
+        """uvicorn's keep-alive bound (``timeout_keep_alive``) for a connection whose last
+        answer was to a request read whole: closed once idle that long since."""
+        self._idle_timer = None
+        since = self._idle_since
+        if not since or self.transport.is_closing():
+            return  # (bytes came since: the next answer looks again)
+        due = since + self.timeout_keep_alive
+        if self.loop.time() >= due:
+            self.transport.close()
         else:
-            self.timeout_keep_alive_task = self.loop.call_later(
-                self.timeout_keep_alive, self.timeout_keep_alive_handler
-            )
+            self._idle_timer = self.loop.call_at(due, self._idle_check)
 
     def _extend_scope(self, scope: dict[str, Any]) -> None:
         """What a subclass adds to every request's scope (app.tls: the client certificate)."""
@@ -767,10 +787,10 @@ class GatheringProtocol(HttpToolsProtocol):
         super().eof_received()
 
     def connection_lost(self, exc: Exception | None) -> None:
-        for timer in (self._stall_check, self._head_deadline, self._refused):
+        for timer in (self._stall_check, self._head_deadline, self._refused, self._idle_timer):
             if timer is not None:
                 timer.cancel()
-        self._stall_check = self._head_deadline = None
+        self._stall_check = self._head_deadline = self._idle_timer = None
         answering = self._answering
         if answering is not None and not answering.response_complete:
             answering.disconnected = True
