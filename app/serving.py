@@ -586,12 +586,14 @@ class GatheringProtocol(HttpToolsProtocol):
             ):
                 return False  # (refused by uvicorn's parser's callbacks)
             url = httptools.parse_url(reader.url)
+            raw_path = url.path
+            path = raw_path.decode("ascii")
         except (_NotWhole, httptools.HttpParserError, httptools.HttpParserUpgrade):
             reader.reset()  # (its parser is not at a request's start now)
             return False
+        except UnicodeDecodeError:  # (uvicorn's parser refuses it: a 400)
+            return False
         # The scope as uvicorn's on_message_begin and on_headers_complete make it.
-        raw_path = url.path
-        path = raw_path.decode("ascii")
         if "%" in path:
             path = urllib.parse.unquote(path)
         scope: dict[str, Any] = {

@@ -173,13 +173,19 @@ async def test_what_a_read_whole_does_not_hold_goes_to_uvicorn(
     gateway: tuple[str, int], name: str, whole_reads: list[bool]
 ) -> None:
     """Other routes, a body still to come, two requests in one read, an Expect header, a
-    chunked body: uvicorn's parser reads them, and they are answered as before."""
+    chunked body, a path that is not ASCII, an upgrade: uvicorn's parser reads them, and they
+    are answered as before."""
     put = b"PUT /v1/kv/%b/keys/p HTTP/1.1\r\nHost: x\r\n" % name.encode()
     cases = [
         [b"GET /v1/kv/%b HTTP/1.1\r\nHost: x\r\n\r\n" % name.encode()],
         [put + b"Content-Length: 5\r\n\r\n", b"value"],
         [put + b"Content-Length: 5\r\nExpect: 100-continue\r\n\r\nvalue"],
         [put + b"Transfer-Encoding: chunked\r\n\r\n5\r\nvalue\r\n0\r\n\r\n"],
+        [b"GET /v1/kv/%b/keys/\xc3\xa9 HTTP/1.1\r\nHost: x\r\n\r\n" % name.encode()],
+        [
+            b"GET /v1/kv/%b/keys/k HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\n"
+            b"Connection: Upgrade\r\n\r\n" % name.encode()
+        ],
     ]
     for parts in cases:
         whole_reads.clear()
