@@ -175,6 +175,21 @@ def _held_writes(loop: asyncio.AbstractEventLoop) -> HeldWrites:
     return held
 
 
+_READERS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _WholeReader] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def _whole_reader(loop: asyncio.AbstractEventLoop) -> _WholeReader:
+    """The loop's reader of requests read whole: one for all its connections (about 1 KB
+    each otherwise, an SSE stream's tenth), as a read is parsed in one call, and each call
+    leaves the parser at a request's start (or a new one)."""
+    reader = _READERS.get(loop)
+    if reader is None:
+        reader = _READERS[loop] = _WholeReader()
+    return reader
+
+
 class GatheringTransport:
     """An ``asyncio.Transport`` that sends a response's head together with what follows it,
     at the end of the loop's turn (see the module's docstring)."""
@@ -398,17 +413,27 @@ class WholeCycle:
         raise RuntimeError("an answer to a request read whole is written whole")
 
     async def send_500_response(self) -> None:
-        """uvicorn's answer to a request whose answer failed before it began."""
+        """uvicorn's answer to a request whose answer failed before it began, as its ``send``
+        writes it: nothing to a client gone, no body to a HEAD, the connection closed."""
+        if self.flow.write_paused and not self.disconnected:
+            await self.flow.drain()
+        if self.disconnected:
+            return
         head = [b"HTTP/1.1 500 Internal Server Error\r\n"]
         for name, value in self.default_headers:
             head += (name, b": ", value, b"\r\n")
         head.append(
             b"content-type: text/plain; charset=utf-8\r\ncontent-length: 21\r\n"
-            b"connection: close\r\n\r\nInternal Server Error"
+            b"connection: close\r\n\r\n"
         )
+        if self.scope["method"] != "HEAD":
+            head.append(b"Internal Server Error")
         self.response_started = self.response_complete = True
+        self.keep_alive = False
         self.transport.write(b"".join(head))
+        self.message_event.set()
         self.transport.close()
+        self.on_response()
 
 
 class GatheringProtocol(HttpToolsProtocol):
@@ -440,7 +465,6 @@ class GatheringProtocol(HttpToolsProtocol):
         "_resumed_at",
         "_stall_check",
         "_waiting",
-        "_whole",
     )
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -462,11 +486,11 @@ class GatheringProtocol(HttpToolsProtocol):
         self._direct: Any = None  # app.fastpath.DirectPaths, from the lifespan state
         self._in_body = False  # a request's head is complete and its body still arriving
         self._max_body = 0  # JSGW_MAX_BODY (0: no settings in the lifespan state)
-        # Requests read whole (:meth:`_serve_whole`): the parser and what it found, the
-        # request being answered, and what came meanwhile (None: not read so on this server).
+        # Requests read whole (:meth:`_serve_whole`; None: not read so on this server): the
+        # reader (the loop's), the request being answered, and what came meanwhile.
         self._whole: _WholeReader | None = None
         self._answering: WholeCycle | None = None
-        self._waiting = bytearray()
+        self._waiting = b""
         # The keep-alive bound after a request read whole: idle since (0.0: not idle), and
         # one timer that looks again when it fires (not one armed and cancelled per request).
         self._idle_since = 0.0
@@ -480,7 +504,7 @@ class GatheringProtocol(HttpToolsProtocol):
             return
         self._direct = self.app_state.get(DIRECT_PATHS)
         if self._direct is not None and self.limit_concurrency is None:
-            self._whole = _WholeReader()
+            self._whole = _whole_reader(self.loop)
         settings = runtime.settings
         self._max_body = settings.max_body
         if len(self.connections) > connection_cap(settings.max_connections):
@@ -587,12 +611,19 @@ class GatheringProtocol(HttpToolsProtocol):
                 return False  # (refused by uvicorn's parser's callbacks)
             url = httptools.parse_url(reader.url)
             raw_path = url.path
+            if not raw_path:  # (None for "GET http://host": uvicorn's callback fails, a 400)
+                return False
             path = raw_path.decode("ascii")
         except (_NotWhole, httptools.HttpParserError, httptools.HttpParserUpgrade):
             reader.reset()  # (its parser is not at a request's start now)
             return False
         except UnicodeDecodeError:  # (uvicorn's parser refuses it: a 400)
             return False
+        finally:
+            if not reader.keep_alive:
+                # (After a request that ends its connection llhttp takes no other: the next
+                # connection's, read by this shared parser, would fail.)
+                reader.reset()
         # The scope as uvicorn's on_message_begin and on_headers_complete make it.
         if "%" in path:
             path = urllib.parse.unquote(path)
@@ -634,7 +665,7 @@ class GatheringProtocol(HttpToolsProtocol):
             return
         self.flow.resume_reading()
         if self._waiting:
-            waiting, self._waiting = bytes(self._waiting), bytearray()
+            waiting, self._waiting = self._waiting, b""
             self.data_received(waiting)
             return
         self._idle_since = now = self.loop.time()
