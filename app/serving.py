@@ -265,6 +265,10 @@ class GatheringTransport:
         pending = self._pending
         return self._transport.get_write_buffer_size() + (len(pending) if pending else 0)
 
+    def is_closing(self) -> bool:
+        # (Asked a few times per request: not through __getattr__'s lookup.)
+        return self._transport.is_closing()
+
     def __getattr__(self, name: str) -> Any:
         return getattr(self._transport, name)
 
