@@ -18,6 +18,7 @@ from app.nats.embedded import EmbeddedServer
 from tests.helpers import gateway_settings, running_gateway, served_gateway
 
 REQUESTS = 100
+ATTEMPTS = 3
 
 
 @pytest.fixture(scope="module")
@@ -63,21 +64,33 @@ class Connection:
 
 
 def _cycles_per_request(url: str, method: str, path: str, body: bytes, status: int) -> float:
+    """Objects in cycles per request, the least of ``ATTEMPTS`` runs of ``REQUESTS``.
+
+    The collector counts the whole process's garbage: the served gateway's own housekeeping
+    and what other tests left running can put one cycle (an exception's traceback and its
+    frames: a few dozen objects) into one run. A request that leaves a cycle does so in
+    every run."""
     connection = Connection(url)
     try:
         for _ in range(5):  # warm: caches, lazily built stacks
             assert connection.request(method, path, body) == status
-        gc.collect()
-        gc.disable()
-        try:
-            for _ in range(REQUESTS):
-                assert connection.request(method, path, body) == status
-            found = gc.collect()
-        finally:
-            gc.enable()
+        least = None
+        for _ in range(ATTEMPTS):
+            gc.collect()
+            gc.disable()
+            try:
+                for _ in range(REQUESTS):
+                    assert connection.request(method, path, body) == status
+                found = gc.collect()
+            finally:
+                gc.enable()
+            least = found if least is None else min(least, found)
+            if not least:
+                break
     finally:
         connection.close()
-    return found / REQUESTS
+    assert least is not None
+    return least / REQUESTS
 
 
 @pytest.mark.parametrize(
