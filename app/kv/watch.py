@@ -173,6 +173,34 @@ class WatchSession:
     stream (it can resume with Last-Event-ID), and leaves the feed at once.
     """
 
+    # Slots, not an instance dict: one session per watcher, thousands per worker.
+    __slots__ = (
+        "_backlog",
+        "_catchup_done",
+        "_checking",
+        "_closed",
+        "_ended",
+        "_leader_next",
+        "_on_closed",
+        "_on_replica_behind",
+        "_on_too_slow",
+        "_queue",
+        "_queue_size",
+        "_ready",
+        "_stopping",
+        "_through",
+        "_visible",
+        "_waiter",
+        "bucket",
+        "catchup",
+        "cut_off",
+        "feed",
+        "joined",
+        "options",
+        "sending_since",
+        "writer",
+    )
+
     def __init__(
         self,
         bucket: str,
