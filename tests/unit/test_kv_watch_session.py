@@ -247,6 +247,7 @@ class Leader:
             for seq, key in keys_at
         }
         self.asked: list[int] = []
+        self.subjects: list[str] = []  # the filter each read was asked in
         self.behind: list[bool] = []  # the session's on_replica_behind calls
         self.error = error
         # ``held``: each answer waits until this is set (a read in flight)
@@ -254,7 +255,9 @@ class Leader:
         if not held:
             self.answer.set()
 
-    async def next(self, seq: int) -> StoredMessage | None:
+    async def next(self, stream: str, subject: str, seq: int) -> StoredMessage | None:
+        assert stream == "KV_B", stream
+        self.subjects.append(subject)
         await self.answer.wait()
         self.asked.append(seq)
         await asyncio.sleep(0)
@@ -314,6 +317,7 @@ async def test_nothing_in_the_filter_up_to_the_claim_costs_one_leader_read() -> 
     await until_ready(s)
     assert [(e.event, e.id) for e in await drain(s)] == [("ready", "64")]
     assert leader.asked == [41]
+    assert leader.subjects == ["$KV.B.a"]  # the session's own filter
     assert leader.behind == []  # the catch-up lacked nothing
 
 
