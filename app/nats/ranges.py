@@ -52,6 +52,7 @@ from app.nats.direct import META_HEADERS, PAGE_BYTES, PAGE_MESSAGES, EndOfBatch,
 from app.nats.headers import from_nats_py
 from app.nats.jsapi import JetStreamApi
 from app.nats.pull import unsubscribe
+from app.tasks import run_to_end
 
 log = logging.getLogger("jsgw.ranges")
 
@@ -65,8 +66,6 @@ _PENDING_BYTES = 48 * 1024 * 1024
 _PENDING_MSGS = 1024 * 1024
 _LAST_CONSUMER = "Nats-Last-Consumer"
 _STALLED = "Nats-Consumer-Stalled"
-# Deletions of consumers whose read was cancelled: held here so that they run to the end.
-_CLEANUPS: set[asyncio.Task[None]] = set()
 
 
 class _Time:
@@ -333,10 +332,7 @@ class RangeRead:
         self._queue = deque()
         if sub is None and consumer is None:
             return None
-        task = asyncio.get_running_loop().create_task(self._release(sub, consumer))
-        _CLEANUPS.add(task)
-        task.add_done_callback(_CLEANUPS.discard)
-        return task
+        return run_to_end(self._release(sub, consumer))
 
     async def _release(self, sub: Subscription | None, consumer: str | None) -> None:
         if sub is not None:

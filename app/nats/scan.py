@@ -8,9 +8,7 @@ short ``inactive_threshold`` in case the gateway dies first.
 
 from __future__ import annotations
 
-import asyncio
 import contextvars
-import logging
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any
@@ -23,20 +21,9 @@ from app.errors import ErrorCode
 from app.nats.acks import parse_ack_subject
 from app.nats.jsapi import JetStreamApi
 from app.nats.pull import PullRequest, fetch
-
-log = logging.getLogger("jsgw.scan")
+from app.tasks import run_to_end
 
 _INACTIVE_THRESHOLD_NS = 30 * NS_PER_SECOND
-_DELETING: set[asyncio.Task[None]] = set()  # deletions after the answer (ConsumerScan)
-
-
-def _deleted(task: asyncio.Task[None]) -> None:
-    _DELETING.discard(task)
-    if task.cancelled():
-        return
-    error = task.exception()  # a consumer left behind expires on its own
-    if error is not None and not isinstance(error, errors.GatewayError):
-        log.debug("deleting a scan's consumer failed", exc_info=error)
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,9 +156,7 @@ class ConsumerScan:
         # (NatsPool.within). Asked again after the answer, with a timeout of its own, outside
         # that answer's context; best effort: a consumer left behind expires after its
         # inactive threshold anyway.
-        task = asyncio.get_running_loop().create_task(self._delete(), context=contextvars.Context())
-        _DELETING.add(task)
-        task.add_done_callback(_deleted)
+        run_to_end(self._delete(), context=contextvars.Context())
 
     async def _delete(self) -> None:
         await self.js.call("consumer.delete", "CONSUMER", "DELETE", self.stream, str(self.name))
