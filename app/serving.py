@@ -647,17 +647,14 @@ class GatheringProtocol(HttpToolsProtocol):
             "query_string": url.query or b"",
         }
         self._extend_scope(scope)
-        direct = self._direct
-        if not direct.take(scope, whole=True):
+        if not self._direct.take(scope, whole=True):
             return False
         self._unset_keepalive_if_required()
         deadline, self._head_deadline = self._head_deadline, None
         if deadline is not None:
             deadline.cancel()
-        cycle = self._answering = WholeCycle(scope, reader.body, self, reader.keep_alive)
-        task = self.loop.create_task(direct.serve(cycle))
-        task.add_done_callback(self.tasks.discard)
-        self.tasks.add(task)
+        self._answering = WholeCycle(scope, reader.body, self, reader.keep_alive)
+        self._serve_direct(self._answering)
         return True
 
     def _whole_answered(self) -> None:
@@ -697,11 +694,16 @@ class GatheringProtocol(HttpToolsProtocol):
         (:class:`app.fastpath.DirectPaths`), the others by the app."""
         direct = self._direct
         if direct is not None and app is self.app and direct.take(cycle.scope):
-            task = self.loop.create_task(direct.serve(cycle))
-            task.add_done_callback(self.tasks.discard)
-            self.tasks.add(task)
+            self._serve_direct(cycle)
         else:
             super()._start_asgi_task(cycle, app)
+
+    def _serve_direct(self, cycle: Any) -> None:
+        """A lean path's request answered by DirectPaths, in a task that the server waits
+        for at shutdown (as uvicorn's tasks)."""
+        task = self.loop.create_task(self._direct.serve(cycle))
+        task.add_done_callback(self.tasks.discard)
+        self.tasks.add(task)
 
     def _refusing(self) -> bool:
         return self._refused is not None
