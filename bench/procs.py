@@ -219,6 +219,26 @@ def rss_mb(pid: int) -> float:
     return total / 1024
 
 
+@contextlib.contextmanager
+def pinned(pids: list[int], cpus: set[int]) -> Iterator[None]:
+    """Every thread of these processes and their descendants on ``cpus`` for the block (as
+    ``taskset -ap``), then back on the cores it had."""
+    before: dict[int, set[int]] = {}
+    for pid in pids:
+        for p in tree_pids(pid):
+            with contextlib.suppress(OSError):
+                for tid in map(int, os.listdir(f"/proc/{p}/task")):
+                    with contextlib.suppress(OSError):
+                        before[tid] = os.sched_getaffinity(tid)
+                        os.sched_setaffinity(tid, cpus)
+    try:
+        yield
+    finally:
+        for tid, cores in before.items():
+            with contextlib.suppress(OSError):
+                os.sched_setaffinity(tid, cores)
+
+
 def cpu_seconds(pid: int) -> float:
     """utime+stime of pid and its descendants, seconds."""
     tick = os.sysconf("SC_CLK_TCK")

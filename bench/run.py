@@ -40,6 +40,7 @@ import re
 import resource
 import secrets
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -49,6 +50,7 @@ import traceback
 import urllib.error
 import urllib.request
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -67,6 +69,7 @@ from bench.procs import (
     die_with_parent,
     free_port,
     machine_busy_seconds,
+    pinned,
     rss_mb,
     sigterm_as_interrupt,
     wait_http,
@@ -86,6 +89,7 @@ VARIANTS: dict[str, tuple[str, dict[str, str]]] = {
     "cached": ("the opt-in read cache", {"JSGW_KV_CACHE": KV_BUCKET}),
 }
 PUB_BATCH = 100  # messages per batch publish request
+PAIRED_SLICE = 4.0  # seconds of each slice of a paired measurement (Bench.paired)
 # The floor of a NATS-backed request on this HTTP stack (bench/raw_asgi.py's /floor routes):
 # one NATS request per HTTP request and nothing else, no gateway; made by nats-py's request
 # ("floor") or by the gateway's own NATS client ("floor_lean", /floor/lean).
@@ -815,6 +819,47 @@ class Bench:
             out[key] = chosen
         return out
 
+    def paired(
+        self, name: str, requests: list, base: Proc, base_url: str, other: Proc, other_url: str
+    ) -> list[float]:
+        """CPU µs per request of ``base`` less ``other``'s, the two loaded at the same time
+        (one wrk each, half the connections), in twice ``--rounds`` slices of
+        :data:`PAIRED_SLICE` seconds, the wrk started first alternating. Measured one after
+        the other, a difference of a few µs is lost in the drift of a shared machine's speed
+        between the two runs (see docs/performance.md); loaded together, both gateways run
+        in the same seconds, and on a machine of two cores or more, on the same core (every
+        thread: an access log writer too), the load and nats-server on the others."""
+        a = self.args
+        if not self.wrk:
+            return []
+        lua = wrk_mod.script(requests, self.workdir / f"{name}.lua")
+        half = max(1, a.connections // 2)
+        cores = sorted(os.sched_getaffinity(0))
+        pin = pinned([base.pid, other.pid], {cores[0]}) if len(cores) > 1 else None
+
+        def load(url: str, duration: float) -> dict:
+            return wrk_mod.run(self.wrk, url, lua, threads=1, connections=half, duration=duration)
+
+        differences = []
+        with pin or contextlib.nullcontext():
+            for i in range(a.rounds * 2):
+                targets = [(base, base_url), (other, other_url)]
+                if i % 2:
+                    targets.reverse()
+                spent0 = [cpu_seconds(proc.pid) for proc, _ in targets]
+                with ThreadPoolExecutor(2) as pool:
+                    results = list(pool.map(lambda target: load(target[1], PAIRED_SLICE), targets))
+                per_op = [
+                    (cpu_seconds(proc.pid) - s0) / res["ops"] * 1e6 if res.get("ops") else None
+                    for (proc, _), s0, res in zip(targets, spent0, results, strict=True)
+                ]
+                if i % 2:
+                    per_op.reverse()
+                if per_op[0] is not None and per_op[1] is not None:
+                    differences.append(per_op[0] - per_op[1])
+        log(f"{name}: paired differences {', '.join(f'{d:.1f}' for d in differences)} µs")
+        return differences
+
     def kv_slice(self) -> float:
         """Seconds of each KV throughput round: its share of ``--duration``, at least 3."""
         return max(3.0, self.args.duration / self.args.rounds)
@@ -907,6 +952,8 @@ class Bench:
                 ),
             ]
         r = self.interleaved(get)
+        if "nolog" in self.variants:
+            r["get.access_line"] = {"pairs": self.paired_access_line("GET")}
         if "cached" in self.variants:
             # Its watch of the bucket would take CPU from every later write measurement.
             self.variants.pop("cached")[0].stop()
@@ -931,10 +978,31 @@ class Bench:
                 wrk("put.etcd", "etcd put", self.etcd_url, self.etcd_requests("put"), self.etcd.pid)
             )
         r.update(self.interleaved(put))
+        if "nolog" in self.variants:
+            r["put.access_line"] = {"pairs": self.paired_access_line("PUT")}
         for proc, _ in self.variants.values():
             proc.stop()
         self.variants.clear()
         self.results["kv"] = r
+
+    def paired_access_line(self, method: str) -> list[float]:
+        """What the access line costs a request: the defaults less the access log off, the
+        two gateways loaded together (:meth:`paired`)."""
+        assert self.gateway
+        nolog, nolog_url = self.variants["nolog"]
+        return self.attempt(
+            f"access line {method}",
+            lambda: {
+                "pairs": self.paired(
+                    f"access-{method.lower()}",
+                    self.kv_requests(method),
+                    self.gateway,
+                    self.gateway_url,
+                    nolog,
+                    nolog_url,
+                )
+            },
+        ).get("pairs", [])
 
     def section_latency(self) -> None:
         a = self.args
@@ -1502,6 +1570,16 @@ class Bench:
             ]
             if pairs:
                 rounds.append(f"{what}, round by round: {', '.join(pairs)}")
+        for op in ("get", "put"):
+            # The access line's target: measured with both gateways loaded at once (paired).
+            pairs = (r.get(f"{op}.access_line") or {}).get("pairs") or []
+            if pairs:
+                middle = statistics.median(pairs)
+                rounds.append(
+                    f"the access line (µs, {op.upper()}, log on − log off, both loaded at "
+                    f"once), pair by pair: {', '.join(f'{d:.1f}' for d in pairs)}; median "
+                    f"{middle:.1f} (target ≤ 5 µs: {met(middle <= 5.0)})"
+                )
         if rounds:
             out += "\n" + ";\n".join(rounds) + ".\n"
         out += (
