@@ -13,7 +13,9 @@ Then it measures one thing at a time and prints a table per section:
 
 * KV GET / PUT over 1,000 distinct keys: wrk (Lua script, ``--connections`` connections,
   ``--wrk-threads`` threads) against every HTTP target; nats-py (``--connections`` requests
-  in flight on one connection) in a process of its own for the native client;
+  in flight on one connection) in a process of its own for the native client; then the
+  access line, GET and PUT: the defaults and the access log off loaded at once, pinned to
+  one core, in alternating pairs (``Bench.paired``);
 * KV GET latency at concurrency 1: an asyncio HTTP client (httptools) vs nats-py ``kv.get``,
   each in a process of its own, plus wrk ``-c1`` for the gateway;
 * Direct Get batches (NDJSON and Arrow IPC vs nats-py), fetch 256 + confirmed acks (HTTP vs
