@@ -837,13 +837,17 @@ class Bench:
         lua = wrk_mod.script(requests, self.workdir / f"{name}.lua")
         half = max(1, a.connections // 2)
         cores = sorted(os.sched_getaffinity(0))
-        pin = pinned([base.pid, other.pid], {cores[0]}) if len(cores) > 1 else None
 
         def load(url: str, duration: float) -> dict:
             return wrk_mod.run(self.wrk, url, lua, threads=1, connections=half, duration=duration)
 
         differences = []
-        with pin or contextlib.nullcontext():
+        with contextlib.ExitStack() as pins:
+            if len(cores) > 1:
+                # This process and its children (nats-server; the wrk runs started from it
+                # inherit it) on the other cores, then the two gateways on the first.
+                pins.enter_context(pinned([os.getpid(), self.nats.pid], set(cores[1:])))
+                pins.enter_context(pinned([base.pid, other.pid], {cores[0]}))
             for i in range(a.rounds * 2):
                 targets = [(base, base_url), (other, other_url)]
                 if i % 2:
