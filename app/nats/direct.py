@@ -315,7 +315,7 @@ class DirectGet:
         inbox = await self._open(stream)
         try:
             await self._ask(inbox, stream, request, operation)
-            messages, end = await self._read(inbox, stream, request)
+            messages, end = await self._read(inbox, stream, request, operation)
         finally:
             await inbox.close()
         for message in messages:
@@ -357,7 +357,7 @@ class DirectGet:
             page_request = _page_request(request, remaining, budget)
             await self._ask(inbox, stream, page_request, "direct.batch")
             while True:
-                messages, end = await self._read(inbox, stream, page_request)
+                messages, end = await self._read(inbox, stream, page_request, "direct.batch")
                 remaining -= len(messages)
                 if budget is not None:
                     budget -= sum(len(m.data) + len(m.subject) for m in messages)
@@ -405,7 +405,7 @@ class DirectGet:
         await self.pool.observe(operation, lambda: raw.request(subject, orjson.dumps(request)))
 
     async def _read(
-        self, inbox: _Inbox, stream: str, request: dict[str, Any]
+        self, inbox: _Inbox, stream: str, request: dict[str, Any], operation: str
     ) -> tuple[list[StoredMessage], EndOfBatch | errors.GatewayError]:
         """A page: its messages, and its end, or the error that cut it short (the messages
         read before an error are the caller's to hand on first)."""
@@ -414,7 +414,7 @@ class DirectGet:
         seen = 0
         try:
             while True:
-                replies = await inbox.replies(seen, self.pool.wait())
+                replies = await inbox.replies(seen, self.pool.wait(operation=operation))
                 for raw, data in replies[seen:]:
                     seen += 1
                     message = _plain_message(raw, data) if raw else None

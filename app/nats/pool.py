@@ -335,7 +335,7 @@ class NatsPool:
         """Until the server has processed what ``client`` has sent and queued (a SUB just
         made): :meth:`LeanClient.flush_in_order`, with the pool's timeout and error mapping."""
         assert isinstance(client, LeanClient)
-        await self.observe(operation, lambda: client.flush_in_order(self.wait()))
+        await self.observe(operation, lambda: client.flush_in_order(self.wait(operation=operation)))
 
     async def raw_subscription(
         self, subject: str, handler: RawHandler, *, queue: str = "", operation: str
@@ -349,7 +349,7 @@ class NatsPool:
             sub = await client.raw_subscribe(subject, handler, queue)
             opened = RawSubscription(client, sub)
             try:
-                await client.flush_in_order(self.wait())
+                await client.flush_in_order(self.wait(operation=operation))
             except BaseException:
                 await opened.close()
                 raise
@@ -381,7 +381,8 @@ class NatsPool:
         """
         lean = client or self.pick()
         assert isinstance(lean, LeanClient)
-        wait = self.wait(timeout)  # (nothing is sent, nor timed, when no time is left)
+        # (Nothing is sent, nor timed, when no time is left.)
+        wait = self.wait(timeout, operation=operation)
         # observe(), inlined: the hottest call of the gateway, one coroutine fewer.
         started = time.perf_counter()
         try:
@@ -429,7 +430,7 @@ class NatsPool:
         assert isinstance(client, LeanClient)
         replies: list[Reply | None] = await self.observe(
             operation,
-            lambda: client.replies.request_batch(messages, self.wait(timeout)),
+            lambda: client.replies.request_batch(messages, self.wait(timeout, operation=operation)),
             write=True,
         )
         return replies
@@ -446,7 +447,8 @@ class NatsPool:
         client = self.pick()
         assert isinstance(client, LeanClient)
         results: list[Reply | Exception] = await self.observe(
-            operation, lambda: client.replies.request_all(requests, self.wait(timeout))
+            operation,
+            lambda: client.replies.request_all(requests, self.wait(timeout, operation=operation)),
         )
         for result in results:
             if isinstance(result, nats.errors.NoRespondersError):
@@ -455,15 +457,19 @@ class NatsPool:
                 self._metrics.nats_errors.labels(operation, "timeout").inc()
         return results
 
-    def wait(self, timeout: float | None = None) -> float:
+    def wait(self, timeout: float | None = None, *, operation: str | None = None) -> float:
         """How long a NATS call may wait for its answer: ``timeout`` (the request timeout
         when None), cut to what is left of the answer it belongs to (:meth:`within`); 504
-        ``nats.timeout`` when nothing is left, and nothing is sent."""
+        ``nats.timeout`` when nothing is left, and nothing is sent. That 504 is counted as a
+        timeout of ``operation`` (``jsgw_nats_request_errors_total``), as the call's own
+        timeout would have been; a caller that counts its timeouts itself gives none."""
         wait = timeout or self.timeout
         due = _ANSWER_DUE.get()
         if due is not None:
             wait = min(wait, due - time.monotonic())
             if wait <= 0:
+                if operation is not None:
+                    self._metrics.nats_errors.labels(operation, "timeout").inc()
                 raise Timeout(ErrorCode.NATS_TIMEOUT, "NATS did not answer in time")
         return wait
 

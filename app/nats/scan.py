@@ -123,7 +123,10 @@ class ConsumerScan:
         outcome = await pool.observe(
             "consumer.scan",
             lambda: fetch(
-                pool.pick(), subject, PullRequest(batch=count, no_wait=True), timeout=pool.wait()
+                pool.pick(),
+                subject,
+                PullRequest(batch=count, no_wait=True),
+                timeout=pool.wait(operation="consumer.scan"),
             ),
         )
         if outcome.status is not None and not outcome.status.ends_quietly:

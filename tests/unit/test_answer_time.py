@@ -14,6 +14,7 @@ from app.config import Settings
 from app.errors import Timeout
 from app.metrics import Metrics
 from app.nats.pool import NatsPool
+from app.nats.replies import LeanClient
 from app.nats.scan import ConsumerScan
 
 T = 60.0  # the request timeout: margins of seconds, whatever the machine's load
@@ -52,6 +53,37 @@ def test_nothing_left_is_a_timeout_before_anything_is_sent() -> None:
     with p.within(time.monotonic() - T - 1), pytest.raises(Timeout) as raised:
         p.wait()
     assert raised.value.code == "nats.timeout"
+
+
+def timeouts(p: NatsPool, operation: str) -> float:
+    value = p._metrics.registry.get_sample_value(
+        "jsgw_nats_request_errors_total", {"operation": operation, "kind": "timeout"}
+    )
+    return value or 0.0
+
+
+async def test_a_call_refused_for_lack_of_time_is_counted_as_its_operation_s_timeout() -> None:
+    """The client gets the 504 a timeout gives: the error metric counts it as one, under
+    the operation that was refused (nothing was sent)."""
+    p = pool()
+    with p.within(time.monotonic() - T - 1):
+        with pytest.raises(Timeout):
+            p.wait(operation="kv.get")
+        with pytest.raises(Timeout):
+            await p.request("$JS.API.DIRECT.GET.KV_B", operation="kv.get", client=Lean())
+        with pytest.raises(Timeout):
+            p.wait()  # a caller that counts its timeouts itself
+    assert timeouts(p, "kv.get") == 2
+    with p.within(time.monotonic()):
+        p.wait(operation="kv.get")  # time left: nothing counted
+    assert timeouts(p, "kv.get") == 2
+
+
+class Lean(LeanClient):
+    """A connection that is never used: the refusal comes before anything is sent."""
+
+    def __init__(self) -> None:
+        pass
 
 
 async def test_an_answer_is_its_own_task_s_alone() -> None:
