@@ -219,24 +219,34 @@ def rss_mb(pid: int) -> float:
     return total / 1024
 
 
+def _threads(pid: int) -> list[int]:
+    try:
+        return [int(tid) for tid in os.listdir(f"/proc/{pid}/task")]
+    except OSError:  # (gone)
+        return []
+
+
 @contextlib.contextmanager
 def pinned(pids: list[int], cpus: set[int]) -> Iterator[None]:
     """Every thread of these processes and their descendants on ``cpus`` for the block (as
-    ``taskset -ap``), then back on the cores it had."""
-    before: dict[int, set[int]] = {}
-    for pid in pids:
-        for p in tree_pids(pid):
+    ``taskset -ap``), then back on the cores it had; a thread started during the block gets
+    the cores its process had."""
+    processes = {p for pid in pids for p in tree_pids(pid)}
+    before: dict[int, set[int]] = {}  # thread (a process's first thread: its pid) -> cores
+    for p in processes:
+        for tid in _threads(p):
             with contextlib.suppress(OSError):
-                for tid in map(int, os.listdir(f"/proc/{p}/task")):
-                    with contextlib.suppress(OSError):
-                        before[tid] = os.sched_getaffinity(tid)
-                        os.sched_setaffinity(tid, cpus)
+                before[tid] = os.sched_getaffinity(tid)
+                os.sched_setaffinity(tid, cpus)
     try:
         yield
     finally:
-        for tid, cores in before.items():
-            with contextlib.suppress(OSError):
-                os.sched_setaffinity(tid, cores)
+        for p in processes:
+            for tid in _threads(p):
+                cores = before.get(tid, before.get(p))
+                if cores is not None:
+                    with contextlib.suppress(OSError):
+                        os.sched_setaffinity(tid, cores)
 
 
 def cpu_seconds(pid: int) -> float:

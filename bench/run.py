@@ -854,15 +854,23 @@ class Bench:
                     targets.reverse()
                 spent0 = [cpu_seconds(proc.pid) for proc, _ in targets]
                 with ThreadPoolExecutor(2) as pool:
-                    results = list(pool.map(lambda target: load(target[1], PAIRED_SLICE), targets))
+                    runs = [pool.submit(load, url, PAIRED_SLICE) for _, url in targets]
+                try:
+                    results = [run.result() for run in runs]
+                except Exception as exc:  # noqa: BLE001
+                    log(f"{name}: pair {i + 1} not measured: {exc}")
+                    continue
+                failed = [r for r in results if r["errors"] or r["non_2xx"] or not r["ops"]]
+                if failed:  # (an error answered quickly would pass for a cheap request)
+                    log(f"{name}: pair {i + 1} left out: errors or non-2xx answers ({failed})")
+                    continue
                 per_op = [
-                    (cpu_seconds(proc.pid) - s0) / res["ops"] * 1e6 if res.get("ops") else None
+                    (cpu_seconds(proc.pid) - s0) / res["ops"] * 1e6
                     for (proc, _), s0, res in zip(targets, spent0, results, strict=True)
                 ]
                 if i % 2:
                     per_op.reverse()
-                if per_op[0] is not None and per_op[1] is not None:
-                    differences.append(per_op[0] - per_op[1])
+                differences.append(per_op[0] - per_op[1])
         log(f"{name}: paired differences {', '.join(f'{d:.1f}' for d in differences)} µs")
         return differences
 
@@ -1578,7 +1586,13 @@ class Bench:
                 rounds.append(f"{what}, round by round: {', '.join(pairs)}")
         for op in ("get", "put"):
             # The access line's target: measured with both gateways loaded at once (paired).
-            pairs = (r.get(f"{op}.access_line") or {}).get("pairs") or []
+            measured = r.get(f"{op}.access_line")
+            pairs = (measured or {}).get("pairs") or []
+            if measured is not None and not pairs:
+                rounds.append(
+                    f"the access line ({op.upper()}, both loaded at once): not measured "
+                    "(the run's log says why)"
+                )
             if pairs:
                 middle = statistics.median(pairs)
                 rounds.append(

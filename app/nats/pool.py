@@ -460,9 +460,9 @@ class NatsPool:
     def wait(self, timeout: float | None = None, *, operation: str | None = None) -> float:
         """How long a NATS call may wait for its answer: ``timeout`` (the request timeout
         when None), cut to what is left of the answer it belongs to (:meth:`within`); 504
-        ``nats.timeout`` when nothing is left, and nothing is sent. That 504 is counted as a
-        timeout of ``operation`` (``jsgw_nats_request_errors_total``), as the call's own
-        timeout would have been; a caller that counts its timeouts itself gives none."""
+        ``nats.timeout`` when nothing is left, and nothing is sent. The refusal is counted
+        as a timeout of ``operation`` in ``jsgw_nats_request_errors_total`` (none: not
+        counted)."""
         wait = timeout or self.timeout
         due = _ANSWER_DUE.get()
         if due is not None:
