@@ -833,7 +833,7 @@ class Bench:
         thread: an access log writer too), the load and nats-server on the others."""
         a = self.args
         if not self.wrk:
-            return []
+            raise RuntimeError("wrk is not installed (apt-get install wrk)")
         lua = wrk_mod.script(requests, self.workdir / f"{name}.lua")
         half = max(1, a.connections // 2)
         cores = sorted(os.sched_getaffinity(0))
@@ -844,9 +844,9 @@ class Bench:
         differences = []
         with contextlib.ExitStack() as pins:
             if len(cores) > 1:
-                # This process and its children (nats-server; the wrk runs started from it
-                # inherit it) on the other cores, then the two gateways on the first.
-                pins.enter_context(pinned([os.getpid(), self.nats.pid], set(cores[1:])))
+                # This process and its children (nats-server among them; the wrk runs started
+                # from it inherit it) on the other cores, then the two gateways on the first.
+                pins.enter_context(pinned([os.getpid()], set(cores[1:])))
                 pins.enter_context(pinned([base.pid, other.pid], {cores[0]}))
             for i in range(a.rounds * 2):
                 targets = [(base, base_url), (other, other_url)]
@@ -967,7 +967,7 @@ class Bench:
             ]
         r = self.interleaved(get)
         if "nolog" in self.variants:
-            r["get.access_line"] = {"pairs": self.paired_access_line("GET")}
+            r["get.access_line"] = self.paired_access_line("GET")
         if "cached" in self.variants:
             # Its watch of the bucket would take CPU from every later write measurement.
             self.variants.pop("cached")[0].stop()
@@ -993,15 +993,15 @@ class Bench:
             )
         r.update(self.interleaved(put))
         if "nolog" in self.variants:
-            r["put.access_line"] = {"pairs": self.paired_access_line("PUT")}
+            r["put.access_line"] = self.paired_access_line("PUT")
         for proc, _ in self.variants.values():
             proc.stop()
         self.variants.clear()
         self.results["kv"] = r
 
-    def paired_access_line(self, method: str) -> list[float]:
+    def paired_access_line(self, method: str) -> dict:
         """What the access line costs a request: the defaults less the access log off, the
-        two gateways loaded together (:meth:`paired`)."""
+        two gateways loaded together (:meth:`paired`): ``pairs``, or ``error``."""
         assert self.gateway
         nolog, nolog_url = self.variants["nolog"]
         return self.attempt(
@@ -1016,7 +1016,7 @@ class Bench:
                     nolog_url,
                 )
             },
-        ).get("pairs", [])
+        )
 
     def section_latency(self) -> None:
         a = self.args
@@ -1587,13 +1587,15 @@ class Bench:
         for op in ("get", "put"):
             # The access line's target: measured with both gateways loaded at once (paired).
             measured = r.get(f"{op}.access_line")
-            pairs = (measured or {}).get("pairs") or []
-            if measured is not None and not pairs:
+            if measured is None:
+                continue
+            pairs = measured.get("pairs")
+            if not pairs:
+                why = measured.get("error", "every pair saw errors (the run's log lists them)")
                 rounds.append(
-                    f"the access line ({op.upper()}, both loaded at once): not measured "
-                    "(the run's log says why)"
+                    f"the access line ({op.upper()}, both loaded at once): not measured: {why}"
                 )
-            if pairs:
+            else:
                 middle = statistics.median(pairs)
                 rounds.append(
                     f"the access line (µs, {op.upper()}, log on − log off, both loaded at "
