@@ -10,18 +10,22 @@ nats-py, independently of the gateway.
 from __future__ import annotations
 
 import asyncio
+import json
+import re
 import time
 import uuid
 from collections import defaultdict
 from dataclasses import dataclass, field
 
 import httpx
+import nats
+import nats.errors
 import pytest
 
 from tests.cluster import Cluster
 from tests.faults.history import History, stored_messages
 from tests.faults.leader import kill_and_restart_leader
-from tests.helpers import gateway_settings, served_gateway
+from tests.helpers import gateway_settings, problem, served_gateway
 
 pytestmark = pytest.mark.slow
 
@@ -162,3 +166,101 @@ async def test_acked_publishes_survive_a_leader_kill(healed: Cluster) -> None:
         f"(of which stored by the first attempt: {stored_before}) "
         f"refused={len(pubs.refused)} stored={sum(map(len, stored.values()))}"
     )
+
+
+async def test_publishes_right_after_a_leader_stepdown_are_stored(healed: Cluster) -> None:
+    """The leader that steps down takes the stream's subscription with it, and the new
+    leader's reaches the gateway's server a moment later: a publish in between meets no
+    responders. The gateway sends it again (nothing was stored) instead of refusing it."""
+    cluster = healed
+    stream = f"P{uuid.uuid4().hex[:10]}"
+    settings = gateway_settings(cluster.urls[0], request_timeout=2.0)  # one server only
+    nc = await nats.connect(cluster.urls, connect_timeout=2)
+    try:
+        with served_gateway(settings) as base:
+            async with httpx.AsyncClient(base_url=base, timeout=15) as http:
+                created = await http.put(
+                    f"/v1/streams/{stream}",
+                    json={"subjects": [f"{stream}.>"], "num_replicas": 3},
+                )
+                assert created.status_code == 201, created.text
+                for i in range(5):
+                    await cluster.wait_stream_current(stream)
+                    moved = await nc.request(
+                        f"$JS.API.STREAM.LEADER.STEPDOWN.{stream}", b"", timeout=5
+                    )
+                    assert json.loads(moved.data).get("success"), moved.data
+                    published = await http.post(f"/v1/publish/{stream}.x", content=b"m%d" % i)
+                    assert published.status_code == 200, (i, published.text)
+                    assert published.json()["seq"] == i + 1, published.json()
+    finally:
+        await nc.close()
+    stored = await stored_messages(cluster.urls, stream)
+    assert [m["data"] for m in stored] == [b"m%d" % i for i in range(5)], stored
+
+
+def no_responders(metrics: str) -> float:
+    found = re.search(
+        r'^jsgw_nats_request_errors_total\{(?=[^}]*kind="no_responders")'
+        r'(?=[^}]*operation="publish")[^}]*\} (\S+)$',
+        metrics,
+        re.MULTILINE,
+    )
+    return float(found.group(1)) if found else 0.0
+
+
+async def test_a_publish_nobody_takes_for_long_is_refused_after_two_retries(
+    healed: Cluster,
+) -> None:
+    """The only server of an R1 stream is down: the publish is sent three times in all, 250 ms
+    apart, then answered 503 ``stream.unavailable`` with Retry-After, within its time."""
+    cluster = healed
+    stream = f"P{uuid.uuid4().hex[:10]}"
+    nc = await nats.connect(cluster.urls, connect_timeout=2)
+    try:
+        config = {"name": stream, "subjects": [f"{stream}.>"], "num_replicas": 1}
+        created = json.loads(
+            (
+                await nc.request(
+                    f"$JS.API.STREAM.CREATE.{stream}", json.dumps(config).encode(), timeout=5
+                )
+            ).data
+        )
+        leader = created["cluster"]["leader"]
+        other = next(name for name in cluster.nodes if name != leader)
+        await cluster.kill(leader)
+        # The cluster still knows the stream (should the meta leader have gone too, once a
+        # new one is elected): the gateway can tell "no leader" from "no stream".
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                names = json.loads(
+                    (
+                        await nc.request(
+                            "$JS.API.STREAM.NAMES",
+                            json.dumps({"subject": f"{stream}.x"}).encode(),
+                            timeout=2,
+                        )
+                    ).data
+                )
+                if names.get("streams") == [stream]:
+                    break
+            except (nats.errors.TimeoutError, nats.errors.NoRespondersError):
+                pass
+            assert time.monotonic() < deadline, "the cluster did not answer STREAM.NAMES"
+            await asyncio.sleep(0.2)
+    finally:
+        await nc.close()
+
+    settings = gateway_settings(cluster.nodes[other].url, request_timeout=2.0)
+    with served_gateway(settings) as base:
+        async with httpx.AsyncClient(base_url=base, timeout=15) as http:
+            before = no_responders((await http.get("/metrics")).text)
+            started = time.monotonic()
+            refused = await http.post(f"/v1/publish/{stream}.x", content=b"m")
+            took = time.monotonic() - started
+            after = no_responders((await http.get("/metrics")).text)
+    problem(refused, 503, "stream.unavailable")
+    assert refused.headers["retry-after"] == "1"
+    assert after - before == 3, (before, after)
+    assert 0.5 <= took < 2.0 + 0.5, took
