@@ -28,6 +28,7 @@ from app import compat
 from app.config import Settings
 from app.errors import (
     ErrorCode,
+    GatewayError,
     NoResponders,
     OutcomeUnknown,
     PayloadTooLarge,
@@ -52,6 +53,13 @@ log = logging.getLogger("jsgw.pool")
 # When the answer that the running NATS calls belong to must be given (time.monotonic()):
 # set by NatsPool.within for the later steps of one answer, and none of them waits past it.
 _ANSWER_DUE: ContextVar[float | None] = ContextVar("jsgw_answer_due", default=None)
+
+# A write that met no responders although its stream is there (its leader is being elected,
+# or moved, or the stream is new, and the leader's subscription has not reached every server
+# yet) is sent again this often, this many seconds apart, while its answer's time allows
+# (nats.go's JetStream publish does the same: two retries, 250 ms apart).
+_UNTAKEN_RETRIES = 2
+_UNTAKEN_RETRY_WAIT = 0.25
 
 _NOT_CONNECTED = (
     nats.errors.OutboundBufferLimitError,
@@ -413,6 +421,43 @@ class NatsPool:
                 timeout=timeout,
                 client=self.pick(),
             )
+
+    async def sent_again(
+        self,
+        send: Callable[[], Awaitable[Reply]],
+        refused: Callable[[], Awaitable[GatewayError]],
+        started: float,
+        timeout: float | None = None,
+    ) -> Reply:
+        """A write that nobody took (``send`` raised NoResponders), sent again by ``send``.
+
+        Only a stream's leader listens on its subjects: right after a stepdown, or the
+        stream's creation, the new leader's subscription has not reached every server yet and
+        a write meets no responders. Nothing is stored when nobody takes a message, so sending
+        it again cannot store it twice. ``refused`` says why nobody took it: a 503
+        ``stream.unavailable`` (a stream is there) is tried again, twice, 250 ms apart, while
+        what is left of the write's time since ``started`` (time.monotonic()) holds a wait and
+        an attempt; anything else (a 404: no stream), or the last refusal, is raised.
+        """
+        with self.within(started, timeout):
+            problem = await refused()
+            for _ in range(_UNTAKEN_RETRIES):
+                if problem.code != ErrorCode.STREAM_UNAVAILABLE or not self._time_left(
+                    2 * _UNTAKEN_RETRY_WAIT
+                ):
+                    break
+                await asyncio.sleep(_UNTAKEN_RETRY_WAIT)
+                try:
+                    return await send()
+                except NoResponders:
+                    pass
+            raise problem
+
+    def _time_left(self, needed: float) -> bool:
+        try:
+            return self.wait() > needed
+        except Timeout:
+            return False
 
     async def request_batch(
         self,

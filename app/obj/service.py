@@ -26,8 +26,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
+import time
 from collections import deque
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -38,6 +39,7 @@ from app import errors
 from app.errors import ErrorCode
 from app.nats.direct import DirectGet, StoredMessage
 from app.nats.jsapi import JetStreamApi, parse_response
+from app.nats.replies import Reply
 from app.obj import model
 from app.obj.model import CHUNK_SIZE, ObjectInfo
 from app.obj.schemas import ObjConfig
@@ -328,14 +330,26 @@ class ObjService:
     async def _publish(
         self, subject: str, data: bytes, headers: dict[str, str] | None, client: Any = None
     ) -> dict[str, Any]:
-        try:
-            reply = await self.js.pool.request(
+        pool = self.js.pool
+
+        def send() -> Awaitable[Reply]:
+            return pool.request(
                 subject, data, operation="obj.put", headers=headers, write=True, client=client
             )
+
+        async def refused() -> errors.GatewayError:
+            return errors.Unavailable(
+                ErrorCode.STREAM_UNAVAILABLE,
+                "no stream took the object's chunk (its bucket's stream has no leader right "
+                "now, e.g. during an election): retry shortly",
+                headers={"Retry-After": str(pool.settings.retry_after)},
+            )
+
+        started = time.monotonic()
+        try:
+            reply = await send()
         except errors.NoResponders:
-            raise errors.Unavailable(
-                ErrorCode.STREAM_UNAVAILABLE, "no stream took the object's chunk"
-            ) from None
+            reply = await pool.sent_again(send, refused, started)
         return parse_response(reply.data)
 
     async def _why_refused(self, bucket: str) -> errors.GatewayError:

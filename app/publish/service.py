@@ -50,12 +50,6 @@ _STATUS_PSEUDO_HEADERS = {"status", "description"}
 # characters (which JSON writes alike, escaped or not), and what publish() answers for it.
 _PLAIN_PUBACK = re.compile(rb'\{"stream":"[A-Za-z0-9_-]+","seq":[1-9][0-9]{0,19}\}')
 _NOT_DUPLICATE = b',"duplicate":false}'
-# A publish that meets no responders although a stream captures its subject (its leader is
-# being elected, or a new stream's interest has not reached every server yet) is sent again
-# this often, this many seconds apart, while its answer's time allows (nats.go's JetStream
-# publish does the same: two retries, 250 ms apart).
-_NO_LEADER_RETRIES = 2
-_NO_LEADER_RETRY_WAIT = 0.25
 
 
 @dataclass(frozen=True, slots=True)
@@ -354,19 +348,12 @@ class Publisher:
         try:
             return await self._send(message, client, timeout)
         except NoResponders:
-            pass
-        # Nobody took it, so nothing is stored and sending it again cannot store it twice.
-        with self.pool.within(started, timeout):
-            problem = await self._why_no_responders(message.subject)
-            for _ in range(_NO_LEADER_RETRIES):
-                if problem.code != ErrorCode.STREAM_UNAVAILABLE or not self._time_for_retry():
-                    break
-                await asyncio.sleep(_NO_LEADER_RETRY_WAIT)
-                try:
-                    return await self._send(message, client, timeout)
-                except NoResponders:
-                    pass
-            raise problem
+            return await self.pool.sent_again(
+                lambda: self._send(message, client, timeout),
+                lambda: self._why_no_responders(message.subject),
+                started,
+                timeout,
+            )
 
     async def _send(self, message: Outgoing, client: Client | None, timeout: float | None) -> Reply:
         headers = message.headers
@@ -381,13 +368,6 @@ class Publisher:
             stored=acknowledged,
             resend="Nats-Msg-Id" in headers,
         )
-
-    def _time_for_retry(self) -> bool:
-        """Whether what is left of the answer's time holds a wait and one more attempt."""
-        try:
-            return self.pool.wait() > 2 * _NO_LEADER_RETRY_WAIT
-        except errors.Timeout:
-            return False
 
     async def _why_no_responders(self, subject: str) -> errors.GatewayError:
         """Nobody took the message, so it is not stored: tell "no stream" from "no leader".

@@ -264,3 +264,29 @@ async def test_a_publish_nobody_takes_for_long_is_refused_after_two_retries(
     assert refused.headers["retry-after"] == "1"
     assert after - before == 3, (before, after)
     assert 0.5 <= took < 2.0 + 0.5, took
+
+
+async def test_an_object_put_right_after_a_leader_stepdown_is_stored(healed: Cluster) -> None:
+    """An object's chunks are writes like any publish: sent again when nobody takes them."""
+    cluster = healed
+    bucket = f"o{uuid.uuid4().hex[:10]}"
+    settings = gateway_settings(cluster.urls[0], request_timeout=2.0)  # one server only
+    nc = await nats.connect(cluster.urls, connect_timeout=2)
+    try:
+        with served_gateway(settings) as base:
+            async with httpx.AsyncClient(base_url=base, timeout=15) as http:
+                created = await http.put(f"/v1/obj/{bucket}", json={"replicas": 3})
+                assert created.status_code == 201, created.text
+                for i in range(3):
+                    await cluster.wait_stream_current(f"OBJ_{bucket}")
+                    moved = await nc.request(
+                        f"$JS.API.STREAM.LEADER.STEPDOWN.OBJ_{bucket}", b"", timeout=5
+                    )
+                    assert json.loads(moved.data).get("success"), moved.data
+                    body = bytes([i]) * 300_000
+                    put = await http.put(f"/v1/obj/{bucket}/objects/f{i}", content=body)
+                    assert put.status_code in (200, 201), (i, put.text)
+                    got = await http.get(f"/v1/obj/{bucket}/objects/f{i}")
+                    assert got.status_code == 200 and got.content == body, (i, got.status_code)
+    finally:
+        await nc.close()
