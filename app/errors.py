@@ -32,6 +32,7 @@ that carries it (and so its status) and what it means. The hierarchy::
     ├── Unsupported                501
     ├── UpstreamError              502
     ├── Unavailable                503
+    │   └── StreamUnavailable      stream.unavailable
     ├── NoResponders               503 (not an Unavailable: callers turn it into one)
     └── Timeout                    504
         └── OutcomeUnknown         nats.outcome_unknown
@@ -957,6 +958,12 @@ class StreamNoMatch(NotFound):
 
 class ConsumerNotFound(NotFound):
     own_code = ErrorCode.CONSUMER_NOT_FOUND
+
+
+class StreamUnavailable(Unavailable):
+    """A stream is there but nobody took a write (no leader): sent again before it is answered."""
+
+    own_code = ErrorCode.STREAM_UNAVAILABLE
 
 
 class MessageNotFound(NotFound):

@@ -18,7 +18,7 @@ from collections.abc import Awaitable, Callable, Iterator
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import nats
 import nats.errors
@@ -32,6 +32,7 @@ from app.errors import (
     NoResponders,
     OutcomeUnknown,
     PayloadTooLarge,
+    StreamUnavailable,
     Timeout,
     Unavailable,
 )
@@ -49,6 +50,8 @@ from app.nats.replies import (
 from app.tasks import cancel_and_wait
 
 log = logging.getLogger("jsgw.pool")
+
+T = TypeVar("T")
 
 # When the answer that the running NATS calls belong to must be given (time.monotonic()):
 # set by NatsPool.within for the later steps of one answer, and none of them waits past it.
@@ -424,11 +427,11 @@ class NatsPool:
 
     async def sent_again(
         self,
-        send: Callable[[], Awaitable[Reply]],
+        send: Callable[[], Awaitable[T]],
         refused: Callable[[], Awaitable[GatewayError]],
         started: float,
         timeout: float | None = None,
-    ) -> Reply:
+    ) -> T:
         """A write that nobody took (``send`` raised NoResponders), sent again by ``send``.
 
         Only a stream's leader listens on its subjects: right after a stepdown, or the
@@ -442,7 +445,7 @@ class NatsPool:
         with self.within(started, timeout):
             problem = await refused()
             for _ in range(_UNTAKEN_RETRIES):
-                if problem.code != ErrorCode.STREAM_UNAVAILABLE or not self._time_left(
+                if not isinstance(problem, StreamUnavailable) or not self._time_left(
                     2 * _UNTAKEN_RETRY_WAIT
                 ):
                     break

@@ -338,9 +338,8 @@ class ObjService:
             )
 
         async def refused() -> errors.GatewayError:
-            return errors.Unavailable(
-                ErrorCode.STREAM_UNAVAILABLE,
-                "no stream took the object's chunk (its bucket's stream has no leader right "
+            return errors.StreamUnavailable(
+                detail="no stream took the object's chunk (its bucket's stream has no leader right "
                 "now, e.g. during an election): retry shortly",
                 headers={"Retry-After": str(pool.settings.retry_after)},
             )
@@ -363,9 +362,7 @@ class ObjService:
                 ErrorCode.OBJ_BUCKET_FULL,
                 f"the object does not fit in bucket {bucket!r} (max_bytes {limit})",
             )
-        return errors.Unavailable(
-            ErrorCode.STREAM_UNAVAILABLE, "the bucket's stream did not store a chunk"
-        )
+        return errors.StreamUnavailable(detail="the bucket's stream did not store a chunk")
 
     async def _purge(self, stream: str, subject: str) -> None:
         await self.js.call(

@@ -386,9 +386,8 @@ class Publisher:
             found = None  # cannot tell: answer what the client can retry
         if found is not None and not found.get("streams"):
             return errors.StreamNoMatch(detail=f"no stream captures subject {subject!r}")
-        return errors.Unavailable(
-            ErrorCode.STREAM_UNAVAILABLE,
-            f"no stream answered the publish to {subject!r} (its stream has no leader right "
+        return errors.StreamUnavailable(
+            detail=f"no stream answered the publish to {subject!r} (its stream has no leader right "
             "now, e.g. during an election): the message was not stored; retry shortly",
             headers=retry,
         )
@@ -402,6 +401,18 @@ class Publisher:
             self.pool.require(features.MESSAGE_TTL)
         if any(schedules.SCHEDULE in m.headers for m in messages):
             self.pool.require(features.SCHEDULES)
+        started = time.monotonic()
+        try:
+            return await self._atomic(messages)
+        except NoResponders:  # nobody took the commit: none of the batch is stored
+            return await self.pool.sent_again(
+                lambda: self._atomic(messages),
+                lambda: self._why_no_responders(messages[-1].subject),
+                started,
+            )
+
+    async def _atomic(self, messages: list[Outgoing]) -> dict[str, Any]:
+        """One attempt at the atomic batch, under a batch id of its own."""
         batch_id = atomic.new_batch_id()
         framed = atomic.framed(messages, batch_id, self.pool.max_payload)
         try:
@@ -428,7 +439,7 @@ class Publisher:
                 ErrorCode.JETSTREAM_BAD_RESPONSE, "no reply to the commit of the atomic batch"
             )
         if commit.status == 503 and not commit.data:
-            raise await self._why_no_responders(messages[-1].subject)
+            raise NoResponders(ErrorCode.NATS_NO_RESPONDERS, "nobody took the batch's commit")
         refusal: errors.GatewayError | None = None
         for reply in replies:
             if reply is None or not reply.data:  # (an empty reply: staged)

@@ -10,6 +10,7 @@ nats-py, independently of the gateway.
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import re
 import time
@@ -168,6 +169,17 @@ async def test_acked_publishes_survive_a_leader_kill(healed: Cluster) -> None:
     )
 
 
+def b64(data: bytes) -> str:
+    return base64.b64encode(data).decode()
+
+
+async def step_down(cluster: Cluster, nc: nats.NATS, stream: str) -> None:
+    """The stream's leader steps down (once its replicas are current: one can take over)."""
+    await cluster.wait_stream_current(stream)
+    moved = await nc.request(f"$JS.API.STREAM.LEADER.STEPDOWN.{stream}", b"", timeout=5)
+    assert json.loads(moved.data).get("success"), moved.data
+
+
 async def test_publishes_right_after_a_leader_stepdown_are_stored(healed: Cluster) -> None:
     """The leader that steps down takes the stream's subscription with it, and the new
     leader's reaches the gateway's server a moment later: a publish in between meets no
@@ -185,11 +197,7 @@ async def test_publishes_right_after_a_leader_stepdown_are_stored(healed: Cluste
                 )
                 assert created.status_code == 201, created.text
                 for i in range(5):
-                    await cluster.wait_stream_current(stream)
-                    moved = await nc.request(
-                        f"$JS.API.STREAM.LEADER.STEPDOWN.{stream}", b"", timeout=5
-                    )
-                    assert json.loads(moved.data).get("success"), moved.data
+                    await step_down(cluster, nc, stream)
                     published = await http.post(f"/v1/publish/{stream}.x", content=b"m%d" % i)
                     assert published.status_code == 200, (i, published.text)
                     assert published.json()["seq"] == i + 1, published.json()
@@ -278,11 +286,7 @@ async def test_an_object_put_right_after_a_leader_stepdown_is_stored(healed: Clu
                 created = await http.put(f"/v1/obj/{bucket}", json={"replicas": 3})
                 assert created.status_code == 201, created.text
                 for i in range(3):
-                    await cluster.wait_stream_current(f"OBJ_{bucket}")
-                    moved = await nc.request(
-                        f"$JS.API.STREAM.LEADER.STEPDOWN.OBJ_{bucket}", b"", timeout=5
-                    )
-                    assert json.loads(moved.data).get("success"), moved.data
+                    await step_down(cluster, nc, f"OBJ_{bucket}")
                     body = bytes([i]) * 300_000
                     put = await http.put(f"/v1/obj/{bucket}/objects/f{i}", content=body)
                     assert put.status_code in (200, 201), (i, put.text)
@@ -290,3 +294,31 @@ async def test_an_object_put_right_after_a_leader_stepdown_is_stored(healed: Clu
                     assert got.status_code == 200 and got.content == body, (i, got.status_code)
     finally:
         await nc.close()
+
+
+async def test_an_atomic_batch_right_after_a_leader_stepdown_is_stored(healed: Cluster) -> None:
+    """A batch whose commit nobody took stored nothing: it is sent again under a new id."""
+    cluster = healed
+    stream = f"P{uuid.uuid4().hex[:10]}"
+    settings = gateway_settings(cluster.urls[0], request_timeout=2.0)  # one server only
+    nc = await nats.connect(cluster.urls, connect_timeout=2)
+    try:
+        with served_gateway(settings) as base:
+            async with httpx.AsyncClient(base_url=base, timeout=15) as http:
+                created = await http.put(
+                    f"/v1/streams/{stream}",
+                    json={"subjects": [f"{stream}.>"], "num_replicas": 3, "allow_atomic": True},
+                )
+                assert created.status_code == 201, created.text
+                for i in range(3):
+                    await step_down(cluster, nc, stream)
+                    messages = [
+                        {"subject": f"{stream}.x", "data": b64(b"%d.%d" % (i, j))} for j in range(3)
+                    ]
+                    stored = await http.post("/v1/publish?atomic=true", json={"messages": messages})
+                    assert stored.status_code == 200, (i, stored.text)
+                    assert stored.json()["seq"] == 3 * (i + 1), stored.json()
+    finally:
+        await nc.close()
+    found = await stored_messages(cluster.urls, stream)
+    assert [m["data"] for m in found] == [b"%d.%d" % (i, j) for i in range(3) for j in range(3)]
