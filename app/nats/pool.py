@@ -440,7 +440,8 @@ class NatsPool:
         it again cannot store it twice. ``refused`` says why nobody took it: a 503
         ``stream.unavailable`` (a stream is there) is tried again, twice, 250 ms apart, while
         what is left of the write's time since ``started`` (time.monotonic()) holds a wait and
-        an attempt; anything else (a 404: no stream), or the last refusal, is raised.
+        an attempt; anything else (a 404: no stream), or the last refusal, is raised. Only for
+        a write with none of its sequence sent behind it: a copy sent again lands after those.
         """
         with self.within(started, timeout):
             problem = await refused()
@@ -454,6 +455,10 @@ class NatsPool:
                     return await send()
                 except NoResponders:
                     pass
+                except Timeout as exc:
+                    if isinstance(exc, OutcomeUnknown):  # sent, and not answered in time
+                        raise
+                    break  # no time left to send it: nothing was sent
             raise problem
 
     def _time_left(self, needed: float) -> bool:

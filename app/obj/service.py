@@ -257,8 +257,8 @@ class ObjService:
         try:
             try:
                 size, chunks, digest = await self._write_chunks(subject, body)
-            except errors.Unavailable:
-                raise await self._why_refused(bucket) from None
+            except errors.Unavailable as exc:
+                raise await self._why_refused(bucket, exc) from None
             info.size, info.chunks, info.digest = size, chunks, model.digest_of(digest)
             info.mtime = model.now_rfc3339()
             headers = dict(model.ROLLUP)
@@ -298,9 +298,18 @@ class ObjService:
         async def send(chunk: bytes) -> None:
             nonlocal chunks
             sha.update(chunk)
+            if not chunks:
+                # Alone, so that it can be sent again if nobody takes it (a new bucket's
+                # stream, a leader just elected); once it is stored, the rest follow in a
+                # window, in order, and are not sent again: they would land out of order.
+                await self._publish(subject, chunk, None, client)
+                chunks = 1
+                return
             while len(pending) >= PUBLISH_WINDOW:
                 await pending.popleft()
-            pending.append(asyncio.ensure_future(self._publish(subject, chunk, None, client)))
+            pending.append(
+                asyncio.ensure_future(self._publish(subject, chunk, None, client, again=False))
+            )
             chunks += 1
 
         try:
@@ -328,8 +337,16 @@ class ObjService:
         return total, chunks, sha.digest()
 
     async def _publish(
-        self, subject: str, data: bytes, headers: dict[str, str] | None, client: Any = None
+        self,
+        subject: str,
+        data: bytes,
+        headers: dict[str, str] | None,
+        client: Any = None,
+        *,
+        again: bool = True,
     ) -> dict[str, Any]:
+        """Store one message of the object; sent again when nobody takes it (``again``: none
+        is in flight behind it, which it would land after)."""
         pool = self.js.pool
 
         def send() -> Awaitable[Reply]:
@@ -348,12 +365,14 @@ class ObjService:
         try:
             reply = await send()
         except errors.NoResponders:
+            if not again:
+                raise await refused() from None
             reply = await pool.sent_again(send, refused, started)
         return parse_response(reply.data)
 
-    async def _why_refused(self, bucket: str) -> errors.GatewayError:
-        """A chunk refused as unavailable (JetStream's store error): a full bucket when its
-        max_bytes has no room for another chunk, else the error as it was."""
+    async def _why_refused(self, bucket: str, refusal: errors.Unavailable) -> errors.GatewayError:
+        """A chunk refused as unavailable (JetStream's store error, or nobody took it): a full
+        bucket when its max_bytes has no room for another chunk, else the refusal as it was."""
         info = await self._stream_info(bucket)
         limit = int((info.get("config") or {}).get("max_bytes") or -1)
         used = int((info.get("state") or {}).get("bytes") or 0)
@@ -362,7 +381,7 @@ class ObjService:
                 ErrorCode.OBJ_BUCKET_FULL,
                 f"the object does not fit in bucket {bucket!r} (max_bytes {limit})",
             )
-        return errors.StreamUnavailable(detail="the bucket's stream did not store a chunk")
+        return refusal
 
     async def _purge(self, stream: str, subject: str) -> None:
         await self.js.call(

@@ -9,7 +9,7 @@ import hashlib
 import logging
 import re
 import time
-from collections.abc import Iterable
+from collections.abc import Awaitable, Iterable
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -305,6 +305,7 @@ class Publisher:
         self.pool = pool
         self.js = js
         self._outcome_unknown = metrics.outcome_unknown
+        self._nats_errors = metrics.nats_errors
 
     async def publish(
         self,
@@ -348,6 +349,8 @@ class Publisher:
         try:
             return await self._send(message, client, timeout)
         except NoResponders:
+            if client is not None:  # one of several sent in order: again, it would land behind
+                raise await self._why_no_responders(message.subject) from None
             return await self.pool.sent_again(
                 lambda: self._send(message, client, timeout),
                 lambda: self._why_no_responders(message.subject),
@@ -355,9 +358,11 @@ class Publisher:
                 timeout,
             )
 
-    async def _send(self, message: Outgoing, client: Client | None, timeout: float | None) -> Reply:
+    def _send(
+        self, message: Outgoing, client: Client | None, timeout: float | None
+    ) -> Awaitable[Reply]:
         headers = message.headers
-        return await self.pool.request(
+        return self.pool.request(
             message.subject,
             message.data,
             headers=headers or None,
@@ -439,6 +444,7 @@ class Publisher:
                 ErrorCode.JETSTREAM_BAD_RESPONSE, "no reply to the commit of the atomic batch"
             )
         if commit.status == 503 and not commit.data:
+            self._nats_errors.labels("publish_atomic", "no_responders").inc()
             raise NoResponders(ErrorCode.NATS_NO_RESPONDERS, "nobody took the batch's commit")
         refusal: errors.GatewayError | None = None
         for reply in replies:

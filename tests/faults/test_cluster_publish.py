@@ -180,6 +180,17 @@ async def step_down(cluster: Cluster, nc: nats.NATS, stream: str) -> None:
     assert json.loads(moved.data).get("success"), moved.data
 
 
+async def no_responders(http: httpx.AsyncClient, operation: str) -> float:
+    """How many of the gateway's NATS requests for ``operation`` met no responders."""
+    found = re.search(
+        r'^jsgw_nats_request_errors_total\{(?=[^}]*kind="no_responders")'
+        rf'(?=[^}}]*operation="{re.escape(operation)}")[^}}]*\}} (\S+)$',
+        (await http.get("/metrics")).text,
+        re.MULTILINE,
+    )
+    return float(found.group(1)) if found else 0.0
+
+
 async def test_publishes_right_after_a_leader_stepdown_are_stored(healed: Cluster) -> None:
     """The leader that steps down takes the stream's subscription with it, and the new
     leader's reaches the gateway's server a moment later: a publish in between meets no
@@ -201,20 +212,12 @@ async def test_publishes_right_after_a_leader_stepdown_are_stored(healed: Cluste
                     published = await http.post(f"/v1/publish/{stream}.x", content=b"m%d" % i)
                     assert published.status_code == 200, (i, published.text)
                     assert published.json()["seq"] == i + 1, published.json()
+                # The window with nobody to take a write was met (at least once in all).
+                assert await no_responders(http, "publish") > 0
     finally:
         await nc.close()
     stored = await stored_messages(cluster.urls, stream)
     assert [m["data"] for m in stored] == [b"m%d" % i for i in range(5)], stored
-
-
-def no_responders(metrics: str) -> float:
-    found = re.search(
-        r'^jsgw_nats_request_errors_total\{(?=[^}]*kind="no_responders")'
-        r'(?=[^}]*operation="publish")[^}]*\} (\S+)$',
-        metrics,
-        re.MULTILINE,
-    )
-    return float(found.group(1)) if found else 0.0
 
 
 async def test_a_publish_nobody_takes_for_long_is_refused_after_two_retries(
@@ -263,11 +266,11 @@ async def test_a_publish_nobody_takes_for_long_is_refused_after_two_retries(
     settings = gateway_settings(cluster.nodes[other].url, request_timeout=2.0)
     with served_gateway(settings) as base:
         async with httpx.AsyncClient(base_url=base, timeout=15) as http:
-            before = no_responders((await http.get("/metrics")).text)
+            before = await no_responders(http, "publish")
             started = time.monotonic()
             refused = await http.post(f"/v1/publish/{stream}.x", content=b"m")
             took = time.monotonic() - started
-            after = no_responders((await http.get("/metrics")).text)
+            after = await no_responders(http, "publish")
     problem(refused, 503, "stream.unavailable")
     assert refused.headers["retry-after"] == "1"
     assert after - before == 3, (before, after)
@@ -292,6 +295,7 @@ async def test_an_object_put_right_after_a_leader_stepdown_is_stored(healed: Clu
                     assert put.status_code in (200, 201), (i, put.text)
                     got = await http.get(f"/v1/obj/{bucket}/objects/f{i}")
                     assert got.status_code == 200 and got.content == body, (i, got.status_code)
+                assert await no_responders(http, "obj.put") > 0
     finally:
         await nc.close()
 
@@ -318,6 +322,7 @@ async def test_an_atomic_batch_right_after_a_leader_stepdown_is_stored(healed: C
                     stored = await http.post("/v1/publish?atomic=true", json={"messages": messages})
                     assert stored.status_code == 200, (i, stored.text)
                     assert stored.json()["seq"] == 3 * (i + 1), stored.json()
+                assert await no_responders(http, "publish_atomic") > 0
     finally:
         await nc.close()
     found = await stored_messages(cluster.urls, stream)
