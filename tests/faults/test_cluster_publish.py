@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import json
 import re
 import time
 import uuid
 from collections import defaultdict
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
 import httpx
@@ -191,32 +193,40 @@ async def no_responders(http: httpx.AsyncClient, operation: str) -> float:
     return float(found.group(1)) if found else 0.0
 
 
-async def test_publishes_right_after_a_leader_stepdown_are_stored(healed: Cluster) -> None:
-    """The leader that steps down takes the stream's subscription with it, and the new
-    leader's reaches the gateway's server a moment later: a publish in between meets no
-    responders. The gateway sends it again (nothing was stored) instead of refusing it."""
-    cluster = healed
-    stream = f"P{uuid.uuid4().hex[:10]}"
-    settings = gateway_settings(cluster.urls[0], request_timeout=2.0)  # one server only
+@contextlib.asynccontextmanager
+async def gateway_on_one_node(
+    cluster: Cluster, created: str, config: dict
+) -> AsyncIterator[tuple[httpx.AsyncClient, nats.NATS]]:
+    """A gateway connected to the first node only (a new leader's subscription has to reach
+    that node before it takes a write), ``created`` made through it with ``config``, and a
+    nats-py connection to the cluster."""
+    settings = gateway_settings(cluster.urls[0], request_timeout=2.0)
     nc = await nats.connect(cluster.urls, connect_timeout=2)
     try:
         with served_gateway(settings) as base:
             async with httpx.AsyncClient(base_url=base, timeout=15) as http:
-                created = await http.put(
-                    f"/v1/streams/{stream}",
-                    json={"subjects": [f"{stream}.>"], "num_replicas": 3},
-                )
-                assert created.status_code == 201, created.text
-                for i in range(5):
-                    await step_down(cluster, nc, stream)
-                    published = await http.post(f"/v1/publish/{stream}.x", content=b"m%d" % i)
-                    assert published.status_code == 200, (i, published.text)
-                    assert published.json()["seq"] == i + 1, published.json()
-                # The window with nobody to take a write was met (at least once in all).
-                assert await no_responders(http, "publish") > 0
+                made = await http.put(created, json=config)
+                assert made.status_code == 201, made.text
+                yield http, nc
     finally:
         await nc.close()
-    stored = await stored_messages(cluster.urls, stream)
+
+
+async def test_publishes_right_after_a_leader_stepdown_are_stored(healed: Cluster) -> None:
+    """The leader that steps down takes the stream's subscription with it, and the new
+    leader's reaches the gateway's server a moment later: a publish in between meets no
+    responders. The gateway sends it again (nothing was stored) instead of refusing it."""
+    stream = f"P{uuid.uuid4().hex[:10]}"
+    config = {"subjects": [f"{stream}.>"], "num_replicas": 3}
+    async with gateway_on_one_node(healed, f"/v1/streams/{stream}", config) as (http, nc):
+        for i in range(5):
+            await step_down(healed, nc, stream)
+            published = await http.post(f"/v1/publish/{stream}.x", content=b"m%d" % i)
+            assert published.status_code == 200, (i, published.text)
+            assert published.json()["seq"] == i + 1, published.json()
+        # The window with nobody to take a write was met (at least once in all).
+        assert await no_responders(http, "publish") > 0
+    stored = await stored_messages(healed.urls, stream)
     assert [m["data"] for m in stored] == [b"m%d" % i for i in range(5)], stored
 
 
@@ -278,52 +288,32 @@ async def test_a_publish_nobody_takes_for_long_is_refused_after_two_retries(
 
 
 async def test_an_object_put_right_after_a_leader_stepdown_is_stored(healed: Cluster) -> None:
-    """An object's chunks are writes like any publish: sent again when nobody takes them."""
-    cluster = healed
+    """An object's first chunk and its metadata are sent again when nobody takes them."""
     bucket = f"o{uuid.uuid4().hex[:10]}"
-    settings = gateway_settings(cluster.urls[0], request_timeout=2.0)  # one server only
-    nc = await nats.connect(cluster.urls, connect_timeout=2)
-    try:
-        with served_gateway(settings) as base:
-            async with httpx.AsyncClient(base_url=base, timeout=15) as http:
-                created = await http.put(f"/v1/obj/{bucket}", json={"replicas": 3})
-                assert created.status_code == 201, created.text
-                for i in range(3):
-                    await step_down(cluster, nc, f"OBJ_{bucket}")
-                    body = bytes([i]) * 300_000
-                    put = await http.put(f"/v1/obj/{bucket}/objects/f{i}", content=body)
-                    assert put.status_code in (200, 201), (i, put.text)
-                    got = await http.get(f"/v1/obj/{bucket}/objects/f{i}")
-                    assert got.status_code == 200 and got.content == body, (i, got.status_code)
-                assert await no_responders(http, "obj.put") > 0
-    finally:
-        await nc.close()
+    async with gateway_on_one_node(healed, f"/v1/obj/{bucket}", {"replicas": 3}) as (http, nc):
+        for i in range(3):
+            await step_down(healed, nc, f"OBJ_{bucket}")
+            body = bytes([i]) * 300_000
+            put = await http.put(f"/v1/obj/{bucket}/objects/f{i}", content=body)
+            assert put.status_code in (200, 201), (i, put.text)
+            got = await http.get(f"/v1/obj/{bucket}/objects/f{i}")
+            assert got.status_code == 200 and got.content == body, (i, got.status_code)
+        assert await no_responders(http, "obj.put") > 0
 
 
 async def test_an_atomic_batch_right_after_a_leader_stepdown_is_stored(healed: Cluster) -> None:
     """A batch whose commit nobody took stored nothing: it is sent again under a new id."""
-    cluster = healed
     stream = f"P{uuid.uuid4().hex[:10]}"
-    settings = gateway_settings(cluster.urls[0], request_timeout=2.0)  # one server only
-    nc = await nats.connect(cluster.urls, connect_timeout=2)
-    try:
-        with served_gateway(settings) as base:
-            async with httpx.AsyncClient(base_url=base, timeout=15) as http:
-                created = await http.put(
-                    f"/v1/streams/{stream}",
-                    json={"subjects": [f"{stream}.>"], "num_replicas": 3, "allow_atomic": True},
-                )
-                assert created.status_code == 201, created.text
-                for i in range(3):
-                    await step_down(cluster, nc, stream)
-                    messages = [
-                        {"subject": f"{stream}.x", "data": b64(b"%d.%d" % (i, j))} for j in range(3)
-                    ]
-                    stored = await http.post("/v1/publish?atomic=true", json={"messages": messages})
-                    assert stored.status_code == 200, (i, stored.text)
-                    assert stored.json()["seq"] == 3 * (i + 1), stored.json()
-                assert await no_responders(http, "publish_atomic") > 0
-    finally:
-        await nc.close()
-    found = await stored_messages(cluster.urls, stream)
+    config = {"subjects": [f"{stream}.>"], "num_replicas": 3, "allow_atomic": True}
+    async with gateway_on_one_node(healed, f"/v1/streams/{stream}", config) as (http, nc):
+        for i in range(3):
+            await step_down(healed, nc, stream)
+            messages = [
+                {"subject": f"{stream}.x", "data": b64(b"%d.%d" % (i, j))} for j in range(3)
+            ]
+            stored = await http.post("/v1/publish?atomic=true", json={"messages": messages})
+            assert stored.status_code == 200, (i, stored.text)
+            assert stored.json()["seq"] == 3 * (i + 1), stored.json()
+        assert await no_responders(http, "publish_atomic") > 0
+    found = await stored_messages(healed.urls, stream)
     assert [m["data"] for m in found] == [b"%d.%d" % (i, j) for i in range(3) for j in range(3)]
