@@ -37,7 +37,8 @@ from nats.nuid import NUID
 
 from app import errors
 from app.errors import ErrorCode
-from app.nats.direct import DirectGet, StoredMessage
+from app.nats.direct import DirectGet, StoredMessage, leader_message
+from app.nats.floors import RevisionFloors
 from app.nats.jsapi import JetStreamApi, parse_response
 from app.nats.replies import Reply
 from app.obj import model
@@ -107,6 +108,9 @@ class ObjService:
         self.direct = direct
         self.chunk_size = chunk_size
         self._nuid = NUID()
+        # Each object's meta subject -> the last sequence this process wrote or served for it
+        # (read-your-writes: see current() and app.nats.floors).
+        self.floors = RevisionFloors()
 
     # -- buckets ---------------------------------------------------------------------------
 
@@ -159,13 +163,28 @@ class ObjService:
         model.bucket_name(bucket)
         model.object_name(name)
         stream = model.stream_name(bucket)
-        try:
-            message = await self.direct.last_for(stream, model.meta_subject(bucket, name))
-        except (errors.StreamNotFound, errors.StreamNoMatch):
-            raise _bucket_missing(bucket) from None
-        except errors.NotFound:
-            return None
-        return _info_of(message)
+        subject = model.meta_subject(bucket, name)
+        floor = self.floors.revisions.get(subject, 0)
+        started = time.monotonic()
+        with _bucket_errors(bucket):
+            try:
+                message: StoredMessage | None = await self.direct.last_for(stream, subject)
+            except (errors.StreamNotFound, errors.StreamNoMatch):
+                raise
+            except errors.NotFound:
+                message = None
+            seen = 0 if message is None else message.seq
+            if seen < floor:
+                # A replica behind a write or an answer of this process (a 404 for an object
+                # just stored): the stream leader has it, asked in what is left of the time.
+                with self.js.pool.within(started):
+                    message = await leader_message(
+                        self.js, stream, {"last_by_subj": subject}, operation="obj.info"
+                    )
+                self.floors.settle(subject, floor, 0 if message is None else message.seq)
+            elif seen > floor:
+                self.floors.advance(subject, seen)
+        return None if message is None else _info_of(message)
 
     async def info(self, bucket: str, name: str) -> ObjectInfo:
         """The object's info (404 when it has none or is deleted)."""
@@ -277,6 +296,7 @@ class ObjService:
                     ErrorCode.OBJ_CHANGED, f"object {name!r} changed during the upload"
                 ) from None
             info.seq = int(ack.get("seq") or 0)
+            self.floors.advance(model.meta_subject(bucket, name), info.seq)
         except BaseException:
             with anyio_shield():
                 await self._purge_quietly(stream, subject)
@@ -407,8 +427,10 @@ class ObjService:
             metadata=info.metadata,
         )
         stream = model.stream_name(bucket)
+        subject = model.meta_subject(bucket, name)
         try:
-            await self._publish(model.meta_subject(bucket, name), marker.wire(), dict(model.ROLLUP))
+            ack = await self._publish(subject, marker.wire(), dict(model.ROLLUP))
+            self.floors.advance(subject, int(ack.get("seq") or 0))
         finally:
             if info.nuid and info.link is None:
                 await self._purge(stream, model.chunk_subject(bucket, info.nuid))
@@ -485,9 +507,17 @@ class ObjService:
                     found.extend(page)
             return found
 
+        def checked(message: StoredMessage) -> bytes:
+            if contiguous and message.seq != seq + sent:
+                raise errors.UpstreamError(
+                    ErrorCode.OBJ_CORRUPT, "a chunk of the object is missing"
+                )
+            return message.data
+
         asked = min(READ_BATCH, limit)
         ahead: asyncio.Task[list[StoredMessage]] | None = asyncio.ensure_future(batch(seq, asked))
         sent = 0
+        following = seq
         try:
             while ahead is not None:
                 messages = await ahead
@@ -497,13 +527,23 @@ class ObjService:
                     ahead = asyncio.ensure_future(batch(messages[-1].seq + 1, count))
                     asked += count
                 for message in messages:
-                    if contiguous and message.seq != seq + sent:
-                        raise errors.UpstreamError(
-                            ErrorCode.OBJ_CORRUPT, "a chunk of the object is missing"
-                        )
+                    data = checked(message)
                     sent += 1
-                    yield message.data
+                    following = message.seq + 1
+                    yield data
                 del messages
+            # Short: a replica behind the object's write answered (the chunks of an object
+            # just stored), or a chunk is lost. The stream leader has every chunk of a stored
+            # object: the rest are asked of it, one by one; one it lacks too is lost.
+            while sent < limit:
+                request = {"seq": following, "next_by_subj": subject}
+                found = await leader_message(self.js, stream, request, operation="obj.get")
+                if found is None:
+                    return
+                data = checked(found)
+                sent += 1
+                following = found.seq + 1
+                yield data
         finally:
             if ahead is not None:
                 ahead.cancel()

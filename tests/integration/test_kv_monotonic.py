@@ -37,13 +37,14 @@ async def stale_reads(gateway: httpx.AsyncClient) -> float:
     return float(found.group(1))
 
 
-async def stalled_mirror(nc: nats.NATS, bucket: str, at: int) -> str:
-    """A mirror of the bucket's stream that holds its first ``at`` revisions and no more, and
-    answers the bucket's Direct Gets along with it; returns its name."""
+async def stalled_mirror(nc: nats.NATS, bucket: str, at: int, stream: str = "") -> str:
+    """A mirror of the bucket's stream (``stream``; ``KV_<bucket>`` when not given) that holds
+    its first ``at`` messages and no more, and answers the stream's Direct Gets along with it;
+    returns its name."""
     mirror = f"M_{bucket}"
     config = {
         "name": mirror,
-        "mirror": {"name": f"KV_{bucket}"},
+        "mirror": {"name": stream or f"KV_{bucket}"},
         "max_msgs": at,
         "discard": "new",
         "storage": "memory",
