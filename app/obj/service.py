@@ -28,7 +28,7 @@ import contextlib
 import hashlib
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -496,7 +496,43 @@ class ObjService:
         self, stream: str, subject: str, seq: int, limit: int, contiguous: bool = False
     ) -> AsyncIterator[bytes]:
         """The chunk subject's messages from ``seq`` on (at most ``limit``), a batch ahead.
-        ``contiguous``: they must be at ``seq``, ``seq + 1``, ... (a gap is a lost chunk)."""
+        ``contiguous``: they must be at ``seq``, ``seq + 1``, ... (a gap is a lost chunk).
+
+        Direct Gets that come up short were answered by a server behind the object's write
+        (an object just stored), or a chunk is lost. The stream leader has every chunk of a
+        stored object: the next one is asked of it, and the rest by Direct Get again. One the
+        leader lacks too is lost: the chunks end there.
+        """
+        sent = 0
+        following = seq
+        while sent < limit:
+            batches = self._direct_chunks(stream, subject, following, limit - sent)
+            async with contextlib.aclosing(batches):
+                async for message in batches:
+                    yield self._checked(message, seq + sent if contiguous else None)
+                    sent += 1
+                    following = message.seq + 1
+            if sent == limit:
+                return
+            request = {"seq": following, "next_by_subj": subject}
+            found = await leader_message(self.js, stream, request, operation="obj.get")
+            if found is None:
+                return
+            yield self._checked(found, seq + sent if contiguous else None)
+            sent += 1
+            following = found.seq + 1
+
+    @staticmethod
+    def _checked(message: StoredMessage, expected: int | None) -> bytes:
+        if expected is not None and message.seq != expected:
+            raise errors.UpstreamError(ErrorCode.OBJ_CORRUPT, "a chunk of the object is missing")
+        return message.data
+
+    async def _direct_chunks(
+        self, stream: str, subject: str, seq: int, limit: int
+    ) -> AsyncGenerator[StoredMessage, None]:
+        """Up to ``limit`` of the chunk subject's messages from ``seq`` on, by Direct Get
+        batches, the next batch asked for while one is handed on; ends at a short batch."""
 
         async def batch(start: int, count: int) -> list[StoredMessage]:
             found: list[StoredMessage] = []
@@ -507,17 +543,8 @@ class ObjService:
                     found.extend(page)
             return found
 
-        def checked(message: StoredMessage) -> bytes:
-            if contiguous and message.seq != seq + sent:
-                raise errors.UpstreamError(
-                    ErrorCode.OBJ_CORRUPT, "a chunk of the object is missing"
-                )
-            return message.data
-
         asked = min(READ_BATCH, limit)
         ahead: asyncio.Task[list[StoredMessage]] | None = asyncio.ensure_future(batch(seq, asked))
-        sent = 0
-        following = seq
         try:
             while ahead is not None:
                 messages = await ahead
@@ -527,28 +554,24 @@ class ObjService:
                     ahead = asyncio.ensure_future(batch(messages[-1].seq + 1, count))
                     asked += count
                 for message in messages:
-                    data = checked(message)
-                    sent += 1
-                    following = message.seq + 1
-                    yield data
+                    yield message
                 del messages
-            # Short: a replica behind the object's write answered (the chunks of an object
-            # just stored), or a chunk is lost. The stream leader has every chunk of a stored
-            # object: the rest are asked of it, one by one; one it lacks too is lost.
-            while sent < limit:
-                request = {"seq": following, "next_by_subj": subject}
-                found = await leader_message(self.js, stream, request, operation="obj.get")
-                if found is None:
-                    return
-                data = checked(found)
-                sent += 1
-                following = found.seq + 1
-                yield data
         finally:
             if ahead is not None:
                 ahead.cancel()
                 with contextlib.suppress(BaseException):
                     await ahead
+
+    async def _chunk(self, stream: str, request: dict[str, Any]) -> StoredMessage:
+        """One chunk by Direct Get, or from the stream leader when the server that answered
+        lacks it (one behind the object's write: an object just stored)."""
+        try:
+            return await self.direct.get(stream, request)
+        except errors.MessageNotFound:
+            found = await leader_message(self.js, stream, request, operation="obj.get")
+            if found is None:
+                raise
+            return found
 
     async def _locate(
         self, stream: str, subject: str, info: ObjectInfo, offset: int
@@ -557,8 +580,11 @@ class ObjService:
         from there, and the chunk size when the chunks are laid out regularly (chunk ``k`` at
         the first one's sequence + ``k``); None: read from the first chunk and skip."""
         with _bucket_errors(info.bucket):
-            first = await self.direct.get(stream, {"seq": 1, "next_by_subj": subject})
-            last = first if info.chunks < 2 else await self.direct.last_for(stream, subject)
+            first = await self._chunk(stream, {"seq": 1, "next_by_subj": subject})
+            if info.chunks < 2:
+                last = first
+            else:
+                last = await self._chunk(stream, {"last_by_subj": subject})
         size = _regular(info, first, last)
         if size is None:
             return first.seq, offset, None

@@ -10,11 +10,10 @@ that has not applied the write yet.
 
 from __future__ import annotations
 
-import hashlib
-
 import httpx
 import nats
 
+from app.obj.model import meta_subject
 from tests.integration.test_kv_monotonic import READS, stalled_mirror
 from tests.integration.test_obj import CHUNK, make_bucket
 
@@ -28,25 +27,41 @@ async def direct_found(nc: nats.NATS, stream: str, subject: str) -> set[bool]:
     return found
 
 
-async def test_an_object_just_stored_is_read_whole(
+def content(tag: bytes) -> bytes:
+    """Four chunks' worth (the last one short), every byte telling its place."""
+    return (tag + bytes(range(255))) * (3 * CHUNK // 256) + tag * 100
+
+
+async def test_objects_just_stored_are_read_whole(
     gateway: httpx.AsyncClient, nc: nats.NATS, name: str
 ) -> None:
     await make_bucket(gateway, name)
-    first = b"a" * 10
-    assert (await gateway.put(f"/v1/obj/{name}/objects/first", content=first)).status_code == 201
-    await stalled_mirror(nc, name, at=2, stream=f"OBJ_{name}")  # its chunk and meta only
-    body = bytes(range(256)) * (3 * CHUNK // 256) + b"tail"  # four chunks
-    stored = await gateway.put(f"/v1/obj/{name}/objects/second", content=body)
+    bodies = {"first": b"a" * 10, "second": content(b"b")}
+    for key, body in bodies.items():  # seqs 1-2 (a chunk, its meta), 3-7 (four chunks, meta)
+        stored = await gateway.put(f"/v1/obj/{name}/objects/{key}", content=body)
+        assert stored.status_code == 201, stored.text
+    # It holds "first" and two of "second"'s four chunks, and none of "third".
+    await stalled_mirror(nc, name, at=4, stream=f"OBJ_{name}")
+    bodies["third"] = content(b"c")
+    stored = await gateway.put(f"/v1/obj/{name}/objects/third", content=bodies["third"])
     assert stored.status_code == 201, stored.text
-    # The setup: about every other Direct Get of the new object's info finds none.
-    assert await direct_found(nc, f"OBJ_{name}", f"$O.{name}.M.c2Vjb25k") == {True, False}
+    # The setup: about every other Direct Get of the new objects' infos finds none.
+    for key in ("second", "third"):
+        assert await direct_found(nc, f"OBJ_{name}", meta_subject(name, key)) == {True, False}
 
+    start, end = 2 * CHUNK + 5, 3 * CHUNK + 10  # across the third and fourth chunks
     for _ in range(READS):
-        info = await gateway.get(f"/v1/obj/{name}/info/second")
-        assert info.status_code == 200, info.text
-        got = await gateway.get(f"/v1/obj/{name}/objects/second")
-        assert got.status_code == 200, got.text
-        assert hashlib.sha256(got.content).digest() == hashlib.sha256(body).digest()
+        for key, body in bodies.items():
+            info = await gateway.get(f"/v1/obj/{name}/info/{key}")
+            assert info.status_code == 200, info.text
+            got = await gateway.get(f"/v1/obj/{name}/objects/{key}")
+            assert got.status_code == 200 and got.content == body, (key, got.status_code)
+        for key in ("second", "third"):
+            part = await gateway.get(
+                f"/v1/obj/{name}/objects/{key}", headers={"Range": f"bytes={start}-{end}"}
+            )
+            assert part.status_code == 206, (key, part.text)
+            assert part.content == bodies[key][start : end + 1], key
     deleted = await gateway.delete(f"/v1/obj/{name}/objects/first")
     assert deleted.status_code == 204, deleted.text
     for _ in range(READS):  # the deletion is not undone by the mirror's older info
