@@ -158,8 +158,10 @@ class ObjService:
 
     # -- infos -----------------------------------------------------------------------------
 
-    async def current(self, bucket: str, name: str) -> ObjectInfo | None:
-        """The object's latest info (deleted ones included), or None when it has none."""
+    async def current(self, bucket: str, name: str, *, leader: bool = False) -> ObjectInfo | None:
+        """The object's latest info (deleted ones included), or None when it has none.
+        ``leader``: as the stream leader has it (what a write replaces or is checked against:
+        a replica behind another process's write would have it replace the wrong version)."""
         model.bucket_name(bucket)
         model.object_name(name)
         stream = model.stream_name(bucket)
@@ -168,13 +170,15 @@ class ObjService:
         started = time.monotonic()
         with _bucket_errors(bucket):
             try:
-                message: StoredMessage | None = await self.direct.last_for(stream, subject)
+                message: StoredMessage | None = (
+                    None if leader else await self.direct.last_for(stream, subject)
+                )
             except (errors.StreamNotFound, errors.StreamNoMatch):
                 raise
             except errors.NotFound:
                 message = None
             seen = 0 if message is None else message.seq
-            if seen < floor:
+            if leader or seen < floor:
                 # A replica behind a write or an answer of this process (a 404 for an object
                 # just stored): the stream leader has it, asked in what is left of the time.
                 with self.js.pool.within(started):
@@ -186,9 +190,10 @@ class ObjService:
                 self.floors.advance(subject, seen)
         return None if message is None else _info_of(message)
 
-    async def info(self, bucket: str, name: str) -> ObjectInfo:
-        """The object's info (404 when it has none or is deleted)."""
-        info = await self.current(bucket, name)
+    async def info(self, bucket: str, name: str, *, leader: bool = False) -> ObjectInfo:
+        """The object's info (404 when it has none or is deleted); ``leader``: as in
+        :meth:`current`."""
+        info = await self.current(bucket, name, leader=leader)
         if info is None or info.deleted:
             raise _object_missing(bucket, name)
         return info
@@ -234,7 +239,7 @@ class ObjService:
 
     async def check(self, bucket: str, name: str, condition: Precondition) -> ObjectInfo | None:
         """The object's current info, after checking ``condition`` against it (412)."""
-        current = await self.current(bucket, name)
+        current = await self.current(bucket, name, leader=True)
         live = current is not None and not current.deleted
         if condition.create and live:
             raise errors.PreconditionFailed(
@@ -288,7 +293,7 @@ class ObjService:
             else:
                 # What this version replaces is what is there now, not what was there when
                 # the upload began (another may have been stored meanwhile).
-                current = await self.current(bucket, name)
+                current = await self.current(bucket, name, leader=True)
             try:
                 ack = await self._publish(model.meta_subject(bucket, name), info.wire(), headers)
             except errors.PreconditionFailed:
@@ -416,7 +421,7 @@ class ObjService:
 
     async def delete(self, bucket: str, name: str) -> None:
         """ADR-20's delete: a meta message marking the object deleted, its chunks purged."""
-        info = await self.info(bucket, name)
+        info = await self.info(bucket, name, leader=True)
         marker = ObjectInfo(
             bucket=bucket,
             name=name,

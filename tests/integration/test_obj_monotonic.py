@@ -15,7 +15,7 @@ import nats
 
 from app.obj.model import meta_subject
 from tests.integration.test_kv_monotonic import READS, stalled_mirror
-from tests.integration.test_obj import CHUNK, make_bucket
+from tests.integration.test_obj import CHUNK, digest, make_bucket
 
 
 async def direct_found(nc: nats.NATS, stream: str, subject: str) -> set[bool]:
@@ -25,6 +25,15 @@ async def direct_found(nc: nats.NATS, stream: str, subject: str) -> set[bool]:
         reply = await nc.request(f"$JS.API.DIRECT.GET.{stream}.{subject}", b"", timeout=2)
         found.add((reply.headers or {}).get("Status") != "404")
     return found
+
+
+async def direct_seqs(nc: nats.NATS, stream: str, subject: str) -> set[str]:
+    """The sequences READS Direct Gets of the subject's last message answered with."""
+    seqs = set()
+    for _ in range(READS):
+        reply = await nc.request(f"$JS.API.DIRECT.GET.{stream}.{subject}", b"", timeout=2)
+        seqs.add((reply.headers or {}).get("Nats-Sequence", ""))
+    return seqs
 
 
 def content(tag: bytes) -> bytes:
@@ -66,3 +75,36 @@ async def test_objects_just_stored_are_read_whole(
     assert deleted.status_code == 204, deleted.text
     for _ in range(READS):  # the deletion is not undone by the mirror's older info
         assert (await gateway.get(f"/v1/obj/{name}/info/first")).status_code == 404
+
+
+OTHERS = 10  # each write below that a stale info would spoil is spoilt with a chance of 1/2
+
+
+async def test_writes_replace_what_the_leader_has_not_a_lagging_copy(
+    gateway: httpx.AsyncClient, nc: nats.NATS, name: str
+) -> None:
+    """Objects another client replaced while a server lags: the gateway's writes check and
+    replace the version the stream leader has (a conditional put is not refused, a delete
+    purges the chunks of the version it deletes)."""
+    await make_bucket(gateway, name)
+    store = await nc.jetstream().object_store(name)
+    for i in range(2 * OTHERS):  # a chunk and a meta message each: seqs 1 to 4 * OTHERS
+        await store.put(f"o{i}", b"v1")
+    await stalled_mirror(nc, name, at=4 * OTHERS, stream=f"OBJ_{name}")
+    for i in range(2 * OTHERS):
+        await store.put(f"o{i}", b"v2")  # nats-py purges v1's chunk
+    # The setup: about every other Direct Get of an info answers v1's.
+    assert len(await direct_seqs(nc, f"OBJ_{name}", meta_subject(name, "o0"))) == 2
+    v2 = f'"{digest(b"v2")}"'
+
+    for i in range(OTHERS):
+        replaced = await gateway.put(
+            f"/v1/obj/{name}/objects/o{i}", content=b"v3", headers={"If-Match": v2}
+        )
+        assert replaced.status_code == 200, (i, replaced.text)
+    for i in range(OTHERS, 2 * OTHERS):
+        assert (await gateway.delete(f"/v1/obj/{name}/objects/o{i}")).status_code == 204
+    js = nc.jetstream()
+    left = (await js.stream_info(f"OBJ_{name}", subjects_filter=f"$O.{name}.C.>")).state
+    # One chunk (v3's) for each object replaced, none for those deleted.
+    assert sum((left.subjects or {}).values()) == OTHERS, left.subjects
