@@ -475,22 +475,23 @@ class ObjService:
         sha = hashlib.sha256() if whole else None
         seen = 0
         chunks = self._chunks(stream, subject, start_seq, limit, contiguous)
-        async for data in chunks:
-            seen += len(data)
-            if sha is not None:
-                sha.update(data)
-                if seen >= info.size:
-                    _verify(info, seen, sha.digest())
-            if skip:
-                if skip >= len(data):
-                    skip -= len(data)
-                    continue
-                data, skip = data[skip:], 0
-            piece = data[:wanted]
-            wanted -= len(piece)
-            yield piece
-            if wanted <= 0:
-                return
+        async with contextlib.aclosing(chunks):  # closed at once when the read ends early
+            async for data in chunks:
+                seen += len(data)
+                if sha is not None:
+                    sha.update(data)
+                    if seen >= info.size:
+                        _verify(info, seen, sha.digest())
+                if skip:
+                    if skip >= len(data):
+                        skip -= len(data)
+                        continue
+                    data, skip = data[skip:], 0
+                piece = data[:wanted]
+                wanted -= len(piece)
+                yield piece
+                if wanted <= 0:
+                    return
         if sha is not None or wanted > 0:
             raise errors.UpstreamError(
                 ErrorCode.OBJ_CORRUPT,
@@ -499,7 +500,7 @@ class ObjService:
 
     async def _chunks(
         self, stream: str, subject: str, seq: int, limit: int, contiguous: bool = False
-    ) -> AsyncIterator[bytes]:
+    ) -> AsyncGenerator[bytes, None]:
         """The chunk subject's messages from ``seq`` on (at most ``limit``), a batch ahead.
         ``contiguous``: they must be at ``seq``, ``seq + 1``, ... (a gap is a lost chunk).
 
