@@ -49,6 +49,9 @@ from app.streams.service import create_or_update, every_stream
 
 PUBLISH_WINDOW = 4  # chunks published and not yet acknowledged, per upload
 READ_BATCH = 8  # chunks per Direct Get batch of a download
+# Attempts at storing an object's new info in place of the version read, each refused
+# because that version was not the last (read from a lagging replica, or replaced meanwhile).
+_REPLACE_ATTEMPTS = 3
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,8 +163,8 @@ class ObjService:
 
     async def current(self, bucket: str, name: str, *, leader: bool = False) -> ObjectInfo | None:
         """The object's latest info (deleted ones included), or None when it has none.
-        ``leader``: as the stream leader has it (what a write replaces or is checked against:
-        a replica behind another process's write would have it replace the wrong version)."""
+        ``leader``: as the stream leader has it (a write refused for a version read from a
+        replica behind another client's write: see :meth:`_replace`)."""
         model.bucket_name(bucket)
         model.object_name(name)
         stream = model.stream_name(bucket)
@@ -190,10 +193,9 @@ class ObjService:
                 self.floors.advance(subject, seen)
         return None if message is None else _info_of(message)
 
-    async def info(self, bucket: str, name: str, *, leader: bool = False) -> ObjectInfo:
-        """The object's info (404 when it has none or is deleted); ``leader``: as in
-        :meth:`current`."""
-        info = await self.current(bucket, name, leader=leader)
+    async def info(self, bucket: str, name: str) -> ObjectInfo:
+        """The object's info (404 when it has none or is deleted)."""
+        info = await self.current(bucket, name)
         if info is None or info.deleted:
             raise _object_missing(bucket, name)
         return info
@@ -238,22 +240,14 @@ class ObjService:
     # -- uploads ---------------------------------------------------------------------------
 
     async def check(self, bucket: str, name: str, condition: Precondition) -> ObjectInfo | None:
-        """The object's current info, after checking ``condition`` against it (412)."""
-        current = await self.current(bucket, name, leader=True)
-        live = current is not None and not current.deleted
-        if condition.create and live:
-            raise errors.PreconditionFailed(
-                ErrorCode.OBJ_EXISTS, f"object {name!r} exists", headers=_etag(current)
-            )
-        if condition.digest is not None and (
-            not live or current is None or current.digest != condition.digest
-        ):
-            raise errors.PreconditionFailed(
-                ErrorCode.OBJ_CHANGED,
-                f"object {name!r} is not at the version If-Match names",
-                headers=_etag(current) if live else None,
-            )
-        return current
+        """The object's current info, after checking ``condition`` against it (412). A
+        refusal is confirmed against the stream leader before it is believed (a replica
+        behind another client's write answers the version before it)."""
+        current = await self.current(bucket, name)
+        try:
+            return _checked(name, condition, current)
+        except errors.PreconditionFailed:
+            return _checked(name, condition, await self.current(bucket, name, leader=True))
 
     async def put(
         self,
@@ -285,21 +279,17 @@ class ObjService:
                 raise await self._why_refused(bucket, exc) from None
             info.size, info.chunks, info.digest = size, chunks, model.digest_of(digest)
             info.mtime = model.now_rfc3339()
-            headers = dict(model.ROLLUP)
-            if condition.given:
-                # The meta subject must still be where check() saw it: no other writer in
-                # between (412 otherwise, and this upload's chunks go).
-                headers["Nats-Expected-Last-Subject-Sequence"] = str(current.seq if current else 0)
-            else:
+            if not condition.given:
                 # What this version replaces is what is there now, not what was there when
                 # the upload began (another may have been stored meanwhile).
-                current = await self.current(bucket, name, leader=True)
-            try:
-                ack = await self._publish(model.meta_subject(bucket, name), info.wire(), headers)
-            except errors.PreconditionFailed:
-                raise errors.PreconditionFailed(
-                    ErrorCode.OBJ_CHANGED, f"object {name!r} changed during the upload"
-                ) from None
+                current = await self.current(bucket, name)
+
+            def meta(replaced: ObjectInfo | None) -> bytes:
+                if condition.given:
+                    _checked(name, condition, replaced)
+                return info.wire()
+
+            ack, current = await self._replace(bucket, name, current, meta)
             info.seq = int(ack.get("seq") or 0)
             self.floors.advance(model.meta_subject(bucket, name), info.seq)
         except BaseException:
@@ -421,24 +411,56 @@ class ObjService:
 
     async def delete(self, bucket: str, name: str) -> None:
         """ADR-20's delete: a meta message marking the object deleted, its chunks purged."""
-        info = await self.info(bucket, name, leader=True)
-        marker = ObjectInfo(
-            bucket=bucket,
-            name=name,
-            nuid=info.nuid,
-            deleted=True,
-            description=info.description,
-            headers=info.headers,
-            metadata=info.metadata,
-        )
         stream = model.stream_name(bucket)
+
+        def marker(current: ObjectInfo | None) -> bytes:
+            if current is None or current.deleted:
+                raise _object_missing(bucket, name)
+            return ObjectInfo(
+                bucket=bucket,
+                name=name,
+                nuid=current.nuid,
+                deleted=True,
+                description=current.description,
+                headers=current.headers,
+                metadata=current.metadata,
+            ).wire()
+
+        _, deleted = await self._replace(bucket, name, await self.current(bucket, name), marker)
+        if deleted is not None and deleted.nuid and deleted.link is None:
+            await self._purge(stream, model.chunk_subject(bucket, deleted.nuid))
+
+    async def _replace(
+        self,
+        bucket: str,
+        name: str,
+        current: ObjectInfo | None,
+        meta: Callable[[ObjectInfo | None], bytes],
+    ) -> tuple[dict[str, Any], ObjectInfo | None]:
+        """Store ``meta(current)`` as the object's info in place of ``current`` and of no
+        other version: the PubAck, and the version replaced. ``meta`` raises when the version
+        may not be replaced (412, 404).
+
+        Refused because ``current`` is not the last version (a replica behind another
+        client's write answered it, or a writer came in between), the version the stream
+        leader has is replaced instead; 412 ``obj.changed`` after a few attempts.
+        """
         subject = model.meta_subject(bucket, name)
-        try:
-            ack = await self._publish(subject, marker.wire(), dict(model.ROLLUP))
+        for _ in range(_REPLACE_ATTEMPTS):
+            headers = {
+                **model.ROLLUP,
+                "Nats-Expected-Last-Subject-Sequence": str(current.seq if current else 0),
+            }
+            try:
+                ack = await self._publish(subject, meta(current), headers)
+            except errors.PreconditionFailed:
+                current = await self.current(bucket, name, leader=True)
+                continue
             self.floors.advance(subject, int(ack.get("seq") or 0))
-        finally:
-            if info.nuid and info.link is None:
-                await self._purge(stream, model.chunk_subject(bucket, info.nuid))
+            return ack, current
+        raise errors.PreconditionFailed(
+            ErrorCode.OBJ_CHANGED, f"object {name!r} changed during the write"
+        )
 
     # -- watches ---------------------------------------------------------------------------
 
@@ -596,6 +618,24 @@ class ObjService:
             return first.seq, offset, None
         index = offset // size
         return first.seq + index, offset - index * size, size
+
+
+def _checked(name: str, condition: Precondition, current: ObjectInfo | None) -> ObjectInfo | None:
+    """``current``, when ``condition`` holds for it; 412 otherwise."""
+    live = current is not None and not current.deleted
+    if condition.create and live:
+        raise errors.PreconditionFailed(
+            ErrorCode.OBJ_EXISTS, f"object {name!r} exists", headers=_etag(current)
+        )
+    if condition.digest is not None and (
+        not live or current is None or current.digest != condition.digest
+    ):
+        raise errors.PreconditionFailed(
+            ErrorCode.OBJ_CHANGED,
+            f"object {name!r} is not at the version If-Match names",
+            headers=_etag(current) if live else None,
+        )
+    return current
 
 
 def _regular(info: ObjectInfo, first: StoredMessage, last: StoredMessage) -> int | None:
