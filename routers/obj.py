@@ -454,7 +454,7 @@ async def object_info(bucket: Bucket, name: Name, obj: ObjDep) -> Any:
     _OBJECT_PATH,
     access=Need("write", OBJECT),
     status_code=204,
-    responses=problems(errors.NotFound),
+    responses=problems(errors.NotFound, errors.PreconditionFailed),
 )
 async def delete_object(bucket: Bucket, name: Name, obj: ObjDep) -> Response:
     """Delete an object (ADR-20: a deleted marker stays, its chunks are purged)."""

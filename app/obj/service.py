@@ -8,12 +8,14 @@ a refused precondition, an error from NATS) purges the new version's chunk subje
 orphaned chunks stay. Once the meta message is stored, the previous version's chunks are
 purged (as nats-py does).
 
-Two uploads of one name without a condition both succeed, the later meta message winning, and
-each purges the version it read just before writing its own meta message. Only when both read
-it before either wrote (their meta messages within a round trip of each other) do the chunks
-of the one that lost stay behind, as with nats-py. ``If-Match`` / ``If-None-Match`` uploads
-cannot race so: their meta message is written only over the one they checked
-(``Nats-Expected-Last-Subject-Sequence``), else nothing of them stays.
+Every write (an upload, conditional or not, a delete) stores its meta message only in place
+of the version it read (``Nats-Expected-Last-Subject-Sequence``), and then purges that
+version's chunks and no other's. Refused because that version was not the last (read from a
+replica behind another client's write, or another writer came in between), it reads the
+version the stream leader has and tries again (:meth:`ObjService._replace`): two uploads of
+one name without a condition both succeed, the later meta message winning, and neither
+leaves the other's chunks behind. ``If-Match`` / ``If-None-Match`` uploads are checked again
+against that version: when it no longer meets them, nothing of the upload stays.
 
 Downloads read the chunks with batched Direct Gets (ADR-31) of a few chunks at a time, the
 next batch asked for while the current one is handed on: memory per download is two batches.
@@ -446,14 +448,19 @@ class ObjService:
         leader has is replaced instead; 412 ``obj.changed`` after a few attempts.
         """
         subject = model.meta_subject(bucket, name)
+        # One id for every attempt: a refusal is confirmed before it is believed by sending
+        # the write again (app.nats.replies), and a copy a new leader stored is a duplicate.
+        write_id = f"jsgw-{self._nuid.next().decode()}"
         for _ in range(_REPLACE_ATTEMPTS):
+            data = meta(current)  # (its own 412 or 404 is the answer, not a refusal)
             headers = {
                 **model.ROLLUP,
                 "Nats-Expected-Last-Subject-Sequence": str(current.seq if current else 0),
+                "Nats-Msg-Id": write_id,
             }
             try:
-                ack = await self._publish(subject, meta(current), headers)
-            except errors.PreconditionFailed:
+                ack = await self._publish(subject, data, headers)
+            except errors.PreconditionFailed:  # wrong last sequence: not the last version
                 current = await self.current(bucket, name, leader=True)
                 continue
             self.floors.advance(subject, int(ack.get("seq") or 0))

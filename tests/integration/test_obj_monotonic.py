@@ -83,9 +83,9 @@ OTHERS = 10  # each write below that a stale info would spoil is spoilt with a c
 async def test_writes_replace_what_the_leader_has_not_a_lagging_copy(
     gateway: httpx.AsyncClient, nc: nats.NATS, name: str
 ) -> None:
-    """Objects another client replaced while a server lags: the gateway's writes check and
-    replace the version the stream leader has (a conditional put is not refused, a delete
-    purges the chunks of the version it deletes)."""
+    """Objects another client wrote while a server lags: the gateway's writes check and
+    replace the version the stream leader has (a right If-Match is not refused, a delete
+    purges the chunks of the version it deletes, If-None-Match finds the object)."""
     await make_bucket(gateway, name)
     store = await nc.jetstream().object_store(name)
     for i in range(2 * OTHERS):  # a chunk and a meta message each: seqs 1 to 4 * OTHERS
@@ -93,6 +93,7 @@ async def test_writes_replace_what_the_leader_has_not_a_lagging_copy(
     await stalled_mirror(nc, name, at=4 * OTHERS, stream=f"OBJ_{name}")
     for i in range(2 * OTHERS):
         await store.put(f"o{i}", b"v2")  # nats-py purges v1's chunk
+    await store.put("new", b"n")  # which the mirror lacks
     # The setup: about every other Direct Get of an info answers v1's.
     assert len(await direct_seqs(nc, f"OBJ_{name}", meta_subject(name, "o0"))) == 2
     v2 = f'"{digest(b"v2")}"'
@@ -104,7 +105,12 @@ async def test_writes_replace_what_the_leader_has_not_a_lagging_copy(
         assert replaced.status_code == 200, (i, replaced.text)
     for i in range(OTHERS, 2 * OTHERS):
         assert (await gateway.delete(f"/v1/obj/{name}/objects/o{i}")).status_code == 204
+    for _ in range(OTHERS):  # refused as existing, whichever server answered the check
+        created = await gateway.put(
+            f"/v1/obj/{name}/objects/new", content=b"x", headers={"If-None-Match": "*"}
+        )
+        assert created.status_code == 412 and created.json()["code"] == "obj.exists", created.text
     js = nc.jetstream()
     left = (await js.stream_info(f"OBJ_{name}", subjects_filter=f"$O.{name}.C.>")).state
-    # One chunk (v3's) for each object replaced, none for those deleted.
-    assert sum((left.subjects or {}).values()) == OTHERS, left.subjects
+    # One chunk (v3's) for each object replaced, none for those deleted, "new"'s own.
+    assert sum((left.subjects or {}).values()) == OTHERS + 1, left.subjects
