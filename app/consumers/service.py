@@ -10,7 +10,7 @@ import base64
 import builtins
 import contextlib
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
@@ -234,9 +234,22 @@ class ConsumerService:
         timeout = request.expires + pull.CLIENT_MARGIN if request.expires_ns else self.pool.timeout
         subject = self.js.subject("CONSUMER", "MSG", "NEXT", stream, name)
         client = self.pool.pick()
-        outcome = await self.pool.observe(
-            "consumer.fetch", lambda: pull.fetch(client, subject, request, timeout=timeout)
-        )
+
+        def pulled() -> Awaitable[pull.FetchOutcome]:
+            return self.pool.observe(
+                "consumer.fetch", lambda: pull.fetch(client, subject, request, timeout=timeout)
+            )
+
+        started = time.monotonic()
+        outcome = await pulled()
+        if outcome.status is not None and outcome.status.no_responders and not outcome.messages:
+            # Nobody took the pull (the consumer's leader just changed, its subscription not
+            # yet on the gateway's server): nothing was delivered, so it is asked again.
+            with self.pool.within(started, timeout):
+                async for _ in self.pool.untaken_pauses():
+                    outcome = await pulled()
+                    if outcome.status is None or not outcome.status.no_responders:
+                        break
         if guard is not None:
             await self._guarded(stream, name, outcome.messages, guard)
         messages = [self._delivered(stream, name, msg) for msg in outcome.messages]
@@ -362,19 +375,53 @@ class ConsumerService:
                 f"at most {self.settings.max_fetch_messages} acks per request",
             )
         prepared = [self._prepare(stream, name, i, item) for i, item in enumerate(items)]
-        replies = await self.pool.requests(
-            [(subject.subject, payload) for subject, payload in prepared],
-            operation="consumer.ack",
-        )
+        targets = [(subject.subject, payload) for subject, payload in prepared]
+        started = time.monotonic()
+        replies = await self.pool.requests(targets, operation="consumer.ack")
+        gone = False
+        if any(isinstance(reply, nats.errors.NoRespondersError) for reply in replies):
+            gone = await self._acks_again(stream, name, targets, replies, started)
         if self._acks_unknown is not None:
             # The acks _ack_result answers nats.outcome_unknown: no confirmation in time.
             unknown = sum(isinstance(reply, nats.errors.TimeoutError) for reply in replies)
             if unknown:
                 self._acks_unknown.inc(unknown)
         return [
-            _ack_result(index, subject, reply)
+            _ack_result(index, subject, reply, gone)
             for index, ((subject, _), reply) in enumerate(zip(prepared, replies, strict=True))
         ]
+
+    async def _acks_again(
+        self,
+        stream: str,
+        name: str,
+        targets: builtins.list[tuple[str, bytes]],
+        replies: builtins.list[Reply | Exception],
+        started: float,
+    ) -> bool:
+        """Acks nobody took, sent again (in ``replies``' places) as the pool paces what
+        nobody took: right after the consumer's leader changed, its subscription has not
+        reached the gateway's server yet, and an ack is safe to send again. Whether the
+        consumer is gone, for those still not taken (else it has no leader for now)."""
+        with self.pool.within(started):
+            async for _ in self.pool.untaken_pauses():
+                untaken = [
+                    i for i, r in enumerate(replies) if isinstance(r, nats.errors.NoRespondersError)
+                ]
+                again = await self.pool.requests(
+                    [targets[i] for i in untaken], operation="consumer.ack"
+                )
+                for i, reply in zip(untaken, again, strict=True):
+                    replies[i] = reply
+                if not any(isinstance(r, nats.errors.NoRespondersError) for r in again):
+                    return False
+            try:
+                await self._info(stream, name)
+            except errors.NotFound:
+                return True
+            except errors.GatewayError:
+                pass  # cannot tell: answered as a consumer without a leader, to retry
+        return False
 
     def _prepare(
         self, stream: str, name: str, index: int, item: AckItem
@@ -386,12 +433,21 @@ class ConsumerService:
             raise
 
 
-def _ack_result(index: int, subject: acks.AckSubject, reply: Reply | Exception) -> dict[str, Any]:
-    """What became of one ack: confirmed by the server (any reply), or why not."""
+def _ack_result(
+    index: int, subject: acks.AckSubject, reply: Reply | Exception, gone: bool
+) -> dict[str, Any]:
+    """What became of one ack: confirmed by the server (any reply), or why not (``gone``:
+    nobody took it because the consumer is not there)."""
     result: dict[str, Any] = {"index": index, "ok": True, "seq": subject.stream_seq}
-    if isinstance(reply, nats.errors.NoRespondersError):
+    if isinstance(reply, nats.errors.NoRespondersError) and gone:
         error: errors.GatewayError = errors.ConsumerNotFound(
             detail="nobody takes acks for this consumer: it was deleted"
+        )
+    elif isinstance(reply, nats.errors.NoRespondersError):
+        error = errors.for_code(
+            ErrorCode.CONSUMER_OFFLINE,
+            "nobody took the ack: the consumer has no leader right now (e.g. during an "
+            "election); the ack was not applied. Acks are safe to send again.",
         )
     elif isinstance(reply, nats.errors.TimeoutError):
         error = errors.OutcomeUnknown(

@@ -14,7 +14,7 @@ import functools
 import logging
 import ssl
 import time
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -438,34 +438,38 @@ class NatsPool:
         stream's creation, the new leader's subscription has not reached every server yet and
         a write meets no responders. Nothing is stored when nobody takes a message, so sending
         it again cannot store it twice. ``refused`` says why nobody took it: a 503
-        ``stream.unavailable`` (a stream is there) is tried again, twice, 250 ms apart, while
-        what is left of the write's time since ``started`` (time.monotonic()) holds a wait and
-        an attempt; anything else (a 404: no stream), or the last refusal, is raised. Only for
-        a write with none of its sequence sent behind it: a copy sent again lands after those.
+        ``stream.unavailable`` (a stream is there) is sent again as :meth:`untaken_pauses`
+        paces it, in what is left of the write's time since ``started`` (time.monotonic());
+        anything else (a 404: no stream), or the last refusal, is raised. Only for a write
+        with none of its sequence sent behind it: a copy sent again lands after those.
         """
         with self.within(started, timeout):
             problem = await refused()
-            for _ in range(_UNTAKEN_RETRIES):
-                if not isinstance(problem, StreamUnavailable) or not self._time_left(
-                    2 * _UNTAKEN_RETRY_WAIT
-                ):
-                    break
-                await asyncio.sleep(_UNTAKEN_RETRY_WAIT)
-                try:
-                    return await send()
-                except NoResponders:
-                    pass
-                except Timeout as exc:
-                    if isinstance(exc, OutcomeUnknown):  # sent, and not answered in time
-                        raise
-                    break  # no time left to send it: nothing was sent
+            if isinstance(problem, StreamUnavailable):
+                async for _ in self.untaken_pauses():
+                    try:
+                        return await send()
+                    except NoResponders:
+                        pass
+                    except Timeout as exc:
+                        if isinstance(exc, OutcomeUnknown):  # sent, and not answered in time
+                            raise
+                        break  # no time left to send it: nothing was sent
             raise problem
 
-    def _time_left(self, needed: float) -> bool:
-        try:
-            return self.wait() > needed
-        except Timeout:
-            return False
+    async def untaken_pauses(self) -> AsyncIterator[None]:
+        """The pauses before sending again what nobody took (a leader just elected or moved,
+        its subscription not yet on the gateway's server): two, 250 ms each, as nats.go's
+        JetStream publish does, each only while what is left of the answer's time
+        (:meth:`within`) holds it and one more attempt."""
+        for _ in range(_UNTAKEN_RETRIES):
+            try:
+                if self.wait() <= 2 * _UNTAKEN_RETRY_WAIT:
+                    return
+            except Timeout:
+                return
+            await asyncio.sleep(_UNTAKEN_RETRY_WAIT)
+            yield
 
     async def request_batch(
         self,

@@ -317,3 +317,55 @@ async def test_an_atomic_batch_right_after_a_leader_stepdown_is_stored(healed: C
         assert await no_responders(http, "publish_atomic") > 0
     found = await stored_messages(healed.urls, stream)
     assert [m["data"] for m in found] == [b"%d.%d" % (i, j) for i in range(3) for j in range(3)]
+
+
+async def test_acks_right_after_a_consumer_leader_stepdown_are_not_called_deleted(
+    healed: Cluster,
+) -> None:
+    """Only the consumer's leader takes its acks: right after it steps down, an ack meets no
+    responders. It is sent again (an ack is safe to send again), and one still not taken is
+    not answered "consumer deleted" while the consumer is there."""
+    stream = f"P{uuid.uuid4().hex[:10]}"
+    config = {"subjects": [f"{stream}.>"], "num_replicas": 3}
+    async with gateway_on_one_node(healed, f"/v1/streams/{stream}", config) as (http, nc):
+        consumers = f"/v1/streams/{stream}/consumers"
+        made = await http.put(f"{consumers}/w", json={"ack_policy": "explicit"})
+        assert made.status_code in (200, 201), made.text
+        codes: dict[str | None, int] = {}
+        for _ in range(5):
+            for _ in range(3):
+                assert (await http.post(f"/v1/publish/{stream}.x", content=b"m")).is_success
+            fetched = await http.post(f"{consumers}/w/fetch", json={"max_messages": 3})
+            tokens = [{"token": m["ack_token"]} for m in fetched.json()["messages"]]
+            assert len(tokens) == 3, fetched.text
+            await consumer_current(nc, stream, "w")
+            moved = await nc.request(f"$JS.API.CONSUMER.LEADER.STEPDOWN.{stream}.w", b"", timeout=5)
+            assert json.loads(moved.data).get("success"), moved.data
+            acked = await http.post(f"{consumers}/w/ack", json={"acks": tokens})
+            assert acked.status_code == 200, acked.text
+            for result in acked.json()["results"]:
+                code = (result.get("error") or {}).get("code")
+                codes[code] = codes.get(code, 0) + 1
+        assert await no_responders(http, "consumer.ack") > 0  # the window was met
+    assert "consumer.not_found" not in codes, codes
+    assert codes.get(None, 0) >= 10, codes  # most acks confirmed
+
+
+async def consumer_current(nc: nats.NATS, stream: str, name: str, timeout: float = 20) -> None:
+    """Until the consumer has a leader and its replicas are current (one can take over)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            reply = await nc.request(f"$JS.API.CONSUMER.INFO.{stream}.{name}", b"", timeout=2)
+            cluster = json.loads(reply.data).get("cluster") or {}
+            replicas = cluster.get("replicas") or []
+            if (
+                cluster.get("leader")
+                and len(replicas) == 2
+                and all(r.get("current") for r in replicas)
+            ):
+                return
+        except nats.errors.TimeoutError:
+            pass
+        assert time.monotonic() < deadline, f"consumer {name} did not get current"
+        await asyncio.sleep(0.2)

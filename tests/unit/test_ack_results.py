@@ -22,7 +22,11 @@ def test_results_are_what_the_response_model_serializes() -> None:
         ConnectionLost(),
         Reply(b"NATS/1.0\r\n\r\n", b"+OK"),
     ]
-    body = {"results": [_ack_result(i, subject, reply) for i, reply in enumerate(replies)]}
-    model = AckBatchResult.model_validate(body).model_dump(mode="json", exclude_none=True)
-    assert orjson.dumps(body) == orjson.dumps(model)
-    assert [r["ok"] for r in body["results"]] == [True, False, False, False, True]
+    for gone in (False, True):  # nobody took an ack: the consumer is gone, or has no leader
+        results = [_ack_result(i, subject, reply, gone) for i, reply in enumerate(replies)]
+        body = {"results": results}
+        model = AckBatchResult.model_validate(body).model_dump(mode="json", exclude_none=True)
+        assert orjson.dumps(body) == orjson.dumps(model)
+        assert [r["ok"] for r in body["results"]] == [True, False, False, False, True]
+        code = "consumer.not_found" if gone else "consumer.offline"
+        assert body["results"][2]["error"]["code"] == code
