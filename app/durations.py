@@ -37,7 +37,9 @@ def parse_duration_ns(value: object) -> int:
     if isinstance(value, int | float):
         if value != value or value < 0 or value * NS_PER_SECOND > MAX_DURATION_NS:
             raise ValueError("a duration must be between 0 and ~292 years")
-        return round(value * NS_PER_SECOND)
+        # A positive number stays positive (1e-300 s is 1 ns, not "none"), as the rules on
+        # such a field ("priority_timeout>0 needs a priority_policy") read the number.
+        return max(round(value * NS_PER_SECOND), 1) if value > 0 else 0
     if not isinstance(value, str):
         raise ValueError("a duration is a number of seconds or a string like '30s'")
     text = value.strip()

@@ -93,6 +93,7 @@ async def test_bad_configs_create_nothing(gateway: httpx.AsyncClient, name: str)
         ({"priority_groups": ["jobs\n"], "priority_policy": "overflow"}, "request.invalid"),
         ({"priority_groups": ["jobs"]}, "consumer.priority_policy_required"),
         ({"priority_timeout": 5}, "consumer.priority_policy_required"),
+        ({"priority_timeout": 1e-300}, "consumer.priority_policy_required"),  # still > 0
         ({"priority_policy": "pinned_client"}, "consumer.priority_groups_required"),
         (
             {"priority_groups": ["a", "a"], "priority_policy": "overflow"},

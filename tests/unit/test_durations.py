@@ -24,6 +24,8 @@ from app.durations import format_time, ns_to_seconds, parse_duration_ns, parse_t
         ("10us", 10_000),
         ("7ns", 7),
         ("0", 0),
+        (1e-300, 1),  # a positive number stays positive
+        (4e-10, 1),
     ],
 )
 def test_parse(value: object, ns: int) -> None:
