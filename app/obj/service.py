@@ -293,7 +293,6 @@ class ObjService:
 
             ack, current = await self._replace(bucket, name, current, meta)
             info.seq = int(ack.get("seq") or 0)
-            self.floors.advance(model.meta_subject(bucket, name), info.seq)
         except BaseException:
             with anyio_shield():
                 await self._purge_quietly(stream, subject)
@@ -373,8 +372,8 @@ class ObjService:
 
         async def refused() -> errors.GatewayError:
             return errors.StreamUnavailable(
-                detail="no stream took the object's chunk (its bucket's stream has no leader right "
-                "now, e.g. during an election): retry shortly",
+                detail="no stream took a message of the object (its bucket's stream has no "
+                "leader right now, e.g. during an election): retry shortly",
                 headers={"Retry-After": str(pool.settings.retry_after)},
             )
 
@@ -544,7 +543,7 @@ class ObjService:
             batches = self._direct_chunks(stream, subject, following, limit - sent)
             async with contextlib.aclosing(batches):
                 async for message in batches:
-                    yield self._checked(message, seq + sent if contiguous else None)
+                    yield _chunk_data(message, seq + sent if contiguous else None)
                     sent += 1
                     following = message.seq + 1
             if sent == limit:
@@ -553,15 +552,9 @@ class ObjService:
             found = await leader_message(self.js, stream, request, operation="obj.get")
             if found is None:
                 return
-            yield self._checked(found, seq + sent if contiguous else None)
+            yield _chunk_data(found, seq + sent if contiguous else None)
             sent += 1
             following = found.seq + 1
-
-    @staticmethod
-    def _checked(message: StoredMessage, expected: int | None) -> bytes:
-        if expected is not None and message.seq != expected:
-            raise errors.UpstreamError(ErrorCode.OBJ_CORRUPT, "a chunk of the object is missing")
-        return message.data
 
     async def _direct_chunks(
         self, stream: str, subject: str, seq: int, limit: int
@@ -643,6 +636,13 @@ def _checked(name: str, condition: Precondition, current: ObjectInfo | None) -> 
             headers=_etag(current) if live else None,
         )
     return current
+
+
+def _chunk_data(message: StoredMessage, expected: int | None) -> bytes:
+    """A chunk's bytes; ``expected``: the sequence it must be at (a gap is a lost chunk)."""
+    if expected is not None and message.seq != expected:
+        raise errors.UpstreamError(ErrorCode.OBJ_CORRUPT, "a chunk of the object is missing")
+    return message.data
 
 
 def _regular(info: ObjectInfo, first: StoredMessage, last: StoredMessage) -> int | None:
