@@ -339,6 +339,9 @@ class DirectPaths:
         self.context = context
         self.max_body = max_body
         self._status_lines, self._bad_name, self._bad_value = uvicorn_wire()
+        # uvicorn's default headers (server, date: a new list each second) as written, once
+        # per list: (the list, its lines, has a connection header, one saying close).
+        self._defaults: tuple[Any, bytes, bool, bool] = (None, b"", False, False)
 
     def take(self, scope: Scope, *, whole: bool = False) -> bool:
         """Is this request the lean paths' (``whole``: and is its answer written whole)?"""
@@ -402,27 +405,22 @@ class DirectPaths:
             await cycle.flow.drain()
         if cycle.disconnected:
             return
-        head: list[bytes | memoryview] = [self._status_lines[response.status_code]]
         keep_alive = cycle.keep_alive
+        if self._defaults[0] is not cycle.default_headers:
+            self._defaults = (cycle.default_headers, *self._head_lines(cycle.default_headers))
+        _, default_lines, connection, close = self._defaults
         headers = response.raw_headers
-        connection = False  # a connection header is written
-        for name, value in (
-            *cycle.default_headers,
-            *headers,
-            *without_second_connection(headers, extra),
-        ):
-            name = name.lower()
-            if name == b"connection":
-                connection = True
-                if b"close" in value.lower():
-                    keep_alive = cycle.keep_alive = False
-            head += (name, b": ", value, b"\r\n")
-        # uvicorn's checks, one search over all names and one over all values: its patterns
-        # are each one character class (app.compat checks), which no joining can fool.
-        if self._bad_name.search(b"".join(head[1::4])):
-            raise RuntimeError("Invalid HTTP header name.")
-        if self._bad_value.search(b"".join(head[3::4])):
-            raise RuntimeError("Invalid HTTP header value.")
+        lines, own_connection, own_close = self._head_lines(
+            (*headers, *without_second_connection(headers, extra))
+        )
+        connection |= own_connection  # a connection header is written
+        if close or own_close:
+            keep_alive = cycle.keep_alive = False
+        head: list[bytes | memoryview] = [
+            self._status_lines[response.status_code],
+            default_lines,
+            lines,
+        ]
         # (Started only now: a refused header leaves the 500 to send, where uvicorn's send
         # has started and can only close.)
         cycle.response_started = True
@@ -439,6 +437,25 @@ class DirectPaths:
         if not keep_alive:
             transport.close()
         cycle.on_response()
+
+    def _head_lines(self, headers: Any) -> tuple[bytes, bool, bool]:
+        """The header lines uvicorn's ``send`` writes for ``headers`` (names lower-cased,
+        refused as it refuses them); whether one is ``connection``, and one says close."""
+        parts: list[bytes] = []
+        connection = close = False
+        for name, value in headers:
+            name = name.lower()
+            if name == b"connection":
+                connection = True
+                close = close or b"close" in value.lower()
+            parts += (name, b": ", value, b"\r\n")
+        # uvicorn's checks, one search over all names and one over all values: its patterns
+        # are each one character class (app.compat checks), which no joining can fool.
+        if self._bad_name.search(b"".join(parts[0::4])):
+            raise RuntimeError("Invalid HTTP header name.")
+        if self._bad_value.search(b"".join(parts[2::4])):
+            raise RuntimeError("Invalid HTTP header value.")
+        return b"".join(parts), connection, close
 
 
 def _nothing() -> None:

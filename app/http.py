@@ -10,6 +10,7 @@ from fastapi import Request
 from pydantic import BeforeValidator
 from starlette.convertors import Convertor, register_url_convertor
 from starlette.datastructures import Headers
+from starlette.requests import ClientDisconnect
 from starlette.responses import JSONResponse, Response
 
 from app import errors
@@ -44,7 +45,10 @@ PlainDigits = BeforeValidator(_plain_digits)
 
 def wants_json(headers: Headers) -> bool:
     """True when the client prefers JSON over the raw bytes (``Accept: application/json``)."""
-    return "application/json" in headers.get("accept", "")
+    for name, value in headers.raw:  # (Headers.get decodes every header it passes)
+        if name == b"accept":  # the first, as Headers.get reads; ASGI names are lower-case
+            return b"application/json" in value
+    return False
 
 
 async def read_body(
@@ -61,14 +65,25 @@ async def read_body(
             raise errors.InvalidInput(ErrorCode.REQUEST_INVALID, "Content-Length is not a number")
         if int(declared) > limit:
             raise too_large(limit)
+    # The messages themselves, as Request.stream reads them, without its async generator
+    # (one per request, each registered with the event loop's generator hooks).
+    receive = request.receive
     chunks: list[bytes] = []
     size = 0
-    async for chunk in request.stream():
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            raise ClientDisconnect()
+        chunk: bytes = message.get("body", b"")
         size += len(chunk)
         if size > limit:
             raise too_large(limit)
+        if not message.get("more_body", False):
+            if not chunks:
+                return chunk  # (the commonest case: the whole body in one message)
+            chunks.append(chunk)
+            return b"".join(chunks)
         chunks.append(chunk)
-    return b"".join(chunks)
 
 
 def _too_large(limit: int) -> errors.PayloadTooLarge:

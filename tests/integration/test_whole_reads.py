@@ -9,6 +9,8 @@ the same."""
 from __future__ import annotations
 
 import asyncio
+import datetime as dt
+import email.utils
 import socket
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
@@ -168,6 +170,25 @@ async def test_a_request_read_whole_is_answered_as_one_read_by_uvicorn(
         assert _comparable(whole, write=write) == _comparable(parts, write=write), request
         if len(scopes) == 2:  # (a request refused before its route was not given one)
             assert scopes[0] == scopes[1], request
+
+
+async def test_the_date_of_an_answer_read_whole_is_the_current_one(
+    gateway: tuple[str, int], name: str, whole_reads: list[bool]
+) -> None:
+    """uvicorn's default headers (its date) are written as one block kept per list, and its
+    list is a new one each second: answers a second apart carry their own dates."""
+    request = f"GET /v1/kv/{name}/keys/k HTTP/1.1\r\nHost: x\r\n\r\n".encode()
+    dates = []
+    for _ in range(3):
+        answer = await _exchange(gateway, [request])
+        heads = [line for line in answer.split(b"\r\n") if line.lower().startswith(b"date:")]
+        assert len(heads) == 1, answer
+        dates.append(email.utils.parsedate_to_datetime(heads[0][5:].strip().decode()))
+        now = dt.datetime.now(dt.timezone.utc)
+        assert abs((now - dates[-1]).total_seconds()) < 2.5, (now, dates[-1])
+        await asyncio.sleep(1.2)
+    assert whole_reads == [True, True, True]
+    assert dates[0] < dates[1] < dates[2], dates
 
 
 async def test_what_a_read_whole_does_not_hold_goes_to_uvicorn(
