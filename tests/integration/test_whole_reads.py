@@ -184,7 +184,7 @@ async def test_the_date_of_an_answer_read_whole_is_the_current_one(
         heads = [line for line in answer.split(b"\r\n") if line.lower().startswith(b"date:")]
         assert len(heads) == 1, answer
         dates.append(email.utils.parsedate_to_datetime(heads[0][5:].strip().decode()))
-        now = dt.datetime.now(dt.timezone.utc)
+        now = dt.datetime.now(dt.UTC)
         assert abs((now - dates[-1]).total_seconds()) < 2.5, (now, dates[-1])
         await asyncio.sleep(1.2)
     assert whole_reads == [True, True, True]
