@@ -6,7 +6,9 @@ next one is read; the digest is computed on the way. Nothing of the upload is vi
 its meta message is stored, and anything that stops an upload before that (the client gone,
 a refused precondition, an error from NATS) purges the new version's chunk subject, so no
 orphaned chunks stay. Once the meta message is stored, the previous version's chunks are
-purged (as nats-py does).
+purged (as nats-py does). A meta message whose PubAck never came may be stored: nothing is
+purged until the write is settled in the background (:meth:`ObjService._settle`), so an info
+is never left without its chunks.
 
 Every write (an upload, conditional or not, a delete) stores its meta message only in place
 of the version it read (``Nats-Expected-Last-Subject-Sequence``), and then purges that
@@ -27,7 +29,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import hashlib
+import logging
 import time
 from collections import deque
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
@@ -48,6 +52,9 @@ from app.obj.model import CHUNK_SIZE, ObjectInfo
 from app.obj.schemas import ObjConfig
 from app.obj.watch import watch_events
 from app.streams.service import create_or_update, every_stream
+from app.tasks import run_to_end
+
+log = logging.getLogger("jsgw.obj")
 
 PUBLISH_WINDOW = 4  # chunks published and not yet acknowledged, per upload
 READ_BATCH = 8  # chunks per Direct Get batch of a download
@@ -105,6 +112,41 @@ def _bucket_errors(bucket: str) -> Any:
         yield
     except (errors.StreamNotFound, errors.StreamNoMatch):
         raise _bucket_missing(bucket) from None
+
+
+# An info (or delete marker) whose PubAck never came is sent again this many request timeouts
+# after the write gave up, then after twice that, ... (:meth:`ObjService._settle`).
+_SETTLE_PAUSES = (1, 2, 4)
+
+
+class _InfoUnknown(Exception):
+    """An object's info (or delete marker) was sent and its PubAck did not come (504, or the
+    write was cancelled): it may be stored. What was sent, to send it again."""
+
+    def __init__(
+        self,
+        error: BaseException,
+        subject: str,
+        data: bytes,
+        headers: dict[str, str],
+        replaced: ObjectInfo | None,
+    ) -> None:
+        super().__init__(str(error))
+        self.error = error
+        self.subject = subject
+        self.data = data
+        self.headers = headers
+        self.replaced = replaced  # the version it was to replace
+
+
+def _chunks_of(info: ObjectInfo | None, *, other_than: str | None = None) -> str | None:
+    """The chunk subject of a version that has chunks (not deleted, not a link), unless its
+    nuid is ``other_than``."""
+    if info is None or info.deleted or not info.nuid or info.link is not None:
+        return None
+    if info.nuid == other_than:
+        return None
+    return model.chunk_subject(info.bucket, info.nuid)
 
 
 class ObjService:
@@ -293,12 +335,24 @@ class ObjService:
 
             ack, current = await self._replace(bucket, name, current, meta)
             info.seq = int(ack.get("seq") or 0)
+        except _InfoUnknown as unknown:
+            # The info may be stored: this version's chunks stay until that is settled.
+            self._settle_later(
+                bucket,
+                name,
+                unknown,
+                stored=lambda latest: latest.nuid == nuid,
+                purge_if_stored=_chunks_of(unknown.replaced, other_than=nuid),
+                purge_if_not=subject,
+            )
+            raise unknown.error from None
         except BaseException:
             with anyio_shield():
                 await self._purge_quietly(stream, subject)
             raise
-        if current is not None and not current.deleted and current.nuid and current.nuid != nuid:
-            await self._purge(stream, model.chunk_subject(bucket, current.nuid))
+        old_chunks = _chunks_of(current, other_than=nuid)
+        if old_chunks is not None:
+            await self._purge(stream, old_chunks)
         return info
 
     async def _write_chunks(
@@ -427,9 +481,86 @@ class ObjService:
                 metadata=current.metadata,
             ).wire()
 
-        _, deleted = await self._replace(bucket, name, await self.current(bucket, name), marker)
-        if deleted is not None and deleted.nuid and deleted.link is None:
-            await self._purge(stream, model.chunk_subject(bucket, deleted.nuid))
+        try:
+            _, deleted = await self._replace(bucket, name, await self.current(bucket, name), marker)
+        except _InfoUnknown as unknown:
+            # The marker may be stored: the chunks go once it is known to be.
+            replaced = unknown.replaced
+            self._settle_later(
+                bucket,
+                name,
+                unknown,
+                stored=lambda latest: (
+                    latest.deleted and replaced is not None and latest.nuid == replaced.nuid
+                ),
+                purge_if_stored=_chunks_of(replaced),
+                purge_if_not=None,
+            )
+            raise unknown.error from None
+        chunks = _chunks_of(deleted)
+        if chunks is not None:
+            await self._purge(stream, chunks)
+
+    def _settle_later(
+        self,
+        bucket: str,
+        name: str,
+        unknown: _InfoUnknown,
+        *,
+        stored: Callable[[ObjectInfo], bool],
+        purge_if_stored: str | None,
+        purge_if_not: str | None,
+    ) -> None:
+        """:meth:`_settle` in a task of its own, outside the request and its deadline."""
+        run_to_end(
+            self._settle(bucket, name, unknown, stored, purge_if_stored, purge_if_not),
+            context=contextvars.Context(),
+        )
+
+    async def _settle(
+        self,
+        bucket: str,
+        name: str,
+        unknown: _InfoUnknown,
+        stored: Callable[[ObjectInfo], bool],
+        purge_if_stored: str | None,
+        purge_if_not: str | None,
+    ) -> None:
+        """Find out whether an info whose PubAck never came is stored, then purge what that
+        leaves unused: ``purge_if_stored`` (the replaced version's chunks) or ``purge_if_not``
+        (the write's own chunks).
+
+        The info is sent again, as it was (its ``Nats-Msg-Id``, the same expected last
+        sequence), a while later. A PubAck (a duplicate, or the info stored now) says it is
+        stored. A refusal for the expected sequence is checked against the leader's latest
+        info, whether it is this write's (``stored``): the server checks the sequence before
+        the duplicate, so a stored write is refused too. When nothing answers, the next
+        attempt waits longer; after the last, nothing is purged (chunks left unused, never an
+        info without its chunks).
+        """
+        stream = model.stream_name(bucket)
+        for pause in _SETTLE_PAUSES:
+            await asyncio.sleep(pause * self.js.pool.timeout)
+            try:
+                try:
+                    ack = await self._publish(unknown.subject, unknown.data, unknown.headers)
+                    self.floors.advance(unknown.subject, int(ack.get("seq") or 0))
+                    is_stored = True
+                except errors.PreconditionFailed:
+                    latest = await self.current(bucket, name, leader=True)
+                    is_stored = latest is not None and stored(latest)
+            except errors.GatewayError as exc:
+                log.info("object %s/%s: its write is not settled yet (%s)", bucket, name, exc)
+                continue
+            purge = purge_if_stored if is_stored else purge_if_not
+            if purge is not None:
+                await self._purge(stream, purge)
+            return
+        log.warning(
+            "object %s/%s: whether its last write is stored is not known; its chunks are left",
+            bucket,
+            name,
+        )
 
     async def _replace(
         self,
@@ -462,6 +593,8 @@ class ObjService:
             except errors.PreconditionFailed:  # wrong last sequence: not the last version
                 current = await self.current(bucket, name, leader=True)
                 continue
+            except (errors.OutcomeUnknown, asyncio.CancelledError) as exc:
+                raise _InfoUnknown(exc, subject, data, headers, current) from None
             self.floors.advance(subject, int(ack.get("seq") or 0))
             return ack, current
         raise errors.PreconditionFailed(
