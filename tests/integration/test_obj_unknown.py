@@ -203,9 +203,7 @@ async def test_an_info_found_not_stored_has_its_own_chunks_purged(
             "Nats-Expected-Last-Subject-Sequence": str(current.seq - 1),  # (not the last)
             "Nats-Msg-Id": "jsgw-lost",
         }
-        unknown = _InfoUnknown(
-            TimeoutError(), meta_subject(name, "o"), lost.wire(), headers, None
-        )
+        unknown = _InfoUnknown(TimeoutError(), meta_subject(name, "o"), lost.wire(), headers, None)
         await objects._settle(
             name,
             "o",
