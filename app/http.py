@@ -45,7 +45,9 @@ PlainDigits = BeforeValidator(_plain_digits)
 
 def wants_json(headers: Headers) -> bool:
     """True when the client prefers JSON over the raw bytes (``Accept: application/json``)."""
-    for name, value in headers.raw:  # (Headers.get decodes every header it passes)
+    # (Headers.get is Mapping.get: a request without Accept, the common case, costs a
+    # KeyError raised and caught.)
+    for name, value in headers.raw:
         if name == b"accept":  # the first, as Headers.get reads; ASGI names are lower-case
             return b"application/json" in value
     return False

