@@ -12,7 +12,6 @@ from typing import Any
 from app.errors import ErrorCode, Forbidden, InvalidInput
 
 _NAME_TOKEN = re.compile(r"[a-zA-Z0-9_-]+")
-_KEY = re.compile(r"[-/_=.a-zA-Z0-9]+")
 
 # A key or subject ends up in a protocol line to NATS, next to a stream name or bucket twice
 # (Direct Get appends "$KV.<bucket>.<key>" to "$JS.API.DIRECT.GET.KV_<bucket>.") and a reply
@@ -87,6 +86,9 @@ _GROUP = re.compile(SCHEMAS["group"]["pattern"])
 # Pin ids are server-made NUIDs (22 characters); allow some room, never CR/LF or spaces.
 _PIN_ID = re.compile(SCHEMAS["pin_id"]["pattern"])
 _KEY_FILTER_TOKEN = re.compile(rf"{_K}+|\*|>")
+# A literal key, and a literal subject, whole: one match (no split into tokens).
+_WHOLE_KEY = re.compile(SCHEMAS["key"]["pattern"])
+_WHOLE_SUBJECT = re.compile(SCHEMAS["subject"]["pattern"])
 # A subject token: printable ASCII without the separator and the wildcards.
 _SUBJECT_TOKEN = re.compile(f"{_S}+")
 _HEADER_NAME = re.compile(SCHEMAS["header_name"]["pattern"])
@@ -174,7 +176,7 @@ def _tokens_ok(value: str, token: re.Pattern[str]) -> bool:
 
 def kv_key(value: str, *, writing: bool = False) -> str:
     """A literal KV key (ADR-8). ``writing`` also refuses the reserved ``_kv`` prefix."""
-    if _KEY.fullmatch(value) is None or not _tokens_ok(value, _KEY):
+    if len(value) > MAX_SUBJECT_LENGTH or _WHOLE_KEY.fullmatch(value) is None:
         raise InvalidInput(
             ErrorCode.KV_KEY_INVALID,
             f"invalid key {value!r}: letters, digits and -/_=. only, "
@@ -199,7 +201,7 @@ def kv_key_filter(value: str) -> str:
 
 def subject(value: str) -> str:
     """A literal subject: no wildcards, no whitespace, no empty token."""
-    if not _tokens_ok(value, _SUBJECT_TOKEN):
+    if len(value) > MAX_SUBJECT_LENGTH or _WHOLE_SUBJECT.fullmatch(value) is None:
         raise InvalidInput(
             ErrorCode.SUBJECT_INVALID,
             f"invalid subject {value!r}: printable tokens separated by '.', "
