@@ -64,10 +64,11 @@ async def _messages(nc: nats.NATS, stream: str) -> dict[str, int]:
 
 
 async def _unanswered(
-    server: EmbeddedServer, monkeypatch: pytest.MonkeyPatch, write: Awaitable[httpx.Response]
+    setup: Setup, monkeypatch: pytest.MonkeyPatch, write: Awaitable[httpx.Response]
 ) -> httpx.Response:
     """``write``'s answer, the server stopped from right before its info is sent until the
-    answer came."""
+    answer came; returned once the gateway is connected again."""
+    server, gateway, _ = setup
     replace = ObjService._replace
 
     async def stopped_first(self, *args, **kwargs):  # type: ignore[no-untyped-def]
@@ -82,7 +83,17 @@ async def _unanswered(
         monkeypatch.setattr(ObjService, "_replace", replace)
     assert answer.status_code == 504, answer.text
     assert answer.json()["code"] == "nats.outcome_unknown"
+    # (Its NATS connections, dropped when pings went unanswered, come back.)
+    assert await _until(lambda: _ready(gateway))
     return answer
+
+
+async def _with_object(gateway: httpx.AsyncClient, name: str) -> str:
+    """A bucket holding object "o" of two chunks: its path."""
+    await make_bucket(gateway, name)
+    path = f"/v1/obj/{name}/objects/o"
+    assert (await gateway.put(path, content=os.urandom(CHUNK + 10))).status_code == 201
+    return path
 
 
 def _stop(pid: int) -> None:
@@ -101,8 +112,7 @@ def _stop(pid: int) -> None:
     raise AssertionError(f"nats-server {pid} did not stop")
 
 
-async def _reconnected(gateway: httpx.AsyncClient) -> bool:
-    """The gateway's NATS connections, dropped when pings went unanswered, are back."""
+async def _ready(gateway: httpx.AsyncClient) -> bool:
     return (await gateway.get("/readyz")).status_code == 200
 
 
@@ -118,14 +128,13 @@ async def _whole(gateway: httpx.AsyncClient, path: str, body: bytes) -> None:
 async def test_a_new_object_whose_info_went_unanswered_keeps_its_chunks(
     setup: Setup, name: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    server, gateway, nc = setup
+    _, gateway, nc = setup
     await make_bucket(gateway, name)
     path = f"/v1/obj/{name}/objects/o"
     body = os.urandom(2 * CHUNK)
     await _unanswered(
-        server, monkeypatch, gateway.put(path, content=body, headers={"If-None-Match": "*"})
+        setup, monkeypatch, gateway.put(path, content=body, headers={"If-None-Match": "*"})
     )
-    assert await _until(lambda: _reconnected(gateway))
     # The info was stored once the server went on: the object is whole, now and later.
     await _whole(gateway, path, body)
     assert sum((await _messages(nc, f"OBJ_{name}")).values()) == 3  # 2 chunks, 1 info
@@ -134,13 +143,10 @@ async def test_a_new_object_whose_info_went_unanswered_keeps_its_chunks(
 async def test_a_replaced_object_whose_info_went_unanswered_is_one_whole_version(
     setup: Setup, name: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    server, gateway, nc = setup
-    await make_bucket(gateway, name)
-    path = f"/v1/obj/{name}/objects/o"
-    assert (await gateway.put(path, content=os.urandom(CHUNK + 10))).status_code == 201
+    _, gateway, nc = setup
+    path = await _with_object(gateway, name)
     second = os.urandom(2 * CHUNK)
-    await _unanswered(server, monkeypatch, gateway.put(path, content=second))
-    assert await _until(lambda: _reconnected(gateway))
+    await _unanswered(setup, monkeypatch, gateway.put(path, content=second))
     await _whole(gateway, path, second)
     # Once the write is settled, the replaced version's chunks are purged: 2 chunks, 1 info.
     assert await _until(lambda: _count(nc, f"OBJ_{name}", 3))
@@ -152,13 +158,10 @@ async def test_a_retry_after_an_unanswered_info_leaves_only_its_own_version(
     """The unanswered version was stored, and a retry replaced it (purging its chunks)
     before it was settled: the settling finds a third version in use and purges the first
     version's chunks, which nothing else would."""
-    server, gateway, nc = setup
+    _, gateway, nc = setup
     monkeypatch.setattr(service, "_SETTLE_PAUSES", (3, 6))  # (the retry comes first)
-    await make_bucket(gateway, name)
-    path = f"/v1/obj/{name}/objects/o"
-    assert (await gateway.put(path, content=os.urandom(CHUNK + 10))).status_code == 201
-    await _unanswered(server, monkeypatch, gateway.put(path, content=os.urandom(CHUNK)))
-    assert await _until(lambda: _reconnected(gateway))
+    path = await _with_object(gateway, name)
+    await _unanswered(setup, monkeypatch, gateway.put(path, content=os.urandom(CHUNK)))
     third = os.urandom(CHUNK + 20)
     assert (await gateway.put(path, content=third)).status_code == 200
     assert await _until(lambda: _count(nc, f"OBJ_{name}", 3))  # 2 chunks, 1 info
@@ -168,12 +171,9 @@ async def test_a_retry_after_an_unanswered_info_leaves_only_its_own_version(
 async def test_a_deleted_object_whose_marker_went_unanswered_loses_its_chunks_once_known(
     setup: Setup, name: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    server, gateway, nc = setup
-    await make_bucket(gateway, name)
-    path = f"/v1/obj/{name}/objects/o"
-    assert (await gateway.put(path, content=os.urandom(CHUNK + 10))).status_code == 201
-    await _unanswered(server, monkeypatch, gateway.delete(path))
-    assert await _until(lambda: _reconnected(gateway))
+    _, gateway, nc = setup
+    path = await _with_object(gateway, name)
+    await _unanswered(setup, monkeypatch, gateway.delete(path))
     assert (await gateway.get(path)).status_code == 404
     # The marker is stored: the chunks go once that is known, and only the marker is left.
     assert await _until(lambda: _count(nc, f"OBJ_{name}", 1))
