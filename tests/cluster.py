@@ -170,6 +170,19 @@ class Cluster:
         finally:
             await nc.close()
 
+    def meta_leader(self) -> str:
+        """The name of the node that leads the JetStream meta group (as a running node's
+        monitoring endpoint reports it)."""
+        import urllib.request
+
+        for node in self.nodes.values():
+            if node.running and node.monitor_url:
+                with urllib.request.urlopen(f"{node.monitor_url}/jsz", timeout=5) as answer:
+                    leader = (json.loads(answer.read()).get("meta_cluster") or {}).get("leader")
+                if leader:
+                    return str(leader)
+        raise AssertionError("no running node reports a meta leader")
+
     async def wait_stream_current(self, stream: str, timeout: float = 20.0) -> dict:
         """Wait until the stream has a leader and every replica is current; return its info."""
         nc = await nats.connect(self.urls, connect_timeout=2, max_reconnect_attempts=-1)

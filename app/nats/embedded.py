@@ -150,15 +150,22 @@ class EmbeddedServer:
                 time.sleep(0.02)
         raise EmbeddedServerError(f"nats-server did not report its port within {timeout}s")
 
+    @property
+    def monitor_url(self) -> str | None:
+        """The running server's monitoring endpoint (``/healthz``, ``/jsz``...), if any."""
+        if self._ports_dir is None or self._proc is None:
+            return None
+        ports = json.loads(
+            (Path(self._ports_dir) / f"nats-server_{self._proc.pid}.ports").read_text()
+        )
+        monitor: str | None = ports.get("monitoring", [None])[0]
+        return monitor
+
     def _wait_until_ready(self, timeout: float) -> None:
         """The ports file appears before JetStream has recovered its store: ask /healthz."""
         import urllib.request
 
-        assert self._ports_dir is not None and self._proc is not None
-        ports = json.loads(
-            (Path(self._ports_dir) / f"nats-server_{self._proc.pid}.ports").read_text()
-        )
-        monitor = ports.get("monitoring", [None])[0]
+        monitor = self.monitor_url
         if not monitor:
             return
         deadline = time.monotonic() + timeout

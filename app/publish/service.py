@@ -380,10 +380,22 @@ class Publisher:
         In a cluster only the stream leader listens on the stream's subjects, so while a
         leader is being elected a publish also meets no responders: that is a 503 to retry,
         not a 404.
+
+        The question waits no longer than a liveness probe (``JSGW_NATS_PROBE_TIMEOUT``): the
+        JetStream API answers at once while it has a meta leader, and nothing answers while
+        the cluster elects one (the node that crashed led the stream and the meta group), when
+        the write's remaining time is better spent sending it again.
         """
-        retry = {"Retry-After": str(self.pool.settings.retry_after)}
+        settings = self.pool.settings
+        retry = {"Retry-After": str(settings.retry_after)}
         try:
-            found = await self.js.call("stream.names", "STREAM", "NAMES", body={"subject": subject})
+            found = await self.js.call(
+                "stream.names",
+                "STREAM",
+                "NAMES",
+                body={"subject": subject},
+                timeout=settings.nats_probe_timeout,
+            )
         except errors.Unavailable as exc:  # JetStream not enabled, or the connection dropped
             exc.headers = {**retry, **exc.headers}
             return exc

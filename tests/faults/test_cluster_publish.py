@@ -287,6 +287,50 @@ async def test_a_publish_nobody_takes_for_long_is_refused_after_two_retries(
     assert 0.5 <= took < 2.0 + 0.5, took
 
 
+async def test_a_publish_when_the_stream_and_meta_leader_crashes_is_answered_in_time(
+    healed: Cluster,
+) -> None:
+    """The node that crashes led the stream and the JetStream meta group: nothing answers
+    "does a stream take this subject" until a new meta leader is elected. The question waits
+    no longer than a liveness probe, and the publish is sent again in the time left: it is
+    answered (stored, or 503 to retry) well within its request timeout, not at its end."""
+    cluster = healed
+    stream = f"P{uuid.uuid4().hex[:10]}"
+    nc = await nats.connect(cluster.urls, connect_timeout=2)
+    try:
+        config = {"name": stream, "subjects": [f"{stream}.>"], "num_replicas": 3}
+        await nc.request(f"$JS.API.STREAM.CREATE.{stream}", json.dumps(config).encode(), timeout=5)
+        meta = cluster.meta_leader()
+        for _ in range(10):  # (the stream's leader moved to the meta leader's node)
+            info = await cluster.wait_stream_current(stream)
+            if info["cluster"]["leader"] == meta:
+                break
+            moved = await nc.request(
+                f"$JS.API.STREAM.LEADER.STEPDOWN.{stream}",
+                json.dumps({"placement": {"preferred": meta}}).encode(),
+                timeout=5,
+            )
+            assert json.loads(moved.data).get("success"), moved.data
+        else:
+            raise AssertionError(f"the leader of {stream} did not move to {meta}")
+    finally:
+        await nc.close()
+    other = next(name for name in cluster.nodes if name != meta)
+    settings = gateway_settings(cluster.nodes[other].url, request_timeout=5.0)
+    with served_gateway(settings) as base:
+        async with httpx.AsyncClient(base_url=base, timeout=15) as http:
+            await cluster.kill(meta)
+            started = time.monotonic()
+            answer = await http.post(f"/v1/publish/{stream}.x", content=b"m")
+            took = time.monotonic() - started
+    assert answer.status_code in (200, 503), answer.text
+    if answer.status_code == 503:
+        problem(answer, 503, "stream.unavailable")
+        assert answer.headers["retry-after"] == "1"
+    # A probe's second for the question, the publish sent again twice 250 ms apart.
+    assert took < 2.5, (took, answer.text)
+
+
 async def test_an_object_put_right_after_a_leader_stepdown_is_stored(healed: Cluster) -> None:
     """An object's first chunk and its metadata are sent again when nobody takes them."""
     bucket = f"o{uuid.uuid4().hex[:10]}"
