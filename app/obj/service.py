@@ -494,9 +494,9 @@ class ObjService:
         last sequence), which decides the write if nothing else has: stored then, or refused
         because something is stored after the replaced version (the first copy may be among
         it: the server checks the sequence before the duplicate). Then the stream leader's
-        latest info says which versions are in use. While it is still the replaced version,
-        the first copy may yet be stored: nothing is purged, and the next attempt waits
-        longer; after the last, nothing is purged (chunks left unused, never an info left
+        latest info says which versions are in use. While it is not past the replaced
+        version, the first copy may yet be stored: nothing is purged, and the next attempt
+        waits longer; after the last, nothing is purged (chunks left unused, never an info left
         without its chunks). An upload whose chunks are gone meanwhile (its bucket purged)
         is not sent again: its info would name nothing.
         """
@@ -513,8 +513,10 @@ class ObjService:
                 except errors.GatewayError as exc:
                     log.info("object %s/%s: its write is not settled yet (%s)", bucket, name, exc)
                     continue
-                if (latest.seq if latest else 0) == (replaced.seq if replaced else 0):
-                    continue  # (undecided: the first copy may still be stored)
+                if (latest.seq if latest else 0) <= (replaced.seq if replaced else 0):
+                    # Undecided: the first copy may still be stored (or whoever answered,
+                    # a deposed leader, is behind the version replaced).
+                    continue
                 used = _with_chunks(latest)
                 for version in {own, _with_chunks(replaced)}:
                     if version is not None and version != used:

@@ -396,9 +396,11 @@ class Publisher:
                 body={"subject": subject},
                 timeout=settings.nats_probe_timeout,
             )
-        except errors.Unavailable as exc:  # JetStream not enabled, or the connection dropped
-            exc.headers = {**retry, **exc.headers}
-            return exc
+        except errors.Unavailable as exc:
+            if exc.nats is None:  # JetStream not enabled, or the connection dropped
+                exc.headers = {**retry, **exc.headers}
+                return exc
+            found = None  # JetStream answered it cannot now (10008: no meta leader): retry
         except errors.Timeout:
             found = None  # cannot tell: answer what the client can retry
         if found is not None and not found.get("streams"):
