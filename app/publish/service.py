@@ -381,10 +381,11 @@ class Publisher:
         leader is being elected a publish also meets no responders: that is a 503 to retry,
         not a 404.
 
-        The question waits no longer than a liveness probe (``JSGW_NATS_PROBE_TIMEOUT``): the
-        JetStream API answers at once while it has a meta leader, and nothing answers while
-        the cluster elects one (the node that crashed led the stream and the meta group), when
-        the write's remaining time is better spent sending it again.
+        The question waits no longer than a liveness probe (``JSGW_NATS_PROBE_TIMEOUT``, and
+        never past the request timeout): the JetStream API answers at once while it has a
+        meta leader, and nothing answers while the cluster elects one (the node that crashed
+        led the stream and the meta group), when the write's remaining time is better spent
+        sending it again.
         """
         settings = self.pool.settings
         retry = {"Retry-After": str(settings.retry_after)}
@@ -394,7 +395,7 @@ class Publisher:
                 "STREAM",
                 "NAMES",
                 body={"subject": subject},
-                timeout=settings.nats_probe_timeout,
+                timeout=min(settings.nats_probe_timeout, settings.request_timeout),
             )
         except errors.Unavailable as exc:
             if exc.nats is None:  # JetStream not enabled, or the connection dropped

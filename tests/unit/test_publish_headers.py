@@ -71,7 +71,9 @@ class _Answering:
 
     def __init__(self, answer: dict | Exception) -> None:
         self.answer = answer
-        self.settings = type("Settings", (), {"retry_after": 1, "nats_probe_timeout": 1.0})()
+        self.settings = type(
+            "Settings", (), {"retry_after": 1, "nats_probe_timeout": 1.0, "request_timeout": 5.0}
+        )()
 
     async def call(self, *args: object, **kwargs: object) -> dict:
         if isinstance(self.answer, Exception):
