@@ -309,8 +309,7 @@ async def put_object(
 
     # A client gone midway raises ClientDisconnect out of the body: the service has purged
     # the upload's chunks by then, and app.problems logs it as the ordinary event it is.
-    info = await obj.put(bucket, name, body(), upload, condition, current)
-    created = current is None or current.deleted
+    info, created = await obj.put(bucket, name, body(), upload, condition, current)
     return JSON(info.to_json(), status_code=201 if created else 200, headers={"ETag": info.etag})
 
 

@@ -298,9 +298,11 @@ class ObjService:
         upload: Upload,
         condition: Precondition,
         current: ObjectInfo | None,
-    ) -> ObjectInfo:
+    ) -> tuple[ObjectInfo, bool]:
         """Store ``body`` as the object's new version (``current``: what :meth:`check`
-        found); the previous version's chunks are purged once the new one is stored."""
+        found); the previous version's chunks are purged once the new one is stored. The
+        info, and whether the object was created (the version replaced, which may be another
+        than ``current``, was none or a deletion)."""
         stream = model.stream_name(bucket)
         nuid = self._nuid.next().decode()
         subject = model.chunk_subject(bucket, nuid)
@@ -343,7 +345,7 @@ class ObjService:
         replaced = _with_chunks(current)
         if replaced is not None and replaced != nuid:
             await self._purge(stream, model.chunk_subject(bucket, replaced))
-        return info
+        return info, current is None or current.deleted
 
     async def _write_chunks(
         self, subject: str, body: AsyncIterator[bytes]

@@ -94,6 +94,8 @@ async def test_writes_replace_what_the_leader_has_not_a_lagging_copy(
     for i in range(2 * OTHERS):
         await store.put(f"o{i}", b"v2")  # nats-py purges v1's chunk
     await store.put("new", b"n")  # which the mirror lacks
+    for i in range(OTHERS):
+        await store.put(f"fresh{i}", b"f")  # and these
     # The setup: about every other Direct Get of an info answers v1's.
     assert len(await direct_seqs(nc, f"OBJ_{name}", meta_subject(name, "o0"))) == 2
     v2 = f'"{digest(b"v2")}"'
@@ -105,6 +107,9 @@ async def test_writes_replace_what_the_leader_has_not_a_lagging_copy(
         assert replaced.status_code == 200, (i, replaced.text)
     for i in range(OTHERS, 2 * OTHERS):
         assert (await gateway.delete(f"/v1/obj/{name}/objects/o{i}")).status_code == 204
+    for i in range(OTHERS):  # replaced, not created, whichever server answered the check
+        stored = await gateway.put(f"/v1/obj/{name}/objects/fresh{i}", content=b"g")
+        assert stored.status_code == 200, (i, stored.status_code, stored.text)
     for _ in range(OTHERS):  # refused as existing, whichever server answered the check
         created = await gateway.put(
             f"/v1/obj/{name}/objects/new", content=b"x", headers={"If-None-Match": "*"}
@@ -112,5 +117,6 @@ async def test_writes_replace_what_the_leader_has_not_a_lagging_copy(
         assert created.status_code == 412 and created.json()["code"] == "obj.exists", created.text
     js = nc.jetstream()
     left = (await js.stream_info(f"OBJ_{name}", subjects_filter=f"$O.{name}.C.>")).state
-    # One chunk (v3's) for each object replaced, none for those deleted, "new"'s own.
-    assert sum((left.subjects or {}).values()) == OTHERS + 1, left.subjects
+    # One chunk (v3's) for each object replaced, none for those deleted, "new"'s own, and
+    # one for each "fresh" object (its new version's: the replaced one's purged).
+    assert sum((left.subjects or {}).values()) == 2 * OTHERS + 1, left.subjects
