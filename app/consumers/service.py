@@ -6,6 +6,7 @@ HTTP client, which sends it with its next pull, so any replica can serve a pinne
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import builtins
 import contextlib
@@ -246,7 +247,8 @@ class ConsumerService:
             # Nobody took the pull (the consumer's leader just changed, its subscription not
             # yet on the gateway's server): nothing was delivered, so it is asked again.
             with self.pool.within(started, timeout):
-                async for _ in self.pool.untaken_pauses():
+                for pause in self.pool.untaken_pauses():
+                    await asyncio.sleep(pause)
                     outcome = await pulled()
                     if outcome.status is None or not outcome.status.no_responders:
                         break
@@ -404,7 +406,8 @@ class ConsumerService:
         reached the gateway's server yet, and an ack is safe to send again. Whether the
         consumer is gone, for those still not taken (else it has no leader for now)."""
         with self.pool.within(started):
-            async for _ in self.pool.untaken_pauses():
+            for pause in self.pool.untaken_pauses():
+                await asyncio.sleep(pause)
                 untaken = [
                     i for i, r in enumerate(replies) if isinstance(r, nats.errors.NoRespondersError)
                 ]

@@ -14,7 +14,7 @@ import functools
 import logging
 import ssl
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -446,7 +446,8 @@ class NatsPool:
         with self.within(started, timeout):
             problem = await refused()
             if isinstance(problem, StreamUnavailable):
-                async for _ in self.untaken_pauses():
+                for pause in self.untaken_pauses():
+                    await asyncio.sleep(pause)
                     try:
                         return await send()
                     except NoResponders:
@@ -457,19 +458,19 @@ class NatsPool:
                         break  # no time left to send it: nothing was sent
             raise problem
 
-    async def untaken_pauses(self) -> AsyncIterator[None]:
-        """The pauses before sending again what nobody took (a leader just elected or moved,
-        its subscription not yet on the gateway's server): two, 250 ms each, as nats.go's
-        JetStream publish does, each only while what is left of the answer's time
-        (:meth:`within`) holds it and one more attempt."""
+    def untaken_pauses(self) -> Iterator[float]:
+        """The pauses (seconds) to wait before sending again what nobody took (a leader just
+        elected or moved, its subscription not yet on the gateway's server): two, 250 ms
+        each, as nats.go's JetStream publish does, each only while what is left of the
+        answer's time (:meth:`within`) holds it and one more attempt. (A plain generator:
+        a loop that leaves it early leaves nothing to finalise.)"""
         for _ in range(_UNTAKEN_RETRIES):
             try:
                 if self.wait() <= 2 * _UNTAKEN_RETRY_WAIT:
                     return
             except Timeout:
                 return
-            await asyncio.sleep(_UNTAKEN_RETRY_WAIT)
-            yield
+            yield _UNTAKEN_RETRY_WAIT
 
     async def request_batch(
         self,
