@@ -542,7 +542,7 @@ class ObjService:
             self.js,
             stream,
             {"last_by_subj": model.chunk_subject(bucket, nuid)},
-            operation="obj.info",
+            operation="obj.get",
         )
         return found is not None
 
