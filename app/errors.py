@@ -747,8 +747,9 @@ class ErrorCode(StrEnum):
         "More acks in one request than JSGW_MAX_FETCH_MESSAGES: split it."
     )
     KV_VALUE_TOO_LARGE = "kv.value_too_large", PayloadTooLarge, (
-        "The value is over the bucket's max_value_size or the server's max_payload: not "
-        "written."
+        "The value, with the headers the write carries (a delete marker's, a condition's: "
+        "the server counts them too), is over the bucket's max_value_size or the server's "
+        "max_payload: not written."
     )
     STREAM_TOO_MANY_SUBJECTS = "stream.too_many_subjects", PayloadTooLarge, (
         "The request matches more subjects than the server answers for at once: narrow it."

@@ -620,7 +620,14 @@ class KVService:
             else:
                 ack = await self.publisher.publish(message, timeout=timeout, operation="kv_write")
         except errors.PayloadTooLarge as exc:
-            detail = f"the value is over the bucket's max_value_size ({exc.detail})"
+            # (The server counts a message's headers in it: a marker, a value by a hair under
+            # the bound, can be refused for the headers a delete or a condition adds.)
+            head = message.size - len(value)
+            detail = (
+                f"the value ({len(value)} bytes) and the headers the write carries ({head} "
+                f"bytes; the server counts them too) are over the bucket's max_value_size "
+                f"({exc.detail})"
+            )
             raise _too_large(detail) from None
         except errors.TtlDisabled as exc:
             raise errors.Conflict(

@@ -357,6 +357,11 @@ async def test_values_over_the_limits_write_nothing(
     url = f"/v1/kv/{name}/keys/k"
     assert (await gateway.put(url, content=b"x" * 1000)).status_code == 200
     problem(await gateway.put(url, content=b"x" * 1025), 413, "kv.value_too_large")
+    # The server counts the headers a write carries: this value fits, with its condition not.
+    conditional = await gateway.put(url, content=b"x" * 1020, headers={"If-Match": '"1"'})
+    problem(conditional, 413, "kv.value_too_large")
+    assert "1020 bytes" in conditional.json()["detail"], conditional.text
+    assert "headers the write carries" in conditional.json()["detail"], conditional.text
     # A create over a key with a value: releases before 2.15 check the key before the size.
     problem(
         await gateway.put(url, content=b"x" * 1025, headers={"If-None-Match": "*"}),
@@ -368,6 +373,23 @@ async def test_values_over_the_limits_write_nothing(
     assert big.status_code == 413, big.text
     assert big.json()["code"] in ("kv.value_too_large", "request.too_large")
     assert await stored(nc, name) == (1, 1)
+
+
+async def test_a_marker_over_a_small_bound_is_refused_for_its_headers(
+    gateway: httpx.AsyncClient, nc: nats.NATS, name: str
+) -> None:
+    """A delete marker has no value, but the server counts its headers in max_value_size: a
+    conditional delete on a bucket bound that tight is refused 413, saying so, not 500."""
+    await make_bucket(gateway, name, max_value_size=40)
+    url = f"/v1/kv/{name}/keys/k"
+    assert (await gateway.put(url, content=b"v")).status_code == 200
+    refused = await gateway.delete(url, headers={"If-Match": '"1"'})
+    problem(refused, 413, "kv.value_too_large")
+    assert "the value (0 bytes) and the headers" in refused.json()["detail"], refused.text
+    assert await stored(nc, name) == (1, 1)
+    # Without the condition, the marker fits.
+    assert (await gateway.delete(url)).status_code == 204
+    assert (await gateway.get(url)).status_code == 404
 
 
 @pytest.mark.server("2.11")
