@@ -63,6 +63,8 @@ class Buckets:
         if config.aggregate is not None:
             await self.topologies.check_origins(bucket, config.aggregate.origins)
         body = kv_model.stream_config(bucket, config, existing)
+        if body.get("sources"):
+            body = self.topologies.copying(body, existing)
         self.js.pool.require(*features.of_stream(body))
         info, created = await create_or_update(
             self.js, self.direct, stream, body, existing=existing

@@ -320,6 +320,22 @@ def _aggregated(
         body.pop("allow_rollup_hdrs", None)
 
 
+def taking_copied_rollups(
+    body: dict[str, Any], existing: Mapping[str, Any] | None
+) -> dict[str, Any]:
+    """``body``, the config of a stream that copies a bucket (a mirror, an aggregate), made to
+    store the roll-ups it copies (an origin's purges) on a server that refuses them otherwise
+    (before 2.14, :func:`app.nats.features.refuses_copied_rollups`): roll-ups allowed and
+    purges not denied, where ADR-8 denies purges. Writes stay refused (a mirror and a
+    read-only aggregate have no subjects). A stream made with ``deny_purge`` keeps it: the
+    server never turns it off (such a copy is to be made again)."""
+    if existing is not None and existing.get("deny_purge"):
+        return body
+    body = {**body, "allow_rollup_hdrs": True}
+    body.pop("deny_purge", None)
+    return body
+
+
 def status_from_info(info: Mapping[str, Any]) -> dict[str, Any]:
     """ADR-8's Status of a bucket, from its stream info."""
     config = info.get("config") or {}

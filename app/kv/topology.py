@@ -8,8 +8,9 @@ keys the bucket expired, and is refused). A mirror of some keys would answer "no
 the others, so it must not: it is a copy read by its own name only. nats-server makes every
 mirror of a stream it sees mirror_direct when that stream allows Direct Get, which a bucket's
 must (server/stream.go checkStreamCfg, whatever the config asks), so a mirror of some keys is
-made of an ``external`` bucket only. A mirror denies deletes and purges. Its origin must have
-``allow_direct`` (ADR-8).
+made of an ``external`` bucket only. A mirror denies deletes and purges (except on servers
+before 2.14, which would refuse to copy an origin's purges into it: :meth:`Topologies.copying`).
+Its origin must have ``allow_direct`` (ADR-8).
 
 An *aggregate* is a bucket whose stream sources other buckets (the stream config is made in
 :func:`app.kv.model.stream_config`): each origin's ``$KV.<origin>.<filter>`` is transformed
@@ -24,6 +25,7 @@ Only streams that are a mirror of the bucket in the path are ever changed or del
 from __future__ import annotations
 
 import contextlib
+import logging
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -34,9 +36,12 @@ from app.errors import ErrorCode
 from app.kv import model as kv_model
 from app.kv.model import bucket_errors, source_identity, status_from_info, stream_name
 from app.kv.schemas import KVMirrorConfig, KVOrigin
+from app.nats import features
 from app.nats.direct import DirectGet
 from app.nats.jsapi import JetStreamApi
 from app.streams.service import create_or_update, every_stream
+
+log = logging.getLogger("jsgw.kv")
 
 # How long a bucket found read-only is refused writes without asking the server again (its
 # config may be changed by other means than the gateway).
@@ -261,7 +266,7 @@ class Topologies:
                 ErrorCode.KV_NOT_A_MIRROR,
                 f"stream {name!r} exists and is not a mirror of bucket {bucket!r}: left alone",
             )
-        body = mirror_config(bucket, name, config, origin)
+        body = self.copying(mirror_config(bucket, name, config, origin), existing)
         if origin is not None:
             check_outlives(bucket, body, origin)
         if existing is not None and _mirrored(existing["mirror"]) != _mirrored(body["mirror"]):
@@ -272,6 +277,22 @@ class Topologies:
             )
         info, created = await create_or_update(self.js, self.direct, name, body, existing=existing)
         return mirror_view(bucket, info), created
+
+    def copying(self, body: dict[str, Any], existing: dict[str, Any] | None) -> dict[str, Any]:
+        """``body``, the config of a stream that copies a bucket, as the connected server
+        stores the roll-ups it copies (:func:`app.kv.model.taking_copied_rollups`)."""
+        version = self.js.pool.server_info().get("version")
+        if not features.refuses_copied_rollups(version):
+            return body
+        if existing is not None and existing.get("deny_purge"):
+            log.warning(
+                "stream %s denies purges: nats-server %s stops copying into it at its origin's "
+                "first purge, and the server never turns deny_purge off; delete it and make it "
+                "again through the gateway",
+                body["name"],
+                version,
+            )
+        return kv_model.taking_copied_rollups(body, existing)
 
     async def mirrors(
         self, bucket: str, visible: Callable[[str], bool] | None = None

@@ -54,6 +54,12 @@ STREAM_SETTINGS: dict[str, Feature] = {
     "allow_msg_schedules": SCHEDULES,
 }
 
+# The first release that stores a roll-up (a KV purge) copied into a mirror or sourced into a
+# stream whatever that stream allows. Before it, a copying stream that denies purges or
+# roll-ups refuses the copy as it would refuse such a publish ("rollup not permitted", in the
+# server's log only), and its mirror or source stops there for good.
+COPIED_ROLLUPS = (2, 14)
+
 _VERSION = re.compile(r"v?(\d+)\.(\d+)")
 
 
@@ -74,6 +80,13 @@ def missing(version: str | None) -> list[dict[str, str]]:
         for feature in FEATURES
         if have < feature.since
     ]
+
+
+def refuses_copied_rollups(version: str | None) -> bool:
+    """Does the server of ``version`` refuse the roll-ups a mirror or a source copies into a
+    stream that denies them (:data:`COPIED_ROLLUPS`)? (An unknown version: taken as new.)"""
+    have = release(version)
+    return have is not None and have < COPIED_ROLLUPS
 
 
 def require(version: str | None, feature: Feature) -> None:

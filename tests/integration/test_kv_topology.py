@@ -41,8 +41,16 @@ async def gw(url: str) -> AsyncIterator[httpx.AsyncClient]:
         yield http
 
 
+def denies_purges(config: dict, release: tuple[int, int]) -> bool:
+    """A copy of a bucket denies purges (ADR-8), except on a release that would then refuse
+    to copy its origin's purges (before 2.14): there it allows roll-ups instead."""
+    if release >= (2, 14):
+        return config.get("deny_purge") is True and not config.get("allow_rollup_hdrs")
+    return not config.get("deny_purge") and config.get("allow_rollup_hdrs") is True
+
+
 async def test_a_mirror_answers_reads_and_reads_never_go_back(
-    gw: httpx.AsyncClient, nc: nats.NATS, name: str
+    gw: httpx.AsyncClient, nc: nats.NATS, name: str, nats_release: tuple[int, int]
 ) -> None:
     mirror = f"{name}_NYC"
     assert (await gw.put(f"/v1/kv/{name}", json={"history": 5})).status_code == 201
@@ -55,7 +63,7 @@ async def test_a_mirror_answers_reads_and_reads_never_go_back(
     assert config["mirror"]["name"] == f"KV_{name}"
     assert config["mirror"]["filter_subject"] == f"$KV.{name}.>"
     assert config["mirror_direct"] is True and config["deny_delete"] is True
-    assert config["deny_purge"] is True and config["max_msgs_per_subject"] == 3
+    assert denies_purges(config, nats_release) and config["max_msgs_per_subject"] == 3
     assert not config.get("subjects")
     again = await gw.put(f"/v1/kv/{name}/mirrors/{mirror}", json={"history": 4})
     assert again.status_code == 200 and again.json()["history"] == 4
@@ -115,8 +123,40 @@ async def test_a_mirror_answers_reads_and_reads_never_go_back(
     assert (await gw.get(f"/v1/kv/{name}/keys/a")).content == read.content
 
 
-async def test_an_aggregate_is_read_everywhere_and_refuses_writes(
+async def test_an_origins_purges_and_what_follows_reach_its_mirror_and_aggregate(
     gw: httpx.AsyncClient, nc: nats.NATS, name: str
+) -> None:
+    """A purge is a roll-up: a copying stream that denies purges refuses to store it on
+    releases before 2.14, and its mirror or source stopped there for good."""
+    mirror, agg = f"{name}_M", f"{name}_AGG"
+    assert (await gw.put(f"/v1/kv/{name}", json={"history": 5})).status_code == 201
+    made = await gw.put(f"/v1/kv/{name}/mirrors/{mirror}", json={})
+    assert made.status_code == 201, made.text
+    origins = {"origins": [{"bucket": name}]}
+    made = await gw.put(f"/v1/kv/{agg}", json={"history": 5, "aggregate": origins})
+    assert made.status_code == 201, made.text
+    await gw.put(f"/v1/kv/{name}/keys/a", content=b"1")
+    purged = await gw.delete(f"/v1/kv/{name}/keys/a", params={"purge": "true"})
+    assert purged.status_code == 204, purged.text
+    after = (await gw.put(f"/v1/kv/{name}/keys/b", content=b"2")).json()["revision"]
+
+    async def mirrored() -> bool:
+        state = (await stream_info(nc, mirror))["state"]
+        return state["last_seq"] == after and state["messages"] == 2  # the marker, b
+
+    async def aggregated() -> bool:
+        read = await gw.get(f"/v1/kv/{agg}/keys/b")
+        return read.status_code == 200 and read.content == b"2"
+
+    await eventually(mirrored)
+    await eventually(aggregated)
+    problem(await gw.get(f"/v1/kv/{agg}/keys/a"), 404, "kv.key_not_found")
+    history = (await gw.get(f"/v1/kv/{agg}/history/a")).json()["entries"]
+    assert [e["operation"] for e in history] == ["PURGE"]
+
+
+async def test_an_aggregate_is_read_everywhere_and_refuses_writes(
+    gw: httpx.AsyncClient, nc: nats.NATS, name: str, nats_release: tuple[int, int]
 ) -> None:
     orders, users, agg = f"{name}_ORD", f"{name}_USR", f"{name}_AGG"
     for bucket in (orders, users):
@@ -133,7 +173,7 @@ async def test_an_aggregate_is_read_everywhere_and_refuses_writes(
     assert made.json()["aggregate"]["writable"] is False
     config = (await stream_info(nc, f"KV_{agg}"))["config"]
     assert not config.get("subjects")
-    assert config["deny_delete"] is True and config["deny_purge"] is True
+    assert config["deny_delete"] is True and denies_purges(config, nats_release)
     assert [(s["name"], s["subject_transforms"]) for s in config["sources"]] == [
         (f"KV_{orders}", [{"src": f"$KV.{orders}.NEW.>", "dest": f"$KV.{agg}.NEW.>"}])
     ]

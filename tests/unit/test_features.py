@@ -54,3 +54,11 @@ def test_a_feature_newer_than_the_server_is_501_naming_both() -> None:
     assert problem["detail"] == (
         "the prioritized priority policy needs nats-server 2.12+; the NATS server is 2.11.11"
     )
+
+
+def test_releases_before_2_14_refuse_copied_rollups() -> None:
+    assert features.refuses_copied_rollups("2.10.26")
+    assert features.refuses_copied_rollups("2.12.8")
+    assert not features.refuses_copied_rollups("2.14.0")
+    assert not features.refuses_copied_rollups("2.15.1")
+    assert not features.refuses_copied_rollups(None)  # unknown: its answers decide

@@ -336,3 +336,12 @@ def test_an_aggregates_sources_keep_key_names_and_read_back_as_its_origins() -> 
     body = kv_model.stream_config("AGG", writable, None)
     assert body["subjects"] == ["$KV.AGG.>"] and body["allow_rollup_hdrs"] is True
     assert not kv_model.is_read_only(body)
+
+
+def test_a_copy_takes_rollups_unless_it_already_denies_purges() -> None:
+    mirror = {"name": "M", "deny_delete": True, "deny_purge": True, "mirror": {"name": "KV_b"}}
+    taking = kv_model.taking_copied_rollups(mirror, None)
+    assert taking["allow_rollup_hdrs"] is True and "deny_purge" not in taking
+    assert taking["deny_delete"] is True and mirror["deny_purge"] is True  # (a copy)
+    # The server never turns deny_purge off: an existing copy keeps it.
+    assert kv_model.taking_copied_rollups(mirror, {"deny_purge": True}) == mirror
