@@ -33,6 +33,13 @@ CONSUMER_PAUSE = Feature("consumer pause", (2, 11))
 ATOMIC_BATCH = Feature("atomic batch publishing", (2, 12))
 COUNTERS = Feature("message counters", (2, 12))
 SCHEDULES = Feature("message schedules", (2, 12))
+# 2.12 takes "@at <time>" schedules with a target and a TTL only: any other pattern is
+# refused as invalid, and the other headers are stored without a word.
+REPEATING_SCHEDULES = Feature(
+    "repeating message schedules (@every, cron, @hourly and the like) and "
+    "Nats-Schedule-Time-Zone, -Rollup and -Source",
+    (2, 14),
+)
 
 FEATURES: tuple[Feature, ...] = (
     BATCH_DIRECT_GET,
@@ -43,6 +50,7 @@ FEATURES: tuple[Feature, ...] = (
     ATOMIC_BATCH,
     COUNTERS,
     SCHEDULES,
+    REPEATING_SCHEDULES,
 )
 
 # Stream settings an older server would drop without a word, and what they belong to.

@@ -10,7 +10,8 @@ an RFC 3339 time; ``@every`` and a Go duration of at least one second; the prede
 (``Nats-Schedule-Time-Zone``, an IANA name) is taken with cron forms only. The target (and a
 source) are literal subjects of the same stream, other than the schedule's own subject; the
 server checks that they are in the stream. The server adds ``Nats-Rollup: sub`` to the
-schedule message (one schedule per subject).
+schedule message (one schedule per subject). nats-server 2.12 takes ``@at`` schedules with a
+target and a TTL only (:func:`needs`).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from datetime import datetime
 from app import errors, validation
 from app.durations import NS_PER_SECOND, go_duration_ns, nats_ttl
 from app.errors import ErrorCode
+from app.nats import features
 from app.schemas import differs, when
 
 SCHEDULE = "Nats-Schedule"
@@ -184,6 +186,17 @@ def checked(subject: str, headers: dict[str, str]) -> dict[str, str]:
     if ROLLUP in headers and headers[ROLLUP].strip() != "sub":
         raise _invalid(f"{ROLLUP}: only 'sub' is allowed")
     return headers
+
+
+def needs(headers: dict[str, str]) -> list[features.Feature]:
+    """The releases' features a message's (checked) schedule headers use: "@at" with a target
+    and a TTL since 2.12, the rest since 2.14."""
+    schedule = headers.get(SCHEDULE)
+    if schedule is None:
+        return []
+    if not schedule.startswith("@at ") or any(h in headers for h in (SOURCE, TIME_ZONE, ROLLUP)):
+        return [features.SCHEDULES, features.REPEATING_SCHEDULES]
+    return [features.SCHEDULES]
 
 
 def _subject(name: str, value: str) -> str:

@@ -344,7 +344,7 @@ class Publisher:
         if "Nats-TTL" in headers:  # an older server would store the message without it
             self.pool.require(features.MESSAGE_TTL)
         if schedules.SCHEDULE in headers:  # ... or store it as an ordinary message
-            self.pool.require(features.SCHEDULES)
+            self.pool.require(*schedules.needs(headers))
         started = time.monotonic()
         try:
             return await self._send(message, client, timeout)
@@ -419,8 +419,8 @@ class Publisher:
         self.pool.require(features.ATOMIC_BATCH)
         if any("Nats-TTL" in m.headers for m in messages):
             self.pool.require(features.MESSAGE_TTL)
-        if any(schedules.SCHEDULE in m.headers for m in messages):
-            self.pool.require(features.SCHEDULES)
+        for message in messages:
+            self.pool.require(*schedules.needs(message.headers))
         started = time.monotonic()
         try:
             return await self._atomic(messages)

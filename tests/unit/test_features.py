@@ -15,13 +15,17 @@ def test_releases_are_read_from_versions() -> None:
 
 def test_what_each_release_lacks() -> None:
     assert features.missing("2.15.1") == []
-    assert features.missing("2.12.8") == []
+    assert [item["feature"] for item in features.missing("2.12.8")] == [
+        features.REPEATING_SCHEDULES.name
+    ]
+    assert features.missing("2.14.6") == []
     on_211 = [item["feature"] for item in features.missing("2.11.11")]
     assert on_211 == [
         "the prioritized priority policy",
         "atomic batch publishing",
         "message counters",
         "message schedules",
+        features.REPEATING_SCHEDULES.name,
     ]
     assert len(features.missing("2.10.26")) == len(features.FEATURES)
     assert features.missing("unknown") == []

@@ -5,6 +5,8 @@ from __future__ import annotations
 import pytest
 
 from app import errors
+from app.nats import features
+from app.publish import schedules
 from app.publish.schedules import check_schedule, checked
 
 
@@ -81,3 +83,19 @@ def test_headers_go_together() -> None:
     ):
         with pytest.raises(errors.InvalidInput):
             checked("a.b", {**full, **broken})
+
+
+def test_what_each_schedule_needs_of_the_server() -> None:
+    at = {"Nats-Schedule": "@at 2030-01-01T00:00:00Z", "Nats-Schedule-Target": "t"}
+    assert schedules.needs({}) == []
+    assert schedules.needs({**at, "Nats-Schedule-TTL": "5m"}) == [features.SCHEDULES]
+    repeating = [features.SCHEDULES, features.REPEATING_SCHEDULES]
+    for more in (
+        {"Nats-Schedule": "@every 5m"},
+        {"Nats-Schedule": "@hourly"},
+        {"Nats-Schedule": "0 0 9 * * *"},
+        {"Nats-Schedule-Source": "s"},
+        {"Nats-Schedule-Rollup": "sub"},
+        {"Nats-Schedule-Time-Zone": "UTC"},
+    ):
+        assert schedules.needs({**at, **more}) == repeating, more
