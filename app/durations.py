@@ -122,3 +122,11 @@ def time_for_nats(value: datetime) -> str:
     """A time as the JetStream API wants it in a request (four-digit years: strftime's %Y
     gives "1" for the year 1 on glibc, which the server cannot parse)."""
     return value.astimezone(UTC).isoformat(timespec="microseconds").replace("+00:00", "Z")
+
+
+def time_from_ns(timestamp_ns: int) -> str:
+    """A nanosecond Unix time as NATS writes it (RFC 3339, UTC, trailing zeros trimmed)."""
+    seconds, fraction = divmod(timestamp_ns, NS_PER_SECOND)
+    text = datetime.fromtimestamp(seconds, UTC).strftime("%Y-%m-%dT%H:%M:%S")
+    digits = f"{fraction:09d}".rstrip("0")
+    return f"{text}.{digits}Z" if digits else f"{text}Z"

@@ -12,11 +12,10 @@ import contextlib
 import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from typing import Any
 
 from app import errors
-from app.durations import NS_PER_SECOND, nats_time, ns_to_seconds
+from app.durations import NS_PER_SECOND, nats_time, ns_to_seconds, time_from_ns
 from app.errors import ErrorCode
 from app.nats.direct import StoredMessage
 from app.nats.scan import Delivery
@@ -110,14 +109,6 @@ def operation_of(headers: Mapping[str, Any] | None) -> str:
         # A marker reason ADR-48 does not name still means the value is gone: a delete.
         return _MARKER_OPERATIONS.get(reason, DEL)
     return PUT
-
-
-def time_from_ns(timestamp_ns: int) -> str:
-    """A nanosecond Unix time as NATS writes it (RFC 3339, UTC, trailing zeros trimmed)."""
-    seconds, fraction = divmod(timestamp_ns, NS_PER_SECOND)
-    text = datetime.fromtimestamp(seconds, UTC).strftime("%Y-%m-%dT%H:%M:%S")
-    digits = f"{fraction:09d}".rstrip("0")
-    return f"{text}.{digits}Z" if digits else f"{text}Z"
 
 
 @dataclass(frozen=True, slots=True)

@@ -20,7 +20,8 @@ leaves the other's chunks behind. ``If-Match`` / ``If-None-Match`` uploads are c
 against that version: when it no longer meets them, nothing of the upload stays.
 
 Downloads read the chunks with batched Direct Gets (ADR-31) of a few chunks at a time, the
-next batch asked for while the current one is handed on: memory per download is two batches.
+next batch asked for while the current one is handed on: memory per download is two batches
+(on nats-server 2.10, which has no batches, a batch is read by a Direct Get per chunk).
 A range starts at the chunk that holds its first byte when the object's chunks can be shown to
 be laid out regularly (:func:`_regular`); otherwise the chunks before it are read and skipped.
 """
@@ -28,6 +29,7 @@ be laid out regularly (:func:`_regular`); otherwise the chunks before it are rea
 from __future__ import annotations
 
 import asyncio
+import builtins
 import contextlib
 import contextvars
 import hashlib
@@ -42,11 +44,13 @@ import anyio
 from nats.nuid import NUID
 
 from app import errors
+from app.durations import time_from_ns
 from app.errors import ErrorCode
 from app.nats.direct import DirectGet, StoredMessage, leader_message
 from app.nats.floors import RevisionFloors
 from app.nats.jsapi import JetStreamApi, parse_response
 from app.nats.replies import Reply
+from app.nats.scan import ConsumerScan
 from app.obj import model
 from app.obj.model import CHUNK_SIZE, ObjectInfo
 from app.obj.schemas import ObjConfig
@@ -271,12 +275,30 @@ class ObjService:
         if up_to == 0:
             return out
         with _bucket_errors(bucket):
-            async for message in self.direct.multi_last(stream, [model.all_meta(bucket)], up_to):
-                item = _info_of(message)
-                if include_deleted or not item.deleted:
-                    out.append(item)
+            try:
+                every = [
+                    _info_of(message)
+                    async for message in self.direct.multi_last(
+                        stream, [model.all_meta(bucket)], up_to
+                    )
+                ]
+            except errors.BatchUnsupported:  # nats-server 2.10: by a consumer, as ADR-8 lists keys
+                every = await self._infos_by_consumer(stream, bucket)
+        out = [item for item in every if include_deleted or not item.deleted]
         out.sort(key=lambda item: item.name)
         return out
+
+    async def _infos_by_consumer(self, stream: str, bucket: str) -> builtins.list[ObjectInfo]:
+        """Every object's latest info, read by a consumer of the last meta message of each."""
+        infos: builtins.list[ObjectInfo] = []
+        async with ConsumerScan(
+            self.js, stream, [model.all_meta(bucket)], last_per_subject=True
+        ) as scan:
+            while not scan.done:
+                for message in await scan.next(256):
+                    seq, time = message.stream_seq, time_from_ns(message.timestamp_ns)
+                    infos.append(model.parse_info(message.data, seq, time))
+        return infos
 
     # -- uploads ---------------------------------------------------------------------------
 
@@ -681,11 +703,15 @@ class ObjService:
 
         async def batch(start: int, count: int) -> list[StoredMessage]:
             found: list[StoredMessage] = []
-            async for page in self.direct.batch(
-                stream, seq=start, next_by_subj=subject, limit=count
-            ):
-                if isinstance(page, list):
-                    found.extend(page)
+            try:
+                async for page in self.direct.batch(
+                    stream, seq=start, next_by_subj=subject, limit=count
+                ):
+                    if isinstance(page, list):
+                        found.extend(page)
+            except errors.BatchUnsupported:  # nats-server 2.10: a Direct Get per chunk
+                following = found[-1].seq + 1 if found else start
+                found += await self._one_by_one(stream, subject, following, count - len(found))
             return found
 
         asked = min(READ_BATCH, limit)
@@ -706,6 +732,21 @@ class ObjService:
                 ahead.cancel()
                 with contextlib.suppress(BaseException):
                     await ahead
+
+    async def _one_by_one(
+        self, stream: str, subject: str, seq: int, count: int
+    ) -> builtins.list[StoredMessage]:
+        """Up to ``count`` of the chunk subject's messages from ``seq`` on, one Direct Get
+        each (a server without batched Direct Get); fewer when the subject has no more."""
+        found: builtins.list[StoredMessage] = []
+        while len(found) < count:
+            try:
+                message = await self.direct.get(stream, {"seq": seq, "next_by_subj": subject})
+            except errors.MessageNotFound:
+                break
+            found.append(message)
+            seq = message.seq + 1
+        return found
 
     async def _chunk(self, stream: str, request: dict[str, Any]) -> StoredMessage:
         """One chunk by Direct Get, or from the stream leader when the server that answered

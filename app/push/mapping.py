@@ -37,7 +37,7 @@ from dataclasses import dataclass
 import orjson
 from nats.aio.msg import Msg
 
-from app.kv.model import time_from_ns
+from app.durations import time_from_ns
 from app.nats import headers as nats_headers
 from app.nats.acks import AckSubject
 

