@@ -96,6 +96,7 @@ async def test_a_reply_lost_in_a_later_page_ends_the_stream_after_what_came(
     assert json.loads(marker[b"problem"])["code"] == "direct.gap"
 
 
+@pytest.mark.server("2.11")  # (batched Direct Get)
 async def test_a_page_read_goes_out_when_asking_for_the_next_fails(
     gateway: httpx.AsyncClient, nc: nats.NATS, name: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -14,6 +14,7 @@ import httpx
 import nats
 import orjson
 import pyarrow as pa
+import pytest
 
 from tests.helpers import problem
 
@@ -55,6 +56,7 @@ async def consumer_count(nc: nats.NATS, stream: str, *, settle: float = 5.0) -> 
         await asyncio.sleep(0.05)
 
 
+@pytest.mark.server("2.11")  # (batched Direct Get)
 async def test_a_range_of_a_stream_without_direct_get_reads_as_a_batch_would(
     url: str, nc: nats.NATS, name: str
 ) -> None:
@@ -176,6 +178,7 @@ async def test_a_client_that_stops_reading_holds_back_the_consumer_and_one_that_
     assert await consumer_count(nc, name) == 0
 
 
+@pytest.mark.server("2.11")  # (batched Direct Get)
 async def test_a_republished_message_reads_alike_and_a_work_queue_is_refused(
     url: str, nc: nats.NATS, name: str
 ) -> None:

@@ -132,6 +132,7 @@ def test_the_page_shows_the_application_of_the_helm_example() -> None:
     assert blocks()["orders_app.py"] == CHART_APP.read_text()
 
 
+@pytest.mark.server("2.11")  # (the dead letters are read by a batched Direct Get)
 def test_the_example_through_the_api(own_nats_server: EmbeddedServer, tmp_path: Path) -> None:
     settings = gateway_settings(own_nats_server.url)
     with served_gateway(settings) as gateway, application(tmp_path) as (port, app):
