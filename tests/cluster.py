@@ -110,7 +110,13 @@ async def wait_for_stream_current(
 class Cluster:
     """Three (or ``size``) JetStream nodes routed to each other; node names ``n1``, ``n2``, ..."""
 
-    def __init__(self, base_dir: Path, size: int = 3, name: str = "jsgw-faults") -> None:
+    def __init__(
+        self,
+        base_dir: Path,
+        size: int = 3,
+        name: str = "jsgw-faults",
+        binary: str | None = None,  # another release's nats-server (tests/releases.py)
+    ) -> None:
         self.base_dir = base_dir
         cluster_ports = free_ports(size)
         routes = ",".join(f"nats-route://127.0.0.1:{port}" for port in cluster_ports)
@@ -130,6 +136,7 @@ class Cluster:
                     "--routes",
                     routes,
                 ],
+                binary=binary,
             )
 
     @property

@@ -15,13 +15,13 @@ from tests.faults.netns import partition as running_partition
 
 
 @pytest.fixture(scope="package")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+def cluster(tmp_path_factory: pytest.TempPathFactory, nats_binary: str | None) -> Iterator[Cluster]:
     """Three nats-servers routed to each other on loopback, JetStream on, meta leader elected.
 
     A test that kills a node restarts it before it ends (see ``Cluster.kill``); the fixture
     stops every node when the package's tests are done.
     """
-    nodes = _started(tmp_path_factory)
+    nodes = _started(tmp_path_factory, nats_binary)
     try:
         asyncio.run(nodes.wait_for_jetstream())
         yield nodes
@@ -29,11 +29,13 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
         nodes.stop()
 
 
-def _started(tmp_path_factory: pytest.TempPathFactory, attempts: int = 3) -> Cluster:
+def _started(
+    tmp_path_factory: pytest.TempPathFactory, binary: str | None, attempts: int = 3
+) -> Cluster:
     """The route ports are picked before the nodes bind them: if another process took one in
     between, the node exits at start-up, and a new set of ports is tried."""
     for attempt in range(attempts):
-        nodes = Cluster(tmp_path_factory.mktemp("cluster"))
+        nodes = Cluster(tmp_path_factory.mktemp("cluster"), binary=binary)
         try:
             nodes.start()
             return nodes

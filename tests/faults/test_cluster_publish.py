@@ -359,6 +359,7 @@ async def test_an_object_put_right_after_a_leader_stepdown_is_stored(healed: Clu
         assert await no_responders(http, "obj.put") > 0
 
 
+@pytest.mark.server("2.12")
 async def test_an_atomic_batch_right_after_a_leader_stepdown_is_stored(healed: Cluster) -> None:
     """A batch whose commit nobody took stored nothing: it is sent again under a new id."""
     stream = f"P{uuid.uuid4().hex[:10]}"
