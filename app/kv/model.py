@@ -318,8 +318,9 @@ def taking_copied_rollups(
     store the roll-ups it copies (an origin's purges) on a server that refuses them otherwise
     (before 2.14, :func:`app.nats.features.refuses_copied_rollups`): roll-ups allowed and
     purges not denied, where ADR-8 denies purges. Writes stay refused (a mirror and a
-    read-only aggregate have no subjects). A stream made with ``deny_purge`` keeps it: the
-    server never turns it off (such a copy is to be made again)."""
+    read-only aggregate have no subjects); the stream itself can then be purged through the
+    streams API, which ADR-8's config forbids. A stream made with ``deny_purge`` keeps it:
+    the server never turns it off (such a copy is to be made again)."""
     if existing is not None and existing.get("deny_purge"):
         return body
     body = {**body, "allow_rollup_hdrs": True}

@@ -622,7 +622,7 @@ class KVService:
         except errors.PayloadTooLarge as exc:
             # (The server counts a message's headers in it: a marker, a value by a hair under
             # the bound, can be refused for the headers a delete or a condition adds.)
-            head = message.size - len(value)
+            head = message.size - len(value) if message.headers else 0
             detail = (
                 f"the value ({len(value)} bytes) and the headers the write carries ({head} "
                 f"bytes; the server counts them too) are over the bucket's max_value_size "

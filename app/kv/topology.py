@@ -366,7 +366,7 @@ class Topologies:
                 f"aggregate {bucket!r} already has origin {source['name']!r}",
             )
         existing = config
-        config = {**existing, "sources": [*sources, source]}
+        config = self.copying({**existing, "sources": [*sources, source]}, existing)
         updated, _ = await create_or_update(self.js, self.direct, stream, config, existing=existing)
         self.read_only.mark(bucket, kv_model.is_read_only(config))
         return status_from_info(updated)

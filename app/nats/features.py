@@ -92,9 +92,11 @@ def missing(version: str | None) -> list[dict[str, str]]:
 
 def refuses_copied_rollups(version: str | None) -> bool:
     """Does the server of ``version`` refuse the roll-ups a mirror or a source copies into a
-    stream that denies them (:data:`COPIED_ROLLUPS`)? (An unknown version: taken as new.)"""
+    stream that denies them (:data:`COPIED_ROLLUPS`)? An unknown version is taken as one that
+    does: the config this decides is kept for good (the server never turns deny_purge off),
+    and the one for such a server works on every release."""
     have = release(version)
-    return have is not None and have < COPIED_ROLLUPS
+    return have is None or have < COPIED_ROLLUPS
 
 
 def require(version: str | None, feature: Feature) -> None:

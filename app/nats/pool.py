@@ -611,6 +611,11 @@ class NatsPool:
         for feature in wanted:
             features.require(version, feature)
 
+    def offers(self, feature: features.Feature) -> bool:
+        """Does the connected server offer ``feature`` (an unknown version: as if it did)?"""
+        have = features.release(self.server_info().get("version"))
+        return have is None or have >= feature.since
+
     def server_info(self) -> dict[str, Any]:
         for slot in self._slots:
             if slot.up and slot.client is not None:

@@ -46,6 +46,7 @@ from nats.nuid import NUID
 from app import errors
 from app.durations import time_from_ns
 from app.errors import ErrorCode
+from app.nats import features
 from app.nats.direct import DirectGet, StoredMessage, leader_message
 from app.nats.floors import RevisionFloors
 from app.nats.jsapi import JetStreamApi, parse_response
@@ -283,22 +284,29 @@ class ObjService:
                     )
                 ]
             except errors.BatchUnsupported:  # nats-server 2.10: by a consumer, as ADR-8 lists keys
-                every = await self._infos_by_consumer(stream, bucket)
+                every = await self._infos_by_consumer(stream, bucket, up_to)
         out = [item for item in every if include_deleted or not item.deleted]
         out.sort(key=lambda item: item.name)
         return out
 
-    async def _infos_by_consumer(self, stream: str, bucket: str) -> builtins.list[ObjectInfo]:
-        """Every object's latest info, read by a consumer of the last meta message of each."""
-        infos: builtins.list[ObjectInfo] = []
+    async def _infos_by_consumer(
+        self, stream: str, bucket: str, up_to: int
+    ) -> builtins.list[ObjectInfo]:
+        """Every object's latest info up to sequence ``up_to`` (as multi_last reads them), by a
+        consumer of the last meta message of each: what is written while it reads comes
+        after those, and is left out."""
+        latest: dict[str, ObjectInfo] = {}
         async with ConsumerScan(
             self.js, stream, [model.all_meta(bucket)], last_per_subject=True
         ) as scan:
             while not scan.done:
                 for message in await scan.next(256):
-                    seq, time = message.stream_seq, time_from_ns(message.timestamp_ns)
-                    infos.append(model.parse_info(message.data, seq, time))
-        return infos
+                    if message.stream_seq > up_to:
+                        return builtins.list(latest.values())
+                    stamp = time_from_ns(message.timestamp_ns)
+                    info = model.parse_info(message.data, message.stream_seq, stamp)
+                    latest[message.subject] = info
+        return builtins.list(latest.values())
 
     # -- uploads ---------------------------------------------------------------------------
 
@@ -702,6 +710,8 @@ class ObjService:
         batches, the next batch asked for while one is handed on; ends at a short batch."""
 
         async def batch(start: int, count: int) -> list[StoredMessage]:
+            if not self.js.pool.offers(features.BATCH_DIRECT_GET):
+                return await self._one_by_one(stream, subject, start, count)
             found: list[StoredMessage] = []
             try:
                 async for page in self.direct.batch(

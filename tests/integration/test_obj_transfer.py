@@ -46,6 +46,7 @@ async def _batches(client: httpx.AsyncClient) -> float:
     return 0.0
 
 
+@pytest.mark.server("2.11")  # (counts the batched Direct Gets it takes)
 async def test_ranges_read_only_the_chunks_that_hold_them(
     client: httpx.AsyncClient, name: str
 ) -> None:
