@@ -19,6 +19,25 @@ from tests.integration.test_kv_watch import client, watching  # noqa: F401 (fixt
 JSON_ACCEPT = {"Accept": "application/json"}
 
 
+async def stored_operations(nc: nats.NATS, bucket: str, key: str) -> list[str]:
+    """The KV operation of each stored message of ``key``, oldest first, read one message get
+    at a time. (nats-py's ``KeyValue.history`` can come back empty for a key with one
+    message: its watcher takes a consumer info saying nothing is pending for the end when the
+    message has been delivered but not yet handed to it.)"""
+    js = nc.jetstream()
+    operations: list[str] = []
+    seq = 1
+    while True:
+        try:
+            msg = await js.get_msg(
+                f"KV_{bucket}", seq=seq, subject=f"$KV.{bucket}.{key}", next=True
+            )
+        except nats.js.errors.NotFoundError:
+            return operations
+        operations.append((msg.headers or {}).get("KV-Operation", "PUT"))
+        seq = (msg.seq or seq) + 1
+
+
 async def test_gateway_writes_read_by_nats_py(
     gateway: httpx.AsyncClient, nc: nats.NATS, name: str
 ) -> None:
@@ -46,8 +65,7 @@ async def test_gateway_writes_read_by_nats_py(
     with pytest.raises(nats.js.errors.KeyNotFoundError):
         await kv.get("cfg.new")
     await gateway.delete(f"/v1/kv/{name}/keys/cfg.db?purge=true")
-    history = await kv.history("cfg.db")
-    assert [e.operation for e in history] == ["PURGE"]
+    assert await stored_operations(nc, name, "cfg.db") == ["PURGE"]
     # nats-py's Create works over the key the gateway deleted, like the gateway's does.
     assert await kv.create("cfg.new", b"again") == 6
     assert sorted(await kv.keys()) == ["cfg.new"]
