@@ -275,7 +275,8 @@ async def test_consume_is_refused_on_a_consumer_that_reaches_a_deny(world: World
     await _consumer(w, "worker-eu", filter_subject=f"{low}.eu.>")
     await _consumer(w, "worker-3", filter_subject=f"{low}.secret.>")
     await _consumer(w, "worker-all")
-    await _consumer(w, "worker-multi", filter_subjects=[f"{low}.eu.>", f"{low}.*.42"])
+    # (Filters that do not overlap: nats-server 2.11 refuses overlapping ones.)
+    await _consumer(w, "worker-multi", filter_subjects=[f"{low}.eu.1", f"{low}.*.42"])
     base = f"/v1/streams/{w.stream}/consumers"
     # An admin's ack token of a secret message, handed to the reader.
     fetched = await _fetch(w, ADMIN, "worker-3", 1)
