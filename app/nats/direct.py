@@ -22,6 +22,7 @@ import orjson
 from app import errors
 from app.durations import nats_time
 from app.errors import ErrorCode, NoResponders
+from app.nats import features
 from app.nats.headers import folded, parse_b64, split_block, values_of
 from app.nats.jsapi import JetStreamApi
 from app.nats.pool import NatsPool
@@ -390,6 +391,10 @@ class DirectGet:
         yield eob
 
     async def _open(self, stream: str) -> _Inbox:
+        """The inbox of one batched read; refused at once (nothing sent) by a server whose
+        release has no batches (nats-server 2.10), whose callers read another way."""
+        if not self.pool.offers(features.BATCH_DIRECT_GET):
+            raise _batch_unsupported()
         self._check_direct(stream)
         inbox = _Inbox()
         await inbox.open(self.pool)

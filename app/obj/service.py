@@ -46,7 +46,6 @@ from nats.nuid import NUID
 from app import errors
 from app.durations import time_from_ns
 from app.errors import ErrorCode
-from app.nats import features
 from app.nats.direct import DirectGet, StoredMessage, leader_message
 from app.nats.floors import RevisionFloors
 from app.nats.jsapi import JetStreamApi, parse_response
@@ -710,8 +709,6 @@ class ObjService:
         batches, the next batch asked for while one is handed on; ends at a short batch."""
 
         async def batch(start: int, count: int) -> list[StoredMessage]:
-            if not self.js.pool.offers(features.BATCH_DIRECT_GET):
-                return await self._one_by_one(stream, subject, start, count)
             found: list[StoredMessage] = []
             try:
                 async for page in self.direct.batch(

@@ -10,11 +10,14 @@ own (``tests/releases.py``).
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import httpx
+import nats
 import pytest
+from nats.aio.msg import Msg
 
 from app.nats.embedded import EmbeddedServer
 from tests.helpers import gateway_settings, problem, running_gateway, served_gateway
@@ -143,6 +146,41 @@ async def test_objects_are_listed_and_read_without_batched_direct_get(
     assert [(o["name"], o["size"]) for o in listed] == [("big", len(data))]
     every = await old.get(f"/v1/obj/{name}/objects", params={"include_deleted": "true"})
     assert sorted(o["name"] for o in every.json()["objects"]) == ["big", "gone"]
+
+
+async def test_no_batch_is_asked_of_a_release_without_them(
+    old_server: EmbeddedServer, old: httpx.AsyncClient, name: str
+) -> None:
+    """What reads in batches on newer releases goes straight to its other way on 2.10: no
+    batch request is sent first to be refused (a round trip per read for nothing)."""
+    asked: list[dict[str, object]] = []
+    spy = await nats.connect(old_server.url)
+    try:
+
+        async def noted(msg: Msg) -> None:
+            if msg.data:  # (a subject-appended get has no body)
+                asked.append(json.loads(msg.data))
+
+        sub = await spy.subscribe("$JS.API.DIRECT.GET.>", cb=noted)
+        await spy.flush()
+        assert (await old.put(f"/v1/kv/{name}", json={"history": 5})).status_code == 201
+        for value in (b"1", b"2"):
+            await old.put(f"/v1/kv/{name}/keys/a", content=value)
+        assert (await old.get(f"/v1/kv/{name}/history/a")).status_code == 200
+        at = await old.get(f"/v1/kv/{name}/keys/a", params={"revision": 1})
+        assert at.status_code == 200 and at.content == b"1"
+        assert (await old.put(f"/v1/obj/{name}", json={})).status_code == 201
+        data = bytes(range(256)) * 600  # two chunks
+        assert (await old.put(f"/v1/obj/{name}/objects/o", content=data)).status_code == 201
+        assert (await old.get(f"/v1/obj/{name}/objects/o")).content == data
+        assert (await old.get(f"/v1/obj/{name}/objects")).status_code == 200
+        await spy.flush()
+        await sub.unsubscribe()
+    finally:
+        await spy.close()
+    assert asked, "the spy saw no Direct Get"
+    batches = [request for request in asked if {"batch", "multi_last"} & request.keys()]
+    assert not batches, batches
 
 
 async def test_what_needs_a_newer_server_answers_501_naming_it(
