@@ -7,7 +7,7 @@ nanoseconds. Responses give seconds. Times are RFC 3339 UTC strings.
 from __future__ import annotations
 
 import re
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 
 NS_PER_SECOND = 1_000_000_000
@@ -27,6 +27,8 @@ MAX_DURATION_NS = 2**63 - 1
 _ZERO_TIME_PREFIX = "0001-01-01"
 MIN_TIME = "0001-01-01T00:00:00Z"
 MAX_TIME = "9999-12-31T23:59:59.999999Z"
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_MICROSECOND = timedelta(microseconds=1)
 """The range of times a request may give, once in UTC (Python's, within RFC 3339's)."""
 
 
@@ -122,6 +124,11 @@ def time_for_nats(value: datetime) -> str:
     """A time as the JetStream API wants it in a request (four-digit years: strftime's %Y
     gives "1" for the year 1 on glibc, which the server cannot parse)."""
     return value.astimezone(UTC).isoformat(timespec="microseconds").replace("+00:00", "Z")
+
+
+def ns_from_time(value: datetime) -> int:
+    """A time as nanoseconds since the Unix epoch (exact, before 1970 too)."""
+    return (value - _EPOCH) // _MICROSECOND * 1000
 
 
 def time_from_ns(timestamp_ns: int) -> str:

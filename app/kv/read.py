@@ -1,12 +1,15 @@
-"""Consistent multi-key reads of a bucket: every entry as of one revision (ADR-31 multi_last)."""
+"""Consistent multi-key reads of a bucket: every entry as of one revision (ADR-31 multi_last;
+on nats-server 2.10, which has no multi_last, consumers of the bucket's stream)."""
 
 from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
+from datetime import datetime
 
 from app import errors, validation
 from app.direct.service import DirectService
+from app.durations import ns_from_time, parse_time, time_for_nats
 from app.errors import ErrorCode
 from app.kv.model import (
     Entry,
@@ -40,7 +43,8 @@ async def read_at(
     Only the bucket's own stream answers: a mirror with ``mirror_direct`` may take the
     Direct Get, and it may be behind the revision or keep other limits. Its answer is
     dropped (``on_mirrored`` is called) and the keys are read again by consumers on the
-    bucket's stream, up to the same revision.
+    bucket's stream, up to the same revision. So is every read on a server without
+    multi_last (nats-server 2.10), the revision fixed first (:func:`_revision_by_consumer`).
     """
     subjects = []
     for key_filter in dict.fromkeys(key_filters):
@@ -51,13 +55,19 @@ async def read_at(
         subjects.append(filter_subject(bucket, key_filter))
     stream = stream_name(bucket)
     with bucket_errors(bucket):
-        revision, messages = await direct.multi(
-            stream, subjects, up_to_seq=at_revision, up_to_time=at_time, page_size=None
-        )
-        found = [entry_from_message(bucket, message) for message in messages]
-        if any(entry.stream != stream for entry in found):
-            on_mirrored()
+        try:
+            revision, messages = await direct.multi(
+                stream, subjects, up_to_seq=at_revision, up_to_time=at_time, page_size=None
+            )
+        except errors.BatchUnsupported:  # refused before anything was read (at_time is valid)
+            when = parse_time(at_time) if at_time else None
+            revision = await _revision_by_consumer(direct.js, bucket, at_revision, when)
             found = await _read_by_consumer(direct.js, bucket, subjects, revision)
+        else:
+            found = [entry_from_message(bucket, message) for message in messages]
+            if any(entry.stream != stream for entry in found):
+                on_mirrored()
+                found = await _read_by_consumer(direct.js, bucket, subjects, revision)
     entries = []
     for entry in found:
         if entry.operation != "PUT":
@@ -67,6 +77,29 @@ async def read_at(
         entries.append(entry)
     entries.sort(key=lambda e: e.key)
     return revision, entries
+
+
+async def _revision_by_consumer(
+    js: JetStreamApi, bucket: str, at_revision: int | None, at_time: datetime | None
+) -> int:
+    """The revision a read is pinned to, without Direct Get: ``at_revision``; else the one
+    before the first message stored at or after ``at_time`` (a consumer that starts there),
+    as the multi read resolves it; else the bucket's last. The last is read first: a message
+    stored later is after it. (nats-server 2.10 starts a consumer at the first message when
+    none is as late as its start time: a first message from before it means none.)"""
+    if at_revision is not None:
+        return at_revision
+    stream = stream_name(bucket)
+    info = await js.call("stream.info", "STREAM", "INFO", stream)
+    last = int((info.get("state") or {}).get("last_seq", 0))
+    if at_time is not None:
+        every_key = [filter_subject(bucket, ">")]
+        start = time_for_nats(at_time)
+        async with ConsumerScan(js, stream, every_key, start_time=start) as scan:
+            first = await scan.next(1)
+        if first and first[0].timestamp_ns >= ns_from_time(at_time):
+            return min(first[0].stream_seq - 1, last)
+    return last
 
 
 async def _read_by_consumer(

@@ -466,6 +466,8 @@ class DirectGet:
         if up_to_seq is not None:
             return up_to_seq
         if up_to_time is not None:
+            if not self.pool.offers(features.BATCH_DIRECT_GET):  # (start_time came with it)
+                raise _batch_unsupported()
             try:
                 first_after = await self.get(stream, {"start_time": up_to_time})
                 return first_after.seq - 1

@@ -60,7 +60,8 @@ class ConsumerScan:
     """``async with ConsumerScan(...) as scan``: read ``await scan.next(n)`` until ``done``.
 
     ``filters`` are subject filters (one, or several for ``filter_subjects``). The scan starts
-    at ``start_seq``, or from the beginning, or with the last message of every subject
+    at ``start_seq``, or at the first message stored at or after ``start_time`` (a NATS time
+    text), or from the beginning, or with the last message of every subject
     (``last_per_subject``).
     """
 
@@ -71,6 +72,7 @@ class ConsumerScan:
         filters: list[str],
         *,
         start_seq: int | None = None,
+        start_time: str | None = None,
         last_per_subject: bool = False,
         headers_only: bool = False,
     ) -> None:
@@ -78,6 +80,7 @@ class ConsumerScan:
         self.stream = stream
         self.filters = filters
         self.start_seq = start_seq
+        self.start_time = start_time
         self.last_per_subject = last_per_subject
         self.headers_only = headers_only
         self.name: str | None = None
@@ -102,6 +105,9 @@ class ConsumerScan:
         elif self.start_seq is not None and self.start_seq > 1:
             config["deliver_policy"] = "by_start_sequence"
             config["opt_start_seq"] = self.start_seq
+        elif self.start_time is not None:
+            config["deliver_policy"] = "by_start_time"
+            config["opt_start_time"] = self.start_time
         else:
             config["deliver_policy"] = "all"
         return config

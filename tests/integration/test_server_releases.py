@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import AsyncIterator, Iterator
+from datetime import datetime, timedelta
 from pathlib import Path
 
 import httpx
@@ -128,6 +129,46 @@ async def test_a_read_at_a_revision_counts_the_newer_ones(
     assert consumers["total"] == 0, consumers
 
 
+async def test_a_consistent_read_by_consumers(old: httpx.AsyncClient, name: str) -> None:
+    """A multi-key read as of one revision (``POST /v1/kv/{bucket}/read``) without
+    multi_last: the revision fixed first (the last, or the one before a time), then the keys
+    read up to it by consumers of the bucket's stream, which are gone after."""
+    assert (await old.put(f"/v1/kv/{name}", json={"history": 5})).status_code == 201
+    problem(await old.post(f"/v1/kv/{name}/read", json={"keys": ["a"], "at_time": "x"}), 400)
+    empty = await old.post(f"/v1/kv/{name}/read", json={"keys": [">"]})
+    assert empty.status_code == 200 and empty.json() == {"revision": 0, "entries": []}
+    await old.put(f"/v1/kv/{name}/keys/a", content=b"a1")
+    await old.put(f"/v1/kv/{name}/keys/b.x", content=b"b1")
+    await asyncio.sleep(0.05)
+    between = await old.get(f"/v1/kv/{name}/keys/b.x", headers={"Accept": "application/json"})
+    later = between.json()["created"]
+    await asyncio.sleep(0.05)
+    await old.put(f"/v1/kv/{name}/keys/a", content=b"a2")
+    await old.delete(f"/v1/kv/{name}/keys/b.x")
+    await old.put(f"/v1/kv/{name}/keys/c", content=b"c1")
+
+    async def read(**body: object) -> tuple[int, list[tuple[str, int, str]]]:
+        answer = await old.post(f"/v1/kv/{name}/read", json=body)
+        assert answer.status_code == 200, answer.text
+        entries = answer.json()["entries"]
+        return answer.json()["revision"], [
+            (e["key"], e["revision"], e["operation"]) for e in entries
+        ]
+
+    now = await read(keys=[">"])
+    assert now == (5, [("a", 3, "PUT"), ("c", 5, "PUT")])
+    assert await read(keys=["a", "b.*"], include_deleted=True) == (
+        5,
+        [("a", 3, "PUT"), ("b.x", 4, "DEL")],
+    )
+    assert await read(keys=[">"], at_revision=2) == (2, [("a", 1, "PUT"), ("b.x", 2, "PUT")])
+    # After the second write's time, before the third: as of revision 2.
+    at = datetime.fromisoformat(later) + timedelta(milliseconds=20)
+    assert await read(keys=["a"], at_time=at.isoformat()) == (2, [("a", 1, "PUT")])
+    assert await read(keys=["a"], at_time="2999-01-01T00:00:00Z") == (5, [("a", 3, "PUT")])
+    assert (await old.get(f"/v1/streams/KV_{name}/consumers")).json()["total"] == 0
+
+
 async def test_objects_are_listed_and_read_without_batched_direct_get(
     old: httpx.AsyncClient, name: str
 ) -> None:
@@ -174,12 +215,14 @@ async def test_no_batch_is_asked_of_a_release_without_them(
         assert (await old.put(f"/v1/obj/{name}/objects/o", content=data)).status_code == 201
         assert (await old.get(f"/v1/obj/{name}/objects/o")).content == data
         assert (await old.get(f"/v1/obj/{name}/objects")).status_code == 200
+        read = {"keys": [">"], "at_time": "2020-01-01T00:00:00Z"}
+        assert (await old.post(f"/v1/kv/{name}/read", json=read)).status_code == 200
         await spy.flush()
         await sub.unsubscribe()
     finally:
         await spy.close()
     assert asked, "the spy saw no Direct Get"
-    batches = [request for request in asked if {"batch", "multi_last"} & request.keys()]
+    batches = [r for r in asked if {"batch", "multi_last", "start_time"} & r.keys()]
     assert not batches, batches
 
 

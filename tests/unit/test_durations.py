@@ -6,7 +6,14 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from app.durations import format_time, ns_to_seconds, parse_duration_ns, parse_time, time_for_nats
+from app.durations import (
+    format_time,
+    ns_from_time,
+    ns_to_seconds,
+    parse_duration_ns,
+    parse_time,
+    time_for_nats,
+)
 
 
 @pytest.mark.parametrize(
@@ -110,3 +117,9 @@ def test_any_rfc3339_time_parses_or_is_a_value_error(moment: datetime, minutes: 
         return
     assert parsed.tzinfo is UTC
     assert len(time_for_nats(parsed)) == len("2024-05-01T10:00:00.000000Z")
+
+
+def test_a_time_in_nanoseconds_is_exact_on_both_sides_of_the_epoch() -> None:
+    assert ns_from_time(parse_time("2026-11-22T14:30:27.810762Z")) == (1_795_357_827_810_762_000)
+    assert ns_from_time(parse_time("1969-12-31T23:59:58.5Z")) == -1_500_000_000
+    assert ns_from_time(parse_time("1970-01-01T01:00:00+01:00")) == 0
