@@ -7,7 +7,6 @@ import base64
 from datetime import UTC, datetime
 
 import httpx
-import pytest
 
 from tests.helpers import problem
 
@@ -19,7 +18,6 @@ def values(body: dict) -> dict[str, str | None]:
     }
 
 
-@pytest.mark.server("2.11")
 async def test_users_example_at_every_revision(gateway: httpx.AsyncClient, name: str) -> None:
     assert (await gateway.put(f"/v1/kv/{name}", json={"history": 5})).status_code == 201
     writes = [("1234.name", "Bob"), ("1234.surname", "Smith"), ("1234.address", "1 Main Street")]
@@ -60,7 +58,6 @@ async def test_users_example_at_every_revision(gateway: httpx.AsyncClient, name:
     assert set(entry) >= {"bucket", "key", "value", "revision", "created", "operation"}
 
 
-@pytest.mark.server("2.11")
 async def test_more_keys_than_one_server_request(gateway: httpx.AsyncClient, name: str) -> None:
     assert (await gateway.put(f"/v1/kv/{name}", json={})).status_code == 201
     keys = [f"k.{i}" for i in range(1500)]
