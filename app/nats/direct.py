@@ -391,11 +391,12 @@ class DirectGet:
         yield eob
 
     async def _open(self, stream: str) -> _Inbox:
-        """The inbox of one batched read; refused at once (nothing sent) by a server whose
-        release has no batches (nats-server 2.10), whose callers read another way."""
+        """The inbox of one batched read; refused at once (nothing sent) for a stream known
+        not to allow Direct Get, or by a server whose release has no batches (nats-server
+        2.10: callers that can read another way do)."""
+        self._check_direct(stream)
         if not self.pool.offers(features.BATCH_DIRECT_GET):
             raise _batch_unsupported()
-        self._check_direct(stream)
         inbox = _Inbox()
         await inbox.open(self.pool)
         return inbox

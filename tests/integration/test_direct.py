@@ -163,6 +163,7 @@ async def test_batch_respects_max_bytes(gateway: httpx.AsyncClient, name: str) -
     assert lines[-1]["num_pending"] == 20 - len(messages)
 
 
+@pytest.mark.server("2.11")
 async def test_batch_of_nothing(gateway: httpx.AsyncClient, name: str) -> None:
     await make_stream(gateway, name)
     await publish(gateway, f"{name}.x", b"1")

@@ -37,6 +37,7 @@ def reply_block(name: str, seq: int, last: int, trace: str | None = None) -> byt
 EOB = b"NATS/1.0 204 EOB\r\nNats-Num-Pending: 3\r\nNats-Last-Sequence: 2\r\n\r\n"
 
 
+@pytest.mark.server("2.11")  # (2.10: no batch is sent)
 async def test_a_reply_lost_in_a_later_page_ends_the_stream_after_what_came(
     gateway: httpx.AsyncClient, lean: LeanClient, name: str
 ) -> None:
