@@ -27,8 +27,6 @@ MAX_DURATION_NS = 2**63 - 1
 _ZERO_TIME_PREFIX = "0001-01-01"
 MIN_TIME = "0001-01-01T00:00:00Z"
 MAX_TIME = "9999-12-31T23:59:59.999999Z"
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-_MICROSECOND = timedelta(microseconds=1)
 """The range of times a request may give, once in UTC (Python's, within RFC 3339's)."""
 
 
@@ -120,10 +118,26 @@ def nats_time(value: str | None) -> str | None:
     return value
 
 
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_MICROSECOND = timedelta(microseconds=1)
+# The last time a Go int64 of nanoseconds since the epoch holds. nats-server finds the first
+# message stored at or after a start time by such a number (UnixNano): past it, or before
+# 1678, the time wraps around (a Direct Get from a start time in 2999 answered a stream's
+# first message). Every message is stored between the epoch and this.
+_LATEST_FOR_NATS = datetime(2262, 4, 11, 23, 47, 16, 854775, tzinfo=UTC)
+
+
 def time_for_nats(value: datetime) -> str:
     """A time as the JetStream API wants it in a request (four-digit years: strftime's %Y
     gives "1" for the year 1 on glibc, which the server cannot parse)."""
     return value.astimezone(UTC).isoformat(timespec="microseconds").replace("+00:00", "Z")
+
+
+def start_time_for_nats(value: datetime) -> str:
+    """A time the server is to find the first message at or after (a Direct Get's
+    ``start_time``), as :func:`time_for_nats` writes it: one outside what the server's clock
+    holds is sent as the nearest end of it, which finds the same message (or none)."""
+    return time_for_nats(min(max(value, _EPOCH), _LATEST_FOR_NATS))
 
 
 def ns_from_time(value: datetime) -> int:

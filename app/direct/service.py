@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from app import errors, validation
-from app.durations import parse_time, time_for_nats
+from app.durations import parse_time, start_time_for_nats
 from app.errors import ErrorCode
 from app.nats.direct import DirectGet, EndOfBatch, StoredMessage
 from app.nats.jsapi import JetStreamApi
@@ -68,7 +68,7 @@ def _literal(name: str, value: str) -> str:
 
 def nats_time_param(name: str, value: str) -> str:
     try:
-        return time_for_nats(parse_time(value))
+        return start_time_for_nats(parse_time(value))
     except ValueError as exc:
         raise errors.InvalidInput(ErrorCode.REQUEST_INVALID, f"{name}: {exc}") from None
 
@@ -138,6 +138,7 @@ class DirectService:
                 ErrorCode.REQUEST_INVALID, "up_to_seq and up_to_time exclude each other"
             )
         time_param = nats_time_param("up_to_time", up_to_time) if up_to_time else None
+        self.direct.check_batches(stream)  # (before the stream's info is asked for nothing)
         pinned = await self.direct.resolve_up_to(stream, up_to_seq, time_param)
         if pinned == 0:
             return 0, []

@@ -79,6 +79,13 @@ async def test_single_reads(gateway: httpx.AsyncClient, name: str) -> None:
     problem(await gateway.get(f"/v1/streams/{name}/last/{name}.zzz"), 404, "message.not_found")
     future = (datetime.now(UTC) + timedelta(hours=1)).isoformat()
     problem(await gateway.get(f"/v1/streams/{name}/direct", params={"start_time": future}), 404)
+    # Times the server's nanosecond clock cannot hold (past 2262, before 1678) wrapped around:
+    # 2999 found the first message, and 1500 none.
+    for far in ("2999-01-01T00:00:00Z", "9999-12-31T23:59:59Z"):
+        problem(await gateway.get(f"/v1/streams/{name}/direct", params={"start_time": far}), 404)
+    for early in ("1500-01-01T00:00:00Z", "0001-01-01T00:00:00Z", "1969-07-20T20:17:40Z"):
+        found = await gateway.get(f"/v1/streams/{name}/direct", params={"start_time": early})
+        assert found.content == b"a1", (early, found.status_code, found.text)
 
 
 async def test_stream_without_allow_direct_is_409_at_once(

@@ -12,6 +12,7 @@ from app.durations import (
     ns_to_seconds,
     parse_duration_ns,
     parse_time,
+    start_time_for_nats,
     time_for_nats,
 )
 
@@ -102,6 +103,23 @@ def test_times_out_of_range_once_in_utc_are_value_errors(value: str) -> None:
 )
 def test_times_for_nats_have_four_digit_years(value: str, sent: str) -> None:
     assert time_for_nats(parse_time(value)) == sent
+
+
+@pytest.mark.parametrize(
+    ("value", "sent"),
+    [
+        ("0001-01-01T00:00:00Z", "1970-01-01T00:00:00.000000Z"),
+        ("1500-01-01T00:00:00Z", "1970-01-01T00:00:00.000000Z"),
+        ("1970-01-01T00:00:00.000001Z", "1970-01-01T00:00:00.000001Z"),
+        ("2262-04-11T23:47:16.854775Z", "2262-04-11T23:47:16.854775Z"),
+        ("2262-04-11T23:47:16.854776Z", "2262-04-11T23:47:16.854775Z"),
+        ("9999-12-31T23:59:59.999999Z", "2262-04-11T23:47:16.854775Z"),
+        ("2024-05-01T12:00:00+02:00", "2024-05-01T10:00:00.000000Z"),
+    ],
+)
+def test_start_times_stay_within_the_servers_nanosecond_clock(value: str, sent: str) -> None:
+    # nats-server finds a start time's message by int64 nanoseconds: outside, times wrap.
+    assert start_time_for_nats(parse_time(value)) == sent
 
 
 @given(
