@@ -9,7 +9,7 @@ from datetime import datetime
 
 from app import errors, validation
 from app.direct.service import DirectService
-from app.durations import ns_from_time, parse_time, time_for_nats
+from app.durations import ns_from_time, parse_time, start_time_for_nats
 from app.errors import ErrorCode
 from app.kv.model import (
     Entry,
@@ -19,6 +19,7 @@ from app.kv.model import (
     filter_subject,
     stream_name,
 )
+from app.nats.direct import MAX_MULTI_SUBJECTS, too_many_subjects
 from app.nats.jsapi import JetStreamApi
 from app.nats.scan import ConsumerScan, Delivery
 
@@ -43,8 +44,9 @@ async def read_at(
     Only the bucket's own stream answers: a mirror with ``mirror_direct`` may take the
     Direct Get, and it may be behind the revision or keep other limits. Its answer is
     dropped (``on_mirrored`` is called) and the keys are read again by consumers on the
-    bucket's stream, up to the same revision. So is every read on a server without
-    multi_last (nats-server 2.10), the revision fixed first (:func:`_revision_by_consumer`).
+    bucket's stream, up to the same revision. So is every read of a bucket without Direct
+    Get, or on a server without multi_last (nats-server 2.10), the revision fixed first
+    (:func:`_revision_by_consumer`), as ADR-8 reads without Direct Get.
     """
     subjects = []
     for key_filter in dict.fromkeys(key_filters):
@@ -59,9 +61,8 @@ async def read_at(
             revision, messages = await direct.multi(
                 stream, subjects, up_to_seq=at_revision, up_to_time=at_time, page_size=None
             )
-        except errors.BatchUnsupported:  # refused before anything was read (at_time is valid)
-            when = parse_time(at_time) if at_time else None
-            revision = await _revision_by_consumer(direct.js, bucket, at_revision, when)
+        except (errors.DirectNotAllowed, errors.BatchUnsupported):
+            revision = await _revision_by_consumer(direct.js, bucket, at_revision, _time(at_time))
             found = await _read_by_consumer(direct.js, bucket, subjects, revision)
         else:
             found = [entry_from_message(bucket, message) for message in messages]
@@ -79,14 +80,21 @@ async def read_at(
     return revision, entries
 
 
+def _time(at_time: str | None) -> datetime | None:
+    try:
+        return parse_time(at_time) if at_time else None
+    except ValueError as exc:
+        raise errors.InvalidInput(ErrorCode.REQUEST_INVALID, f"at_time: {exc}") from None
+
+
 async def _revision_by_consumer(
     js: JetStreamApi, bucket: str, at_revision: int | None, at_time: datetime | None
 ) -> int:
     """The revision a read is pinned to, without Direct Get: ``at_revision``; else the one
     before the first message stored at or after ``at_time`` (a consumer that starts there),
     as the multi read resolves it; else the bucket's last. The last is read first: a message
-    stored later is after it. (nats-server 2.10 starts a consumer at the first message when
-    none is as late as its start time: a first message from before it means none.)"""
+    stored later is after it. (A first message from before the time, which a server should
+    not start at, means none is as late.)"""
     if at_revision is not None:
         return at_revision
     stream = stream_name(bucket)
@@ -94,7 +102,7 @@ async def _revision_by_consumer(
     last = int((info.get("state") or {}).get("last_seq", 0))
     if at_time is not None:
         every_key = [filter_subject(bucket, ">")]
-        start = time_for_nats(at_time)
+        start = start_time_for_nats(at_time)
         async with ConsumerScan(js, stream, every_key, start_time=start) as scan:
             first = await scan.next(1)
         if first and first[0].timestamp_ns >= ns_from_time(at_time):
@@ -106,12 +114,20 @@ async def _read_by_consumer(
     js: JetStreamApi, bucket: str, subjects: list[str], revision: int
 ) -> list[Entry]:
     """The last entry of each key matching ``subjects`` up to ``revision``, from the bucket's
-    own stream: one ordered scan of all the filters when they are keys (which never overlap,
-    as a consumer's filters must not), else one scan per filter."""
-    wildcard = any("*" in s.split(".") or ">" in s.split(".") for s in subjects)
-    groups = [[s] for s in subjects] if wildcard else [subjects]
+    own stream: one ordered scan of the keys named (which never overlap, as a consumer's
+    filters must not), and one of each wildcard filter, which may match no more keys than a
+    multi_last request may (413 past it, as there)."""
+    if revision == 0:
+        return []
+    named = [s for s in subjects if not _wildcard(s)]
+    scans: list[tuple[list[str], int | None]] = [
+        ([s], MAX_MULTI_SUBJECTS) for s in subjects if _wildcard(s)
+    ]
+    if named:
+        scans.append((named, None))
     last: dict[str, Delivery] = {}
-    for filters in groups:
+    for filters, most in scans:
+        matched: set[str] = set()
         async with ConsumerScan(js, stream_name(bucket), filters) as scan:
             while not scan.done:
                 batch = await scan.next(_SCAN_BATCH)
@@ -120,5 +136,14 @@ async def _read_by_consumer(
                         scan.done = True
                         break
                     last[message.subject] = message
+                    if most is not None:
+                        matched.add(message.subject)
+                        if len(matched) > most:
+                            raise too_many_subjects()
     ordered = sorted(last.values(), key=lambda m: m.stream_seq)
     return [dataclasses.replace(entry_from_delivery(bucket, m), delta=None) for m in ordered]
+
+
+def _wildcard(subject: str) -> bool:
+    tokens = subject.split(".")
+    return "*" in tokens or ">" in tokens

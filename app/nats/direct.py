@@ -390,13 +390,17 @@ class DirectGet:
             await inbox.close()
         yield eob
 
-    async def _open(self, stream: str) -> _Inbox:
-        """The inbox of one batched read; refused at once (nothing sent) for a stream known
-        not to allow Direct Get, or by a server whose release has no batches (nats-server
-        2.10: callers that can read another way do)."""
+    def check_batches(self, stream: str) -> None:
+        """Refuse a batched read at once, nothing sent: of a stream known not to allow Direct
+        Get (409), or when the server's release has no batches (501: nats-server 2.10;
+        callers that can read another way do)."""
         self._check_direct(stream)
         if not self.pool.offers(features.BATCH_DIRECT_GET):
             raise _batch_unsupported()
+
+    async def _open(self, stream: str) -> _Inbox:
+        """The inbox of one batched read (:meth:`check_batches` first)."""
+        self.check_batches(stream)
         inbox = _Inbox()
         await inbox.open(self.pool)
         return inbox
@@ -467,8 +471,6 @@ class DirectGet:
         if up_to_seq is not None:
             return up_to_seq
         if up_to_time is not None:
-            if not self.pool.offers(features.BATCH_DIRECT_GET):  # (start_time came with it)
-                raise _batch_unsupported()
             try:
                 first_after = await self.get(stream, {"start_time": up_to_time})
                 return first_after.seq - 1
@@ -540,6 +542,16 @@ def _batch_unsupported() -> errors.GatewayError:
     )
 
 
+def too_many_subjects() -> errors.GatewayError:
+    """What a multi read whose filters match more subjects than one server request may is
+    answered (the server's 413)."""
+    return errors.PayloadTooLarge(
+        ErrorCode.DIRECT_TOO_MANY_SUBJECTS,
+        f"the subject filters match more than {MAX_MULTI_SUBJECTS} subjects: narrow the "
+        "filters, or list the subjects (keys) explicitly",
+    )
+
+
 def _not_allowed(stream: str) -> errors.GatewayError:
     return errors.DirectNotAllowed(
         detail=f"stream {stream!r} does not allow Direct Get (allow_direct is false); "
@@ -551,11 +563,7 @@ def _status_error(status: int, description: str) -> errors.GatewayError:
     if status == 404:
         return errors.MessageNotFound(detail="no message matches the request")
     if status == 413:
-        return errors.PayloadTooLarge(
-            ErrorCode.DIRECT_TOO_MANY_SUBJECTS,
-            "the subject filters match more than 1024 subjects: narrow the filters, "
-            "or list the subjects (keys) explicitly",
-        )
+        return too_many_subjects()
     if status == 408 and description == "Empty Request":
         # The gateway never sends one: the server knows none of the request's fields, as
         # nats-server 2.10 knows neither start_time nor multi_last.

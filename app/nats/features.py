@@ -1,7 +1,7 @@
 """What each nats-server release offers of what the gateway uses beyond KV's own operations.
 
 The gateway supports nats-server 2.10 for KV (get, get at a revision, history, keys, watch,
-create/update/delete) and object buckets, and 2.11+ for the rest. A request that needs a
+consistent multi-key reads, create/update/delete) and object buckets, and 2.11+ for the rest. A request that needs a
 newer release than the connected server's is answered 501 ``nats.feature_unsupported``
 naming the release, before anything is sent: an older server would take most of these
 requests and quietly ignore what it does not know (a stream setting, a consumer's priority

@@ -7,6 +7,7 @@ import base64
 from datetime import UTC, datetime
 
 import httpx
+import nats
 
 from tests.helpers import problem
 
@@ -73,6 +74,54 @@ async def test_more_keys_than_one_server_request(gateway: httpx.AsyncClient, nam
     ).json()
     assert body["revision"] == at
     assert values(body) == {k: k for k in keys[:at]}
+
+
+async def test_times_beyond_the_servers_clock(gateway: httpx.AsyncClient, name: str) -> None:
+    """nats-server holds times as nanoseconds in an int64 (1678 to 2262): a time outside
+    wrapped around (a read as of 2999 was as of revision 0, one as of 1500 saw everything)."""
+    assert (await gateway.put(f"/v1/kv/{name}", json={})).status_code == 201
+    for key in ("a", "b", "c"):
+        await gateway.put(f"/v1/kv/{name}/keys/{key}", content=key.encode())
+    path = f"/v1/kv/{name}/read"
+    for later in ("2999-01-01T00:00:00Z", "9999-12-31T23:59:59Z"):
+        body = (await gateway.post(path, json={"keys": [">"], "at_time": later})).json()
+        assert body["revision"] == 3 and values(body) == {"a": "a", "b": "b", "c": "c"}, body
+    for earlier in ("1500-01-01T00:00:00Z", "0001-01-01T00:00:00Z", "1969-12-31T23:59:59Z"):
+        body = (await gateway.post(path, json={"keys": [">"], "at_time": earlier})).json()
+        assert body == {"revision": 0, "entries": []}, (earlier, body)
+
+
+async def test_a_bucket_without_direct_get_is_read_by_consumers(
+    gateway: httpx.AsyncClient, nc: nats.NATS, name: str
+) -> None:
+    """ADR-8 allows buckets without Direct Get (``allow_direct`` false): nothing answers a
+    multi_last, so the keys are read by consumers of the stream, as of the same revision."""
+    await nc.jetstream().create_key_value(bucket=name, history=3, direct=False)
+    for key, value in (("a", b"1"), ("b.x", b"2"), ("a", b"3")):
+        await gateway.put(f"/v1/kv/{name}/keys/{key}", content=value)
+    path = f"/v1/kv/{name}/read"
+    for _ in range(2):  # (the second knows the stream allows none: no Direct Get is tried)
+        now = await gateway.post(path, json={"keys": ["a", "b.*"]})
+        assert now.status_code == 200, now.text
+        assert now.json()["revision"] == 3 and values(now.json()) == {"a": "3", "b.x": "2"}
+    at = (await gateway.post(path, json={"keys": [">"], "at_revision": 2})).json()
+    assert at["revision"] == 2 and values(at) == {"a": "1", "b.x": "2"}
+    assert (await gateway.get(f"/v1/streams/KV_{name}/consumers")).json()["total"] == 0
+
+
+async def test_a_wildcard_over_too_many_keys_is_413(
+    gateway: httpx.AsyncClient, nc: nats.NATS, name: str
+) -> None:
+    """As many keys as one multi_last request may match (1,024), by either way of reading."""
+    assert (await gateway.put(f"/v1/kv/{name}", json={})).status_code == 201
+    batch = [{"subject": f"$KV.{name}.k.{i}", "data": "eA=="} for i in range(1100)]
+    for start in range(0, 1100, 550):
+        published = await gateway.post("/v1/publish", json={"messages": batch[start : start + 550]})
+        assert all(r["ok"] for r in published.json()["results"])
+    path = f"/v1/kv/{name}/read"
+    problem(await gateway.post(path, json={"keys": ["k.*"]}), 413, "direct.too_many_subjects")
+    named = await gateway.post(path, json={"keys": ["k.1", "k.1099"]})
+    assert named.status_code == 200 and len(named.json()["entries"]) == 2, named.text
 
 
 async def test_bad_reads(gateway: httpx.AsyncClient, name: str) -> None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import AsyncIterator, Iterator
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import httpx
@@ -166,6 +166,9 @@ async def test_a_consistent_read_by_consumers(old: httpx.AsyncClient, name: str)
     at = datetime.fromisoformat(later) + timedelta(milliseconds=20)
     assert await read(keys=["a"], at_time=at.isoformat()) == (2, [("a", 1, "PUT")])
     assert await read(keys=["a"], at_time="2999-01-01T00:00:00Z") == (5, [("a", 3, "PUT")])
+    tomorrow = datetime.now(UTC) + timedelta(days=1)
+    assert await read(keys=["a"], at_time=tomorrow.isoformat()) == (5, [("a", 3, "PUT")])
+    assert await read(keys=[">"], at_time="2020-01-01T00:00:00Z") == (0, [])
     assert (await old.get(f"/v1/streams/KV_{name}/consumers")).json()["total"] == 0
 
 
@@ -217,7 +220,11 @@ async def test_no_batch_is_asked_of_a_release_without_them(
         assert (await old.get(f"/v1/obj/{name}/objects")).status_code == 200
         read = {"keys": [">"], "at_time": "2020-01-01T00:00:00Z"}
         assert (await old.post(f"/v1/kv/{name}/read", json=read)).status_code == 200
-        await spy.flush()
+        # The spy's callbacks run in order: once this one's came, every earlier one did.
+        await spy.publish(f"$JS.API.DIRECT.GET.{name}-SPY", b'{"spied": true}')
+        async with asyncio.timeout(5):
+            while not asked or asked[-1] != {"spied": True}:
+                await asyncio.sleep(0.01)
         await sub.unsubscribe()
     finally:
         await spy.close()
@@ -239,6 +246,9 @@ async def test_what_needs_a_newer_server_answers_501_naming_it(
     body = problem(batch, 501, "direct.batch_unsupported")
     assert "2.11" in body["detail"]
     multi = await old.post(f"/v1/streams/{name}/direct/multi", json={"subjects": [f"{name}.a"]})
+    problem(multi, 501, "direct.batch_unsupported")
+    at_time = {"subjects": [f"{name}.a"], "up_to_time": "2020-01-01T00:00:00Z"}
+    multi = await old.post(f"/v1/streams/{name}/direct/multi", json=at_time)
     problem(multi, 501, "direct.batch_unsupported")
 
     def needs(response: httpx.Response, release: str) -> None:
