@@ -1,12 +1,12 @@
 """What each nats-server release offers of what the gateway uses beyond KV's own operations.
 
 The gateway supports nats-server 2.10 for KV (get, get at a revision, history, keys, watch,
-consistent multi-key reads, create/update/delete) and object buckets, and 2.11+ for the rest. A request that needs a
-newer release than the connected server's is answered 501 ``nats.feature_unsupported``
-naming the release, before anything is sent: an older server would take most of these
-requests and quietly ignore what it does not know (a stream setting, a consumer's priority
-groups, a message's TTL). At start-up the gateway logs what the server lacks, and
-``/v1/info`` shows it.
+consistent multi-key reads, create/update/delete) and object buckets, and 2.11+ for the
+rest. A request that needs a newer release than the connected server's is answered 501
+``nats.feature_unsupported`` naming the release, before anything is sent: an older server
+would take most of these requests and quietly ignore what it does not know (a stream
+setting, a consumer's priority groups, a message's TTL). At start-up the gateway logs what
+the server lacks, and ``/v1/info`` shows it.
 """
 
 from __future__ import annotations
