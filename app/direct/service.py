@@ -80,6 +80,8 @@ class DirectService:
 
     async def get(self, stream: str, query: SingleQuery, *, leader: bool = False) -> StoredMessage:
         request = query.request()
+        if "start_time" in request:  # (nats-server 2.10 answers a message get "bad request")
+            self.direct.require_batches()
         if not leader:
             return await self.direct.get(stream, request)
         # Read-after-write: the stream leader answers $JS.API.STREAM.MSG.GET.

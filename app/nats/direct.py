@@ -395,6 +395,11 @@ class DirectGet:
         Get (409), or when the server's release has no batches (501: nats-server 2.10;
         callers that can read another way do)."""
         self._check_direct(stream)
+        self.require_batches()
+
+    def require_batches(self) -> None:
+        """Refuse at once (501) when the server's release has no batched Direct Get, nor what
+        came with it (``start_time``, ``multi_last``): nats-server 2.10."""
         if not self.pool.offers(features.BATCH_DIRECT_GET):
             raise _batch_unsupported()
 

@@ -247,6 +247,13 @@ async def test_what_needs_a_newer_server_answers_501_naming_it(
     assert "2.11" in body["detail"]
     multi = await old.post(f"/v1/streams/{name}/direct/multi", json={"subjects": [f"{name}.a"]})
     problem(multi, 501, "direct.batch_unsupported")
+    for consistency in ("direct", "leader"):
+        since = {"start_time": "2020-01-01T00:00:00Z", "consistency": consistency}
+        problem(
+            await old.get(f"/v1/streams/{name}/direct", params=since),
+            501,
+            "direct.batch_unsupported",
+        )
     at_time = {"subjects": [f"{name}.a"], "up_to_time": "2020-01-01T00:00:00Z"}
     multi = await old.post(f"/v1/streams/{name}/direct/multi", json=at_time)
     problem(multi, 501, "direct.batch_unsupported")
