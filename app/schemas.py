@@ -25,6 +25,7 @@ from app.durations import (
     NS_PER_SECOND,
     parse_duration_ns,
     parse_time,
+    start_time_for_nats,
     time_for_nats,
 )
 from app.errors import ErrorCode, InvalidInput
@@ -64,6 +65,16 @@ def _time_for_nats(value: str) -> str:
 Time = Annotated[str, AfterValidator(_time_for_nats), WithJsonSchema(_TIME_SCHEMA)]
 """An RFC 3339 time in a request (0001-01-01 to 9999-12-31 once in UTC), passed on in the form
 the JetStream API wants."""
+
+
+def _start_time_for_nats(value: str) -> str:
+    return start_time_for_nats(parse_time(value))
+
+
+StartTime = Annotated[str, AfterValidator(_start_time_for_nats), WithJsonSchema(_TIME_SCHEMA)]
+"""A :data:`Time` from which the server is to find the first message (``opt_start_time``):
+one outside what its nanosecond clock holds is passed on as the nearest end of it
+(app.durations.start_time_for_nats), so that it finds what the time says."""
 
 TimeText = Annotated[str, WithJsonSchema({**_TIME_SCHEMA, "description": "RFC 3339"})]
 

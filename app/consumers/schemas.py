@@ -19,6 +19,7 @@ from app.schemas import (
     TIME_OR_DURATION_SCHEMA,
     Duration,
     Message,
+    StartTime,
     Strict,
     StrMap,
     SubjectFilter,
@@ -102,7 +103,7 @@ class ConsumerConfig(Strict):
         | None
     ) = None
     opt_start_seq: UInt64 | None = None
-    opt_start_time: Time | None = None
+    opt_start_time: StartTime | None = None
     ack_policy: Literal["none", "all", "explicit"] = "explicit"
     ack_wait: Duration | None = None
     max_deliver: int | None = Field(default=None, ge=-1, le=MAX_GO_INT)

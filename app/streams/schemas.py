@@ -10,11 +10,11 @@ from app.schemas import (
     MAX_GO_INT,
     Duration,
     Int64,
+    StartTime,
     StreamName,
     Strict,
     StrMap,
     SubjectFilter,
-    Time,
     UInt64,
     apart,
     colliding,
@@ -69,7 +69,7 @@ class StreamSource(Strict):
 
     name: StreamName
     opt_start_seq: UInt64 | None = None
-    opt_start_time: Time | None = None
+    opt_start_time: StartTime | None = None
     filter_subject: SubjectFilter | None = None
     subject_transforms: list[SubjectTransform] | None = Field(default=None, fail_fast=True)
     external: ExternalStream | None = None

@@ -84,6 +84,20 @@ async def test_priority_config_and_server_state_shape(
     assert switched.json()["config"]["priority_policy"] == "overflow"
 
 
+async def test_start_times_beyond_the_servers_clock(gateway: httpx.AsyncClient, name: str) -> None:
+    """A consumer from a start time after 2262 or before 1678 (what the server's int64
+    nanoseconds hold) started at the wrong end: 2999 had every message pending, 1500 none."""
+    made = await gateway.put(f"/v1/streams/{name}", json={"subjects": [f"{name}.>"]})
+    assert made.status_code == 201, made.text
+    for _ in range(3):
+        assert (await gateway.post(f"/v1/publish/{name}.a", content=b"x")).status_code == 200
+    for start, pending in (("2999-01-01T00:00:00Z", 0), ("1500-01-01T00:00:00Z", 3)):
+        config = {"deliver_policy": "by_start_time", "opt_start_time": start}
+        consumer = await gateway.put(f"/v1/streams/{name}/consumers/c{start[:4]}", json=config)
+        assert consumer.status_code == 201, consumer.text
+        assert consumer.json()["num_pending"] == pending, (start, consumer.json())
+
+
 async def test_bad_configs_create_nothing(gateway: httpx.AsyncClient, name: str) -> None:
     await gateway.put(f"/v1/streams/{name}", json={"subjects": [f"{name.lower()}.>"]})
     url = f"/v1/streams/{name}/consumers/C"

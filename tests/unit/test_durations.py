@@ -6,6 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from app.consumers.schemas import ConsumerConfig
 from app.durations import (
     format_time,
     ns_from_time,
@@ -15,6 +16,7 @@ from app.durations import (
     start_time_for_nats,
     time_for_nats,
 )
+from app.streams.schemas import StreamSource
 
 
 @pytest.mark.parametrize(
@@ -141,3 +143,15 @@ def test_a_time_in_nanoseconds_is_exact_on_both_sides_of_the_epoch() -> None:
     assert ns_from_time(parse_time("2026-11-22T14:30:27.810762Z")) == (1_795_357_827_810_762_000)
     assert ns_from_time(parse_time("1969-12-31T23:59:58.5Z")) == -1_500_000_000
     assert ns_from_time(parse_time("1970-01-01T01:00:00+01:00")) == 0
+
+
+def test_config_start_times_are_sent_within_the_servers_clock() -> None:
+    # A consumer's or a stream source's opt_start_time: where the server starts; pause_until
+    # is compared as a time, and kept as given.
+    source = StreamSource(name="S", opt_start_time="2999-01-01T00:00:00Z")
+    assert source.opt_start_time == "2262-04-11T23:47:16.854775Z"
+    consumer = ConsumerConfig(
+        opt_start_time="1500-01-01T00:00:00Z", pause_until="2999-01-01T00:00:00Z"
+    )
+    assert consumer.opt_start_time == "1970-01-01T00:00:00.000000Z"
+    assert consumer.pause_until == "2999-01-01T00:00:00.000000Z"
