@@ -7,7 +7,6 @@ import time
 
 import httpx
 import nats
-import orjson
 
 from tests.helpers import problem
 from tests.integration.test_kv_buckets import make_bucket
@@ -33,16 +32,12 @@ async def all_keys(gw: httpx.AsyncClient, bucket: str, **params: object) -> tupl
 
 
 async def bulk_put(nc: nats.NATS, bucket: str, keys: list[str], value: bytes = b"v") -> None:
-    """Many writes fast: core publishes, then wait until the stream holds them."""
-    for key in keys:
-        await nc.publish(f"$KV.{bucket}.{key}", value)
-    await nc.flush()
-    for _ in range(200):
-        reply = await nc.request(f"$JS.API.STREAM.INFO.KV_{bucket}", b"", timeout=5)
-        if orjson.loads(reply.data)["state"]["last_seq"] >= len(keys):
-            return
-        await asyncio.sleep(0.05)
-    raise AssertionError("the writes did not all arrive")
+    """Many writes fast: acknowledged publishes, 1,000 in flight (a busy server may drop core
+    publishes: a 2.11.11 run on a loaded machine lost some, and the writes never all came)."""
+    js = nc.jetstream()
+    for start in range(0, len(keys), 1000):
+        chunk = keys[start : start + 1000]
+        await asyncio.gather(*(js.publish(f"$KV.{bucket}.{key}", value) for key in chunk))
 
 
 async def test_filters_and_deleted_keys(gateway: httpx.AsyncClient, name: str) -> None:
