@@ -1,5 +1,5 @@
 """Consistent multi-key reads of a bucket: every entry as of one revision (ADR-31 multi_last;
-on nats-server 2.10, which has no multi_last, consumers of the bucket's stream)."""
+where Direct Get cannot answer, consumers of the bucket's stream)."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from app.kv.model import (
     filter_subject,
     stream_name,
 )
-from app.nats.direct import MAX_MULTI_SUBJECTS, too_many_subjects
+from app.nats.direct import MAX_MULTI_SUBJECTS, DirectGet, too_many_subjects
 from app.nats.jsapi import JetStreamApi
 from app.nats.scan import ConsumerScan, Delivery
 
@@ -62,7 +62,9 @@ async def read_at(
                 stream, subjects, up_to_seq=at_revision, up_to_time=at_time, page_size=None
             )
         except (errors.DirectNotAllowed, errors.BatchUnsupported):
-            revision = await _revision_by_consumer(direct.js, bucket, at_revision, _time(at_time))
+            revision = await _revision_by_consumer(
+                direct.direct, bucket, at_revision, _time(at_time)
+            )
             found = await _read_by_consumer(direct.js, bucket, subjects, revision)
         else:
             found = [entry_from_message(bucket, message) for message in messages]
@@ -88,25 +90,23 @@ def _time(at_time: str | None) -> datetime | None:
 
 
 async def _revision_by_consumer(
-    js: JetStreamApi, bucket: str, at_revision: int | None, at_time: datetime | None
+    direct: DirectGet, bucket: str, at_revision: int | None, at_time: datetime | None
 ) -> int:
-    """The revision a read is pinned to, without Direct Get: ``at_revision``; else the one
-    before the first message stored at or after ``at_time`` (a consumer that starts there),
-    as the multi read resolves it; else the bucket's last. The last is read first: a message
-    stored later is after it. (A first message from before the time, which a server should
-    not start at, means none is as late.)"""
-    if at_revision is not None:
-        return at_revision
+    """The revision a read is pinned to, without Direct Get: ``at_revision``, or the bucket's
+    last (as the multi read resolves them); for ``at_time``, the one before the first message
+    stored at or after it (a consumer that starts there), or the last. The last is read
+    first: a message stored later is after it. (A first message from before the time, which
+    a server should not start at, means none is as late.)"""
     stream = stream_name(bucket)
-    info = await js.call("stream.info", "STREAM", "INFO", stream)
-    last = int((info.get("state") or {}).get("last_seq", 0))
-    if at_time is not None:
-        every_key = [filter_subject(bucket, ">")]
-        start = start_time_for_nats(at_time)
-        async with ConsumerScan(js, stream, every_key, start_time=start) as scan:
-            first = await scan.next(1)
-        if first and first[0].timestamp_ns >= ns_from_time(at_time):
-            return min(first[0].stream_seq - 1, last)
+    last = await direct.resolve_up_to(stream, at_revision, None)
+    if at_time is None:
+        return last
+    every_key = [filter_subject(bucket, ">")]
+    start = start_time_for_nats(at_time)
+    async with ConsumerScan(direct.js, stream, every_key, start_time=start) as scan:
+        first = await scan.next(1)
+    if first and first[0].timestamp_ns >= ns_from_time(at_time):
+        return min(first[0].stream_seq - 1, last)
     return last
 
 
