@@ -12,7 +12,7 @@ from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
-from playwright.async_api import BrowserContext, Error, Page, async_playwright
+from playwright.async_api import BrowserContext, Error, Page, Request, async_playwright
 
 from app.nats.embedded import EmbeddedServer
 from tests.helpers import gateway_settings, served_gateway
@@ -68,19 +68,43 @@ async def page(browser: BrowserContext) -> AsyncIterator[Page]:
 
 @pytest.fixture
 async def strict_page(page: Page) -> AsyncIterator[Page]:
-    """The page, failing the test on a console error or a failed request."""
+    """The page, failing the test on a console error or a failed request.
+
+    A request the browser aborts because the test loaded another document (``page.goto``
+    while the view still reads) is the test's doing, not a failure: an abort counts only
+    when no new document was loaded in the tab after that request started. The console
+    itself never aborts a request.
+    """
     problems: list[str] = []
+    documents = 0  # documents loaded in the tab so far
+    started: dict[Request, int] = {}
+    aborted: list[tuple[Request, int]] = []
+
+    def loaded(_: Page) -> None:
+        nonlocal documents
+        documents += 1
+
+    def failed(request: Request) -> None:
+        if request.failure == "net::ERR_ABORTED":
+            aborted.append((request, started.get(request, documents)))
+        else:
+            problems.append(f"failed: {request.url} {request.failure}")
+
     page.on(
         "console",
         lambda message: (
             problems.append(f"console: {message.text}") if message.type == "error" else None
         ),
     )
-    page.on(
-        "requestfailed",
-        lambda request: problems.append(f"failed: {request.url} {request.failure}"),
-    )
+    page.on("domcontentloaded", loaded)
+    page.on("request", lambda request: started.setdefault(request, documents))
+    page.on("requestfailed", failed)
     yield page
+    problems += [
+        f"failed: {request.url} {request.failure}"
+        for request, document in aborted
+        if document == documents
+    ]
     assert not problems, problems
 
 
