@@ -283,21 +283,24 @@ class ObjService:
                     )
                 ]
             except errors.BatchUnsupported:  # nats-server 2.10: by a consumer, as ADR-8 lists keys
-                every = await self._infos_by_consumer(stream, bucket, up_to)
+                every = await self._infos_by_consumer(stream, bucket)
         out = [item for item in every if include_deleted or not item.deleted]
         out.sort(key=lambda item: item.name)
         return out
 
-    async def _infos_by_consumer(
-        self, stream: str, bucket: str, up_to: int
-    ) -> builtins.list[ObjectInfo]:
-        """Every object's latest info up to sequence ``up_to`` (as multi_last reads them), by a
-        consumer of the last meta message of each: what is written while it reads comes
-        after those, and is left out."""
+    async def _infos_by_consumer(self, stream: str, bucket: str) -> builtins.list[ObjectInfo]:
+        """Every object's latest info, by a consumer of the last meta message of each (as
+        ADR-8 lists keys): the infos up to the stream's last sequence read once the consumer
+        is made. That sequence is read after the consumer, not before: an info replaced in
+        between is then among the consumer's, where before it fell past the bound and left
+        its object out. What is written once the bound is read comes after it, and waits
+        for the next listing."""
         latest: dict[str, ObjectInfo] = {}
         async with ConsumerScan(
             self.js, stream, [model.all_meta(bucket)], last_per_subject=True
         ) as scan:
+            state = (await self._stream_info(bucket)).get("state") or {}
+            up_to = int(state.get("last_seq", 0))
             while not scan.done:
                 for message in await scan.next(256):
                     if message.stream_seq > up_to:

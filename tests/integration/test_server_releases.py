@@ -21,6 +21,7 @@ import pytest
 from nats.aio.msg import Msg
 
 from app.nats.embedded import EmbeddedServer
+from app.obj.service import ObjService
 from tests.helpers import gateway_settings, problem, running_gateway, served_gateway
 from tests.releases import OLDEST, server_binary
 
@@ -190,6 +191,35 @@ async def test_objects_are_listed_and_read_without_batched_direct_get(
     assert [(o["name"], o["size"]) for o in listed] == [("big", len(data))]
     every = await old.get(f"/v1/obj/{name}/objects", params={"include_deleted": "true"})
     assert sorted(o["name"] for o in every.json()["objects"]) == ["big", "gone"]
+
+
+async def test_an_object_replaced_while_the_bucket_is_listed_stays_listed(
+    old: httpx.AsyncClient, name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The listing's consumer hands over each object's last info; an object whose info is
+    replaced after the listing read the stream's state is listed (with its new info), not
+    left out because that info is newer than the state read."""
+    assert (await old.put(f"/v1/obj/{name}", json={})).status_code == 201
+    for obj in ("a", "b"):
+        assert (await old.put(f"/v1/obj/{name}/objects/{obj}", content=b"1")).status_code == 201
+    stream_info = ObjService._stream_info
+    replaced = False
+
+    async def then_a_replaced(self: ObjService, bucket: str) -> dict[str, object]:
+        nonlocal replaced
+        info = await stream_info(self, bucket)
+        if not replaced:
+            replaced = True
+            written = await old.put(f"/v1/obj/{name}/objects/a", content=b"22")
+            assert written.status_code == 200, written.text
+        return info
+
+    monkeypatch.setattr(ObjService, "_stream_info", then_a_replaced)
+    listed = await old.get(f"/v1/obj/{name}/objects")
+    assert replaced
+    assert listed.status_code == 200, listed.text
+    sizes = {o["name"]: o["size"] for o in listed.json()["objects"]}
+    assert sizes == {"a": 2, "b": 1}
 
 
 async def test_no_batch_is_asked_of_a_release_without_them(
