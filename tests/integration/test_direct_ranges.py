@@ -194,8 +194,9 @@ async def test_a_republished_message_reads_alike_and_a_work_queue_is_refused(
         republish={"src": f"{source}.>", "dest": f"{name}.rp.>"},
     )
     await js.publish(f"{source}.x", b"rp", headers={"Own": "o"})
-    while (await js.stream_info(name)).state.messages < 1:
-        await asyncio.sleep(0.05)
+    async with asyncio.timeout(10):  # (republished by the server, unacknowledged)
+        while (await js.stream_info(name)).state.messages < 1:
+            await asyncio.sleep(0.05)
     async with httpx.AsyncClient(base_url=url, timeout=30) as http:
         direct, _ = ndjson(
             await http.get(f"/v1/streams/{name}/direct", params={"seq": 1, "batch": 9})

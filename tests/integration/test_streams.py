@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import base64
 from collections import Counter
 from collections.abc import AsyncIterator
@@ -65,6 +66,34 @@ async def test_config_reaches_nats_in_nanoseconds(
     assert info.config.allow_direct is True
     raw = await nc.request(f"$JS.API.STREAM.INFO.{name}", b"")
     assert b'"inactive_threshold":1500000000' in raw.data
+
+
+async def test_sources_from_start_times_beyond_the_servers_clock(
+    gateway: httpx.AsyncClient, name: str
+) -> None:
+    """A source from a start time after 2262 or before 1678 (what the server's int64
+    nanoseconds hold) wrapped around: 2999 copied every message, 1500 none. Each is sent as
+    the nearest end of what the server holds."""
+    await make_stream(gateway, name)
+    for _ in range(3):
+        published = await gateway.post(f"/v1/publish/{name.lower()}.a", content=b"x")
+        assert published.status_code == 200, published.text
+    copies = ("2999-01-01T00:00:00Z", "1500-01-01T00:00:00Z")
+    for start in copies:
+        source = {"name": name, "opt_start_time": start}
+        made = await gateway.put(f"/v1/streams/{name}_{start[:4]}", json={"sources": [source]})
+        assert made.status_code == 201, made.text
+    async with asyncio.timeout(10):
+        while True:
+            held = {
+                start: (await gateway.get(f"/v1/streams/{name}_{start[:4]}")).json()["state"]
+                for start in copies
+            }
+            if held["1500-01-01T00:00:00Z"]["messages"] == 3:
+                break
+            await asyncio.sleep(0.05)
+    # The source from 2999 is read to its end too: nothing from it is on its way.
+    assert held["2999-01-01T00:00:00Z"]["messages"] == 0, held
 
 
 async def test_list_filters_by_subject_and_pages(gateway: httpx.AsyncClient, name: str) -> None:
