@@ -82,10 +82,16 @@ def message_out(stream: str, raw: dict[str, Any]) -> dict[str, Any]:
     return StoredMessage.from_msg_get(stream, raw).to_json()
 
 
-# What nats-server refuses to change in a stream's config, as the config's JSON has it (an
-# update that changes them is refused by the server with a plain 400; the stream is there).
-_FIXED = (("storage", "file"),)
-_ONCE_ON = ("allow_msg_ttl", "deny_delete", "deny_purge", "sealed")
+# What nats-server refuses to change in a stream's config (server/stream.go,
+# configUpdateCheck), as the config's JSON has it, with its value when left out: an update
+# that changes them is refused by the server with a plain 400, though the request is well
+# formed and the stream is there.
+_FIXED: tuple[tuple[str, object], ...] = (
+    ("storage", "file"),
+    ("allow_msg_counter", False),
+    ("persist_mode", "default"),
+)
+_ONCE_ON = ("allow_msg_ttl", "allow_msg_schedules", "deny_delete", "deny_purge", "sealed")
 
 
 def check_updatable(name: str, existing: dict[str, Any], body: dict[str, Any]) -> None:
@@ -97,12 +103,19 @@ def check_updatable(name: str, existing: dict[str, Any], body: dict[str, Any]) -
                 f"{field} of stream {name!r} is on and cannot be turned off",
             )
     for field, default in _FIXED:
-        if body.get(field, default) != existing.get(field, default):
+        if (body.get(field) or default) != (existing.get(field) or default):
             raise errors.Conflict(
                 ErrorCode.STREAM_NOT_UPDATABLE,
-                f"the {field} of stream {name!r} is {existing.get(field, default)!r} and cannot "
-                "change: delete and re-create it",
+                f"the {field} of stream {name!r} is {existing.get(field) or default!r} and "
+                "cannot change: delete and re-create it",
             )
+    retention = (existing.get("retention") or "limits", body.get("retention") or "limits")
+    if retention[0] != retention[1] and "workqueue" in retention:
+        raise errors.Conflict(
+            ErrorCode.STREAM_NOT_UPDATABLE,
+            f"the retention of stream {name!r} is {retention[0]!r}: only limits and interest "
+            "change into each other (workqueue neither way); delete and re-create it",
+        )
 
 
 async def create_or_update(

@@ -119,6 +119,37 @@ async def test_list_filters_by_subject_and_pages(gateway: httpx.AsyncClient, nam
     assert len(page["streams"]) == 1 and page["offset"] == 1
 
 
+async def test_what_an_update_cannot_change_is_a_conflict(
+    gateway: httpx.AsyncClient, name: str
+) -> None:
+    """nats-server refuses these changes with a plain 400 (configUpdateCheck); the request is
+    well formed and the stream is there, so each is 409 stream.not_updatable, and the stream
+    is left as it was."""
+    subjects = [f"{name.lower()}.>"]
+    made = await make_stream(gateway, name, deny_delete=True, allow_msg_schedules=True)
+    url = f"/v1/streams/{name}"
+    for change in (
+        {"storage": "memory"},
+        {"retention": "workqueue"},
+        {"allow_msg_counter": True},
+        {"persist_mode": "async"},
+        {"deny_delete": False},
+        {"allow_msg_schedules": False},
+    ):
+        body = {"subjects": subjects, "deny_delete": True, "allow_msg_schedules": True, **change}
+        refused = problem(await gateway.put(url, json=body), 409, "stream.not_updatable")
+        assert next(iter(change)) in refused["detail"], (change, refused)
+    assert (await gateway.get(url)).json()["config"] == made["config"]
+    # Limits and interest change into each other; workqueue is left only by a new stream.
+    interest = {"subjects": subjects, "deny_delete": True, "allow_msg_schedules": True}
+    changed = await gateway.put(url, json={**interest, "retention": "interest"})
+    assert changed.status_code == 200, changed.text
+    queue = f"{name}_q"
+    await make_stream(gateway, queue, subjects=[f"{queue.lower()}.>"], retention="workqueue")
+    back = {"subjects": [f"{queue.lower()}.>"], "retention": "limits"}
+    problem(await gateway.put(f"/v1/streams/{queue}", json=back), 409, "stream.not_updatable")
+
+
 async def test_purge_variants(gateway: httpx.AsyncClient, name: str) -> None:
     await make_stream(gateway, name)
     subject = name.lower()
