@@ -220,7 +220,8 @@ def _openapi(app: FastAPI) -> dict[str, Any]:
             description=app.description,
             routes=app.routes,
         )
-        components = schema.setdefault("components", {}).setdefault("schemas", {})
+        schema.setdefault("components", {})["securitySchemes"] = routing.SECURITY_SCHEMES
+        components = schema["components"].setdefault("schemas", {})
         # Shapes that responses refer to without a response_model (problems, NDJSON lines).
         for model in (Problem, EndOfBatchLine, Message):
             components.setdefault(model.__name__, model.model_json_schema())

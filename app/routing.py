@@ -40,7 +40,10 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import Scope
 
+from app import errors
 from app.auth.access import Need, admit
+from app.auth.guard import SSE_COOKIE, SSE_QUERY
+from app.http import problems
 from app.middleware import read_json_body
 
 _DECLARED = "__jsgw_route__"
@@ -70,8 +73,16 @@ class Route(APIRoute):
             kwargs["openapi_extra"] = {
                 **(kwargs.get("openapi_extra") or {}),
                 ACCESS_EXTENSION: self.access.openapi(),
+                **_security(self.access),
             }
         super().__init__(path, endpoint, **kwargs)
+        if self.access is not None:
+            # What admitting the request may answer, whatever the handler does; the route's
+            # own declarations (descriptions of the same statuses) come first.
+            self.responses = {
+                **_admission(self.access, self.body_field is not None),
+                **self.responses,
+            }
 
     def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
         handler = super().get_route_handler()
@@ -84,6 +95,52 @@ class Route(APIRoute):
             return await handler(request)
 
         return admitted
+
+
+# The security schemes of the OpenAPI document (app.main adds them to its components): a
+# bearer token, the short-lived SSE token of the routes that take one (``access_token`` query
+# parameter, or the cookie POST /v1/auth/sse-token sets), and a TLS client certificate.
+SECURITY_SCHEMES: dict[str, dict[str, Any]] = {
+    "bearerToken": {
+        "type": "http",
+        "scheme": "bearer",
+        "description": "A token of the gateway's auth file (JSGW_AUTH_FILE). Without an auth "
+        "file, authentication is off and no credential is needed.",
+    },
+    "sseToken": {
+        "type": "apiKey",
+        "in": "query",
+        "name": SSE_QUERY,
+        "description": "A short-lived token from POST /v1/auth/sse-token, for an EventSource "
+        f"(which cannot send headers); also taken from the {SSE_COOKIE} cookie.",
+    },
+    "clientCertificate": {
+        "type": "mutualTLS",
+        "description": "A TLS client certificate whose name the auth file maps to a principal.",
+    },
+}
+
+
+def _security(access: Need) -> dict[str, Any]:
+    """The operation's ``security``: any one of the schemes, or none (authentication off)."""
+    if access.action == "public":
+        return {"security": [{}]}
+    schemes = ["bearerToken", "clientCertificate"] + (["sseToken"] if access.sse else [])
+    return {"security": [*({scheme: []} for scheme in schemes), {}]}
+
+
+def _admission(access: Need, takes_json: bool) -> dict[int | str, dict[str, Any]]:
+    """The statuses admitting a request may answer before its handler runs: with
+    authentication on, 401 (no or a bad credential), 429 (the token's rate limit) and, but
+    for routes any principal may call, 403; a JSON body over ``JSGW_MAX_JSON_BODY``, 413."""
+    refusals: list[type[errors.GatewayError]] = []
+    if access.action != "public":
+        refusals += [errors.Unauthorized, errors.TooManyRequests]
+        if access.action != "authenticated":
+            refusals.append(errors.Forbidden)
+    if takes_json:
+        refusals.append(errors.PayloadTooLarge)
+    return problems(*refusals) if refusals else {}
 
 
 def _declare(

@@ -105,7 +105,7 @@ async def list_consumers(
     status_code=200,
     responses={
         201: {"description": "Created", "model": ConsumerInfo},
-        **problems(errors.NotFound, errors.Conflict),
+        **problems(errors.NotFound, errors.Conflict, errors.Unsupported),
     },
     openapi_extra=links(
         200,
@@ -288,7 +288,7 @@ async def ack_messages(
     "/{consumer}/unpin",
     access=Need("consume", CONSUMER),
     status_code=204,
-    responses=problems(errors.NotFound, errors.Conflict),
+    responses=problems(errors.NotFound, errors.Conflict, errors.Unsupported),
 )
 async def unpin_group(
     stream: StreamName, name: ConsumerName, request: UnpinRequest, consumers: ConsumersDep
@@ -304,7 +304,7 @@ async def unpin_group(
     response_model=PauseState,
     response_model_exclude_none=True,
     response_class=JSON,
-    responses=problems(errors.NotFound),
+    responses=problems(errors.NotFound, errors.Unsupported),
 )
 async def pause_consumer(
     stream: StreamName, name: ConsumerName, request: PauseRequest, consumers: ConsumersDep
@@ -320,7 +320,7 @@ async def pause_consumer(
     response_model=PauseState,
     response_model_exclude_none=True,
     response_class=JSON,
-    responses=problems(errors.NotFound),
+    responses=problems(errors.NotFound, errors.Unsupported),
 )
 async def resume_consumer(stream: StreamName, name: ConsumerName, consumers: ConsumersDep) -> Any:
     """End a consumer's pause now: it delivers again."""

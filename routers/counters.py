@@ -31,7 +31,11 @@ Subject = Annotated[
         json_schema_extra=validation.SCHEMAS["subject"],
     ),
 ]
-_READ_ERRORS = problems(errors.NotFound, errors.Conflict)
+# Counters need nats-server 2.12 (501 before that).
+_READ_ERRORS = problems(errors.NotFound, errors.Conflict, errors.Unsupported)
+_WRITE_ERRORS = problems(
+    errors.NotFound, errors.Conflict, errors.PayloadTooLarge, errors.Unsupported
+)
 
 
 def _body_too_large(limit: int) -> errors.GatewayError:
@@ -47,7 +51,7 @@ def _body_too_large(limit: int) -> errors.GatewayError:
     access=Need("read", STREAM, narrowed=True),
     response_model=CounterReadResult,
     response_class=JSON,
-    responses=problems(errors.NotFound, errors.Conflict, errors.PayloadTooLarge),
+    responses=_WRITE_ERRORS,
 )
 async def read_counters(
     name: StreamName,
@@ -84,7 +88,7 @@ async def read_counters(
     lean=True,
     response_model=Incremented,
     response_class=JSON,
-    responses=problems(errors.NotFound, errors.Conflict, errors.PayloadTooLarge),
+    responses=_WRITE_ERRORS,
     openapi_extra={
         "requestBody": {
             "required": True,

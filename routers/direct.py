@@ -64,6 +64,10 @@ _BATCH_DOC = {
     },
 }
 _READ_ERRORS = problems(errors.NotFound, errors.Conflict, errors.PayloadTooLarge)
+# Batches, multi_last and start times need nats-server 2.11 (501 before that).
+_BATCH_ERRORS = problems(
+    errors.NotFound, errors.Conflict, errors.PayloadTooLarge, errors.Unsupported
+)
 
 
 def message_response(message: StoredMessage, request: Request) -> Response:
@@ -90,7 +94,7 @@ def _http_safe(text: str) -> bool:
 @router.get(
     "/{stream}/direct",
     access=Need("read", DIRECT),
-    responses={200: _RAW_DOC, **_READ_ERRORS, **arrow.RESPONSES},
+    responses={200: _RAW_DOC, **_BATCH_ERRORS, **arrow.RESPONSES},
     response_class=Response,
     openapi_extra=rules(
         # A batch read without a start begins at seq 1; a single read needs one.
@@ -273,7 +277,7 @@ async def last_by_subject(
     access=Need("read", STREAM, narrowed=True),
     response_model=MultiResult,
     response_class=JSON,
-    responses=_READ_ERRORS,
+    responses=_BATCH_ERRORS,
 )
 async def multi(
     name: StreamName,

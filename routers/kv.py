@@ -259,7 +259,10 @@ async def list_buckets(kv: KVDep, principal: PrincipalDep) -> Any:
     response_model=KVStatus,
     response_model_exclude_none=True,
     response_class=JSON,
-    responses={201: {"description": "Created", "model": KVStatus}, **problems(errors.Conflict)},
+    responses={
+        201: {"description": "Created", "model": KVStatus},
+        **problems(errors.NotFound, errors.Conflict, errors.Unsupported),
+    },
     openapi_extra=links(
         200,
         201,
@@ -279,7 +282,8 @@ async def put_bucket(
     With `aggregate` the bucket is an ADR-8 Aggregate: its stream sources each origin's keys
     (`$KV.<origin>.<filter>` to `$KV.<bucket>.<filter>`: keys keep their names). Read-only
     (the default) it has no subjects and denies deletes and purges, and writes to it are 409
-    `kv.read_only`. Needs read on every origin bucket (and on its `stream`, when named); an
+    `kv.read_only`. An origin bucket that does not exist is 404 `kv.bucket_not_found`, and
+    nothing is made. Needs read on every origin bucket (and on its `stream`, when named); an
     origin with `external` needs admin on every stream.
     """
     config = config or KVConfig()
@@ -506,6 +510,7 @@ async def get_key(
     response_class=Response,
     responses={
         200: {"description": "As GET, without a body", "headers": _ENTRY_HEADERS},
+        304: {"description": "Not modified"},
         **problems(errors.NotFound),
     },
     openapi_extra=_READ_RULES,
@@ -534,7 +539,11 @@ async def head_key(
     responses={
         201: {"description": "Created (If-None-Match: *)", "model": KVWriteResult},
         **problems(
-            errors.NotFound, errors.Conflict, errors.PreconditionFailed, errors.PayloadTooLarge
+            errors.NotFound,
+            errors.Conflict,
+            errors.PreconditionFailed,
+            errors.PayloadTooLarge,
+            errors.Unsupported,
         ),
     },
     openapi_extra=merged(
@@ -582,7 +591,13 @@ async def put_key(
     access=Need("write", KEY),
     lean=True,
     status_code=204,
-    responses=problems(errors.NotFound, errors.Conflict, errors.PreconditionFailed),
+    responses=problems(
+        errors.NotFound,
+        errors.Conflict,
+        errors.PreconditionFailed,
+        errors.PayloadTooLarge,
+        errors.Unsupported,
+    ),
     openapi_extra=rules(when("ttl", requires=("purge=true",))),
 )
 async def delete_key(

@@ -79,7 +79,7 @@ async def list_streams(
     status_code=200,
     responses={
         201: {"description": "Created", "model": StreamInfo},
-        **problems(errors.NotFound, errors.Conflict),
+        **problems(errors.NotFound, errors.Conflict, errors.Unsupported),
     },
     openapi_extra=links(
         200,

@@ -20,6 +20,7 @@ from asgi_lifespan import LifespanManager
 from app.config import Settings
 from app.main import create_app
 from app.serving import uvicorn_options
+from tests.spec_statuses import check_documented
 
 
 def gateway_settings(url: str, **overrides: object) -> Settings:
@@ -40,7 +41,10 @@ async def running_gateway(settings: Settings) -> AsyncIterator[httpx.AsyncClient
     async with LifespanManager(app, startup_timeout=30, shutdown_timeout=30) as manager:
         transport = httpx.ASGITransport(app=manager.app)
         async with httpx.AsyncClient(
-            transport=transport, base_url="http://gateway", timeout=30
+            transport=transport,
+            base_url="http://gateway",
+            timeout=30,
+            event_hooks={"response": [check_documented]},
         ) as client:
             yield client
 

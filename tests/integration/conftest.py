@@ -10,6 +10,7 @@ import pytest
 from app.nats.embedded import EmbeddedServer
 from app.nats.replies import LeanClient
 from tests.helpers import gateway_settings, running_gateway, served_gateway
+from tests.spec_statuses import check_documented
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
@@ -32,7 +33,8 @@ async def gateway(
     served = request.node.get_closest_marker("in_process") is None
     if served and getattr(request.module, "BOTH_PATHS", False) and lean_paths:
         with served_gateway(settings) as served:
-            async with httpx.AsyncClient(base_url=served, timeout=30) as client:
+            hooks = {"response": [check_documented]}
+            async with httpx.AsyncClient(base_url=served, timeout=30, event_hooks=hooks) as client:
                 yield client
     else:
         async with running_gateway(settings) as client:

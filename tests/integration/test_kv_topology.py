@@ -233,6 +233,10 @@ async def test_an_aggregate_is_read_everywhere_and_refuses_writes(
     plain = await gw.post(f"/v1/kv/{users}/origins", json={"bucket": orders})
     problem(plain, 409, "kv.not_aggregate")
     problem(await gw.post(f"/v1/kv/{agg}/origins", json={"bucket": f"{name}_NONE"}), 404)
+    # An aggregate of a bucket that does not exist is not made.
+    missing = {"aggregate": {"origins": [{"bucket": f"{name}_NONE"}]}}
+    problem(await gw.put(f"/v1/kv/{name}_X", json=missing), 404, "kv.bucket_not_found")
+    problem(await gw.get(f"/v1/kv/{name}_X"), 404, "kv.bucket_not_found")
     problem(await gw.post(f"/v1/kv/{agg}/origins", json={"bucket": "a.b"}), 400)
     problem(await gw.post(f"/v1/kv/{agg}/origins", json={"bucket": agg}), 400)
 

@@ -317,6 +317,12 @@ async def test_what_needs_a_newer_server_answers_501_naming_it(
     pinned = {"priority_policy": "pinned_client", "priority_groups": ["g"]}
     needs(await old.put(f"/v1/streams/{name}/consumers/c", json=pinned), "2.11")
     needs(await old.post(f"/v1/streams/{name}/consumers/c/unpin", json={"group": "g"}), "2.11")
+    paused = await old.post(f"/v1/streams/{name}/consumers/c/pause", json={"until": "10s"})
+    needs(paused, "2.11")
+    needs(await old.post(f"/v1/streams/{name}/consumers/c/resume"), "2.11")
+    needs(await old.post(f"/v1/counters/{name}/{name}.n", json={"increment": "1"}), "2.12")
+    needs(await old.get(f"/v1/counters/{name}/{name}.n"), "2.12")
+    needs(await old.post(f"/v1/counters/{name}/read", json={"subjects": [f"{name}.n"]}), "2.12")
     # Nothing of it was made or stored.
     for made in (f"{name}-ttl", f"{name}-c", f"KV_{name}-m"):
         problem(await old.get(f"/v1/streams/{made}"), 404)

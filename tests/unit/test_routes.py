@@ -11,9 +11,10 @@ import httpx
 import pytest
 from fastapi import APIRouter, FastAPI
 from fastapi.routing import APIRoute
+from pydantic import BaseModel
 from starlette.routing import Match
 
-from app.auth.access import Need
+from app.auth.access import AUTHENTICATED, PUBLIC, Need
 from app.config import Settings
 from app.main import ROUTERS, create_app
 from app.routing import (
@@ -95,9 +96,51 @@ def test_a_declaration_reaches_the_route_and_its_openapi() -> None:
 
     route = router.routes[-1]
     assert isinstance(route, Route) and route.access is need and route.lean is False
-    assert route.openapi_extra == {"x-other": 1, ACCESS_EXTENSION: need.openapi()}
+    assert route.openapi_extra == {
+        "x-other": 1,
+        ACCESS_EXTENSION: need.openapi(),
+        "security": [{"bearerToken": []}, {"clientCertificate": []}, {}],
+    }
     with pytest.raises(TypeError):
         router.get("/{b}")  # type: ignore[call-arg]  # access= is required
+
+
+class _Body(BaseModel):
+    a: int
+
+
+def test_what_admission_may_answer_is_declared_with_the_route() -> None:
+    """With authentication on, a route with a rule may answer 401, 429 and (but for one any
+    principal may call) 403 before its handler runs; one with a JSON body, 413 (over
+    JSGW_MAX_JSON_BODY). A public route, none of them; the route's own descriptions stay."""
+    router = Router()
+
+    @router.post("/w", access=Need("write"), responses={403: {"description": "own"}})
+    async def write(body: _Body) -> None:
+        return None
+
+    @router.get("/me", access=AUTHENTICATED)
+    async def me() -> None:
+        return None
+
+    @router.get("/open", access=PUBLIC)
+    async def public() -> None:
+        return None
+
+    @router.get("/sse", access=Need("read", sse=True))
+    async def feed() -> None:
+        return None
+
+    routes = {route.path: route for route in router.routes if isinstance(route, Route)}
+    assert {401, 403, 413, 429} <= set(routes["/w"].responses)
+    assert routes["/w"].responses[403] == {"description": "own"}
+    assert {401, 429} <= set(routes["/me"].responses) and 403 not in routes["/me"].responses
+    assert 413 not in routes["/me"].responses
+    assert routes["/open"].responses == {}
+    assert routes["/open"].openapi_extra is not None
+    assert routes["/open"].openapi_extra["security"] == [{}]
+    feed_security = (routes["/sse"].openapi_extra or {})["security"]
+    assert {"sseToken": []} in feed_security and {} in feed_security
 
 
 def test_the_setting_leaves_the_lean_paths_checked_but_off() -> None:
