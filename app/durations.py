@@ -35,8 +35,12 @@ def parse_duration_ns(value: object) -> int:
     if isinstance(value, bool):
         raise ValueError("a duration is a number of seconds or a string like '30s'")
     if isinstance(value, int | float):
-        if value != value or value < 0 or value * NS_PER_SECOND > MAX_DURATION_NS:
-            raise ValueError("a duration must be between 0 and ~292 years")
+        # (In seconds, the whole ones the schema states: a float cannot hold the last ns.)
+        if value != value or value < 0 or value > MAX_DURATION_NS // NS_PER_SECOND:
+            raise ValueError(
+                "a duration in seconds is between 0 and 9223372036 (~292 years; up to "
+                "'2562047h47m16.854775807s' as a string)"
+            )
         # A positive number stays positive (1e-300 s is 1 ns, not "none"), as the rules on
         # such a field ("priority_timeout>0 needs a priority_policy") read the number.
         return max(round(value * NS_PER_SECOND), 1) if value > 0 else 0

@@ -48,6 +48,20 @@ _DURATION_SCHEMA = {
 Duration = Annotated[int, BeforeValidator(parse_duration_ns), WithJsonSchema(_DURATION_SCHEMA)]
 """A duration in a request: seconds or ``"1h30m"``; held as nanoseconds for NATS."""
 
+
+def at_least_or_zero(name: str, seconds: float, zero: str) -> AfterValidator:
+    """A :data:`Duration` of at least ``seconds``, or 0 (``zero`` says what 0 means): what
+    nats-server asks of a bucket's ttl (a stream's max_age) and its limit markers."""
+    least = round(seconds * 1e9)
+
+    def check(value: int) -> int:
+        if 0 < value < least:
+            raise ValueError(f"{name} is at least {seconds:g} s (or 0: {zero})")
+        return value
+
+    return AfterValidator(check)
+
+
 # The range app.durations takes: years 1 to 9999 once in UTC (formatMinimum/formatMaximum as
 # JSON Schema validators such as ajv-formats read them).
 _TIME_SCHEMA = {
@@ -402,6 +416,14 @@ def atomic_batch(name: str, when: str) -> dict[str, Any]:
         "`Nats-Expected-Last-Msg-Id`, `Nats-Expected-Last-Sequence` on the first only, a "
         "`Nats-Msg-Id` (or `msg_id`) once, no `Nats-Expected-Last-Subject-Sequence` on a "
         "subject an earlier item has",
+    }
+
+
+def distinct_names(name: str) -> dict[str, Any]:
+    """The names of map ``name`` differ in more than letter case (header names)."""
+    return {
+        "distinct_names": name,
+        "description": f"no two names of `{name}` differ in letter case only",
     }
 
 

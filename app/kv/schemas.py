@@ -16,6 +16,7 @@ from app.schemas import (
     TimeText,
     UInt64,
     apart,
+    at_least_or_zero,
     checked_string,
     differs,
     disjoint,
@@ -146,24 +147,21 @@ def _kv_value_size(value: int) -> int:
     return value
 
 
-def _kv_marker_ttl(value: int) -> int:
-    if 0 < value < 1_000_000_000:
-        raise ValueError("limit_marker_ttl is at least 1 second (or 0: off)")
-    return value
-
-
 class KVConfig(Strict):
     """A bucket's settings (ADR-8, ADR-48); durations in seconds or '30s'."""
 
     model_config = ConfigDict(
         json_schema_extra=rules(
+            duration("ttl", minimum=0.1, zero=True),
             duration("limit_marker_ttl", minimum=1, zero=True),
             apart("republish.dest", otherwise="$KV.{bucket}.>"),
         )
     )
 
     history: int = Field(default=1, ge=1, le=64, description="values kept per key")
-    ttl: Duration = Field(default=0, description="how long values live; 0: forever")
+    ttl: Annotated[Duration, at_least_or_zero("ttl", 0.1, "forever")] = Field(
+        default=0, description="how long values live; 0: forever"
+    )
     max_value_size: Annotated[int, AfterValidator(_kv_value_size)] = Field(
         default=-1,
         ge=-1,
@@ -178,7 +176,7 @@ class KVConfig(Strict):
     description: str | None = Field(default=None, max_length=4096)
     placement: Placement | None = None
     republish: Republish | None = None
-    limit_marker_ttl: Annotated[Duration, AfterValidator(_kv_marker_ttl)] = Field(
+    limit_marker_ttl: Annotated[Duration, at_least_or_zero("limit_marker_ttl", 1, "off")] = Field(
         default=0,
         description="keep markers for keys removed by ttl/max age this long (at least 1s); "
         "also enables per-key TTLs. Cannot be turned off once on",

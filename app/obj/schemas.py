@@ -2,19 +2,23 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
-from app.schemas import Duration, Int64, Strict
+from app.schemas import Duration, Int64, Strict, at_least_or_zero, duration, rules
 from app.streams.schemas import Placement
 
 
 class ObjConfig(Strict):
     """An object bucket's settings; durations in seconds or '30s'."""
 
+    model_config = ConfigDict(json_schema_extra=rules(duration("ttl", minimum=0.1, zero=True)))
+
     description: str | None = Field(default=None, max_length=4096)
-    ttl: Duration = Field(default=0, description="how long objects live; 0: forever")
+    ttl: Annotated[Duration, at_least_or_zero("ttl", 0.1, "forever")] = Field(
+        default=0, description="how long objects live; 0: forever"
+    )
     max_bytes: Int64 = Field(default=-1, description="bucket size limit; -1: unlimited")
     storage: Literal["file", "memory"] = "file"
     replicas: int = Field(default=1, ge=1, le=5)

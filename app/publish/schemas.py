@@ -8,7 +8,15 @@ from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema
 
 from app import validation
 from app.publish import schedules
-from app.schemas import MAX_MAP_MEMBERS, Strict, StrMap, atomic_batch, exclusive, rules
+from app.schemas import (
+    MAX_MAP_MEMBERS,
+    Strict,
+    StrMap,
+    atomic_batch,
+    distinct_names,
+    exclusive,
+    rules,
+)
 
 # Standard base64 with its padding, as base64.b64decode(validate=True) takes it.
 BASE64 = "^([A-Za-z0-9+/]{4})*([A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$"
@@ -87,7 +95,9 @@ class AtomicPubAck(BaseModel):
 class PublishItem(Strict):
     model_config = ConfigDict(
         json_schema_extra=rules(
-            exclusive("msg_id", "headers.Nats-Msg-Id"), *schedules.spec_rules("headers.")
+            exclusive("msg_id", "headers.Nats-Msg-Id"),
+            distinct_names("headers"),
+            *schedules.spec_rules("headers."),
         )
     )
 

@@ -123,6 +123,7 @@ class StreamConfig(Strict):
                 requires=("discard=new", "max_msgs_per_subject>0"),
             ),
             when("allow_msg_schedules", equals=True, forbids=("discard=new", "sources")),
+            when("mirror_direct", equals=True, requires=("mirror",)),
             when(
                 "persist_mode",
                 equals="async",

@@ -211,6 +211,9 @@ def rule_holds(rule: dict[str, Any], values: dict[str, Any]) -> bool:
         return sum(_given(values, name) for name in rule["exclusive"]) <= 1
     if "any_of" in rule:
         return any(_given(values, name) for name in rule["any_of"])
+    if "distinct_names" in rule:
+        names = [str(n).lower() for n in _member(values, rule["distinct_names"]) or {}]
+        return len(names) == len(set(names))
     if "if" in rule:
         equals = rule.get("equals")
         condition = rule["if"]

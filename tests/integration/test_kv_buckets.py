@@ -149,6 +149,8 @@ async def test_bad_bucket_input_creates_nothing(gateway: httpx.AsyncClient, name
         {"history": 65},
         {"ttl": "soon"},
         {"ttl": -1},
+        {"ttl": "50ms"},  # (a stream's max_age is at least 100 ms)
+        {"ttl": 1e-50},
         {"max_value_size": 0},
         {"limit_marker_ttl": 0.5},
         {"storage": "disk"},
@@ -157,4 +159,6 @@ async def test_bad_bucket_input_creates_nothing(gateway: httpx.AsyncClient, name
         ["history"],
     ]:
         problem(await gateway.put(f"/v1/kv/{name}", json=body), 400, "request.invalid")
+    short = problem(await gateway.put(f"/v1/kv/{name}", json={"ttl": "2ms"}), 400)
+    assert "ttl is at least 0.1 s (or 0: forever)" in short["detail"], short
     problem(await gateway.get(f"/v1/kv/{name}"), 404, "kv.bucket_not_found")

@@ -43,6 +43,10 @@ async def test_bucket_lifecycle(gateway: httpx.AsyncClient, nc: nats.NATS, name:
     assert (await gateway.get(f"/v1/obj/{name}")).json()["bucket"] == name
     assert (await gateway.delete(f"/v1/obj/{name}")).status_code == 204
     problem(await gateway.get(f"/v1/obj/{name}"), 404, "obj.bucket_not_found")
+    # A ttl under what nats-server takes as a stream's max_age (100 ms) is refused first.
+    short = problem(await gateway.put(f"/v1/obj/{name}", json={"ttl": "2ms"}), 400)
+    assert "ttl is at least 0.1 s (or 0: forever)" in short["detail"], short
+    problem(await gateway.get(f"/v1/obj/{name}"), 404, "obj.bucket_not_found")
     problem(
         await gateway.put(f"/v1/obj/{name}/objects/x", content=b"1"), 404, "obj.bucket_not_found"
     )

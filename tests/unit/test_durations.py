@@ -34,6 +34,8 @@ from app.streams.schemas import StreamSource
         ("10us", 10_000),
         ("7ns", 7),
         ("0", 0),
+        (9_223_372_036, 9_223_372_036 * 10**9),  # the schema's maximum in seconds
+        ("2562047h47m16.854775807s", 2**63 - 1),
         (1e-300, 1),  # a positive number stays positive
         (4e-10, 1),
     ],
@@ -57,6 +59,8 @@ def test_parse(value: object, ns: int) -> None:
         "1h 30m",
         float("nan"),
         1e300,
+        9_223_372_036.000004,  # over the schema's maximum, though within int64 ns
+        "9223372036.5",
         "999999999999h",
     ],
 )

@@ -213,6 +213,8 @@ def test_status_from_stream_info() -> None:
         {"limit_marker_ttl": "500ms"},
         {"ttl": "soon"},
         {"ttl": -1},
+        {"ttl": "99ms"},
+        {"ttl": 1e-9},
         {"replicas": 6},
         {"storage": "disk"},
         {"bucket": "B"},
