@@ -9,7 +9,7 @@ from pathlib import Path
 from urllib.parse import quote
 
 import httpx
-from playwright.async_api import Page, Route
+from playwright.async_api import Page, Route, expect
 
 PAGES = Path(__file__).resolve().parent / "pages"
 
@@ -24,6 +24,13 @@ async def open_event_source(page: Page, base_url: str, src: str) -> None:
 
     await page.route(f"{base_url}/__test__/watch.html*", serve)
     await page.goto(f"{base_url}/__test__/watch.html?src={quote(src, safe='')}")
+
+
+async def settled(page: Page) -> None:
+    """Until the console has drawn what its last action asked for: after a save it draws the
+    view again, and ``#view`` is aria-busy until that is done (a test that used the old view
+    in the meantime typed into a form about to be replaced)."""
+    await expect(page.locator("#view")).not_to_have_attribute("aria-busy", "true")
 
 
 async def events(page: Page) -> list[Event]:

@@ -20,7 +20,7 @@ from nats.js.api import ConsumerConfig, DeliverPolicy, KeyValueConfig, StorageTy
 from nats.js.errors import NotFoundError
 from playwright.async_api import Page, expect
 
-from tests.browser.support import axe_violations
+from tests.browser.support import axe_violations, settled
 
 
 async def test_a_stream_from_create_to_delete(
@@ -113,6 +113,7 @@ async def test_a_stream_from_create_to_delete(
     await page.locator("#edit-stream [name=max_msgs]").fill("1000")
     await page.get_by_role("button", name="Save changes").click()
     await expect(page.locator("#flash")).to_contain_text(f"Stream {name} updated.")
+    await settled(page)
     assert (await js.stream_info(name)).config.max_msgs == 1000
 
     # Purge one subject, then everything, each confirmed by typing the name.
@@ -123,6 +124,7 @@ async def test_a_stream_from_create_to_delete(
     await page.get_by_label(f"type {name} to confirm").first.fill(name)
     await purge.click()
     await expect(page.locator("#flash")).to_contain_text("Purged 15 messages.")
+    await settled(page)
     assert (await js.stream_info(name)).state.messages == 15
 
     await page.get_by_role("button", name="Delete stream…").click()
@@ -276,6 +278,7 @@ async def test_a_bucket_from_create_to_delete(
     await page.get_by_label("per-key TTL").fill("1h")
     await page.get_by_role("button", name="Put").click()
     await expect(page.locator("#flash")).to_contain_text("Stored session.1 at revision 1")
+    await settled(page)
     stored = await nc.jetstream().get_last_msg(f"KV_{name}", f"$KV.{name}.session.1")
     assert stored.headers is not None and stored.headers.get("Nats-TTL") == "3600s"
 
@@ -335,6 +338,7 @@ async def test_a_bucket_edited_mirrored_and_aggregated(
     await edit.locator("[name=description]").fill("sessions")
     await edit.get_by_role("button", name="Save changes").click()
     await expect(page.locator("#flash")).to_contain_text(f"Bucket {name} updated.")
+    await settled(page)
     config = (await js.stream_info(f"KV_{name}")).config
     assert (config.max_msgs_per_subject, config.description) == (5, "sessions")
     assert config.storage == StorageType.MEMORY
@@ -346,6 +350,7 @@ async def test_a_bucket_edited_mirrored_and_aggregated(
     await edit.get_by_role("button", name="Save changes").click()
     await expect(page.locator("#flash")).to_be_visible()
     await expect(page.locator("#flash")).to_contain_text(f"Bucket {name} updated.")
+    await settled(page)
     config = (await js.stream_info(f"KV_{name}")).config
     assert (config.max_msgs_per_subject, config.description) == (5, None)
 
@@ -357,6 +362,7 @@ async def test_a_bucket_edited_mirrored_and_aggregated(
     await page.locator("#add-mirror [name=description]").fill("replica")
     await page.get_by_role("button", name="Save mirror").click()
     await expect(page.locator("#flash")).to_contain_text(f"Mirror {mirror} of {name} saved.")
+    await settled(page)
     row = page.locator(f"tr.mirror[data-mirror={mirror}]")
     await expect(row).to_be_visible()
     info = await js.stream_info(mirror)
@@ -369,6 +375,7 @@ async def test_a_bucket_edited_mirrored_and_aggregated(
     await page.get_by_role("button", name="Save mirror").click()
     await expect(page.locator("#flash")).to_be_visible()
     await expect(page.locator("#flash")).to_contain_text(f"Mirror {mirror} of {name} saved.")
+    await settled(page)
     changed = (await js.stream_info(mirror)).config
     assert changed.max_bytes == 1048576
     assert (changed.storage, changed.description) == (StorageType.MEMORY, "replica")
@@ -377,6 +384,7 @@ async def test_a_bucket_edited_mirrored_and_aggregated(
     await row.get_by_label(f"type {mirror} to confirm").fill(mirror)
     await row.get_by_role("button", name="Delete mirror", exact=True).click()
     await expect(page.locator("#flash")).to_contain_text(f"Mirror {mirror} deleted.")
+    await settled(page)
     await expect(page.locator(f"tr.mirror[data-mirror={mirror}]")).to_have_count(0)
     with pytest.raises(NotFoundError):
         await js.stream_info(mirror)
@@ -398,6 +406,7 @@ async def test_a_bucket_edited_mirrored_and_aggregated(
     await page.locator("#add-origin [name=bucket]").fill(other)
     await page.get_by_role("button", name="Add origin").click()
     await expect(page.locator("#flash")).to_contain_text(f"{union} now copies {other}.")
+    await settled(page)
     await expect(page.locator("tr.origin")).to_have_count(2)
     sources = (await js.stream_info(f"KV_{union}")).config.sources or []
     assert sorted(s.name for s in sources) == sorted([f"KV_{name}", f"KV_{other}"])
@@ -422,6 +431,7 @@ async def test_a_consumer_edited(
     await form.locator("[name=max_batch]").fill("20")
     await form.get_by_role("button", name="Save changes").click()
     await expect(page.locator("#flash")).to_contain_text("Consumer c1 updated.")
+    await settled(page)
     config = (await js.consumer_info(name, "c1")).config
     assert (config.ack_wait, config.max_deliver, config.max_ack_pending) == (45, 7, 50)
     raw = await nc.request(f"$JS.API.CONSUMER.INFO.{name}.c1", b"")

@@ -17,7 +17,7 @@ from nats.js.errors import KeyNotFoundError
 from playwright.async_api import Page, expect
 
 from app.nats.embedded import EmbeddedServer
-from tests.browser.support import create_bucket
+from tests.browser.support import create_bucket, settled
 from tests.helpers import gateway_settings, served_gateway
 
 TOKEN = "console-admin-token-0123456789"
@@ -298,11 +298,13 @@ async def test_counters_and_pausing(
     await page.fill("input[name=until]", "2h")
     await pause.get_by_role("button", name="Pause").click()
     await expect(page.locator("#flash")).to_contain_text("Paused until")
+    await settled(page)
     await expect(pause).to_contain_text("Paused:")
     info = await nc.jetstream().consumer_info(name, "audit")
     assert info.config.pause_until is not None
     await pause.get_by_role("button", name="Resume").click()
     await expect(page.locator("#flash")).to_contain_text("Resumed")
+    await settled(page)
     await expect(pause).to_contain_text("Delivering")
 
 
@@ -328,6 +330,7 @@ async def test_a_token_that_may_only_read_sees_each_refusal_plainly(
     await page.get_by_role("button", name="Put").click()
     await expect(page.locator("#flash")).to_contain_text("403 Forbidden")
     await expect(page.locator("#flash")).to_contain_text("(auth.forbidden)")
+    await settled(page)
     edit = page.locator("#edit-bucket")
     await edit.locator("[name=history]").fill("9")
     await edit.get_by_role("button", name="Save changes").click()

@@ -11,6 +11,7 @@ import nats
 from playwright.async_api import Page, expect
 
 from app.nats.embedded import EmbeddedServer
+from tests.browser.support import settled
 
 
 async def test_object_buckets_view_uploads_lists_downloads_deletes(
@@ -44,6 +45,7 @@ async def test_object_buckets_view_uploads_lists_downloads_deletes(
     await page.locator('input[name="name"]').fill("dir/report.bin")
     await page.get_by_role("button", name="Upload").click()
     await expect(page.locator("#flash")).to_contain_text("Uploaded dir/report.bin")
+    await settled(page)
     row = page.locator('#objects tr[data-name="dir/report.bin"]')
     await expect(row).to_contain_text("report.bin")
     await expect(rows).to_have_count(2)
@@ -65,4 +67,5 @@ async def test_object_buckets_view_uploads_lists_downloads_deletes(
 
     await row.get_by_role("button", name="Delete").click()
     await expect(page.locator("#flash")).to_contain_text("Deleted dir/report.bin")
+    await settled(page)
     await expect(rows).to_have_count(1)

@@ -15,6 +15,7 @@ import pytest
 from playwright.async_api import Locator, Page, expect
 
 from app.nats.embedded import EmbeddedServer
+from tests.browser.support import settled
 from tests.helpers import gateway_settings, served_gateway
 from tests.push_app import Answer, PushApp, Received
 
@@ -90,6 +91,7 @@ async def test_subscriptions_view_shows_deliveries_and_pauses(
         # Paused from the view: the consumer's pause, so nothing more reaches the application.
         await row.get_by_role("button", name="Pause").click()
         await expect(page.locator("#flash")).to_contain_text(f"Paused {name}")
+        await settled(page)
         await expect(cell("state")).to_have_text("paused")
         await expect(row.get_by_role("button", name="Pause")).to_have_count(0)
         info = (await http.get(f"/v1/streams/{name}/consumers/orders-app")).json()
@@ -100,6 +102,7 @@ async def test_subscriptions_view_shows_deliveries_and_pauses(
 
         await row.get_by_role("button", name="Resume").click()
         await expect(page.locator("#flash")).to_contain_text(f"Resumed {name}")
+        await settled(page)
         await expect(cell("acked")).to_have_text("15")
         await expect(cell("num_pending")).to_have_text("0")
         await expect(cell("state")).to_have_text("running")

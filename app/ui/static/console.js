@@ -1509,7 +1509,21 @@ const ROUTES = [
   [/^\/obj\/([^/]+)$/, objBucketView],
 ];
 
+// The view is aria-busy from the start of a render until the latest render started has drawn:
+// assistive technology waits for it, and so do the browser tests (tests/browser/support.py).
+let renders = 0;
+
 async function render() {
+  const mine = ++renders;
+  view.setAttribute("aria-busy", "true");
+  try {
+    await draw();
+  } finally {
+    if (mine === renders) view.removeAttribute("aria-busy");
+  }
+}
+
+async function draw() {
   for (const stop of leaving.splice(0)) stop();
   const [path, query] = location.hash.replace(/^#/, "").split("?");
   const params = new URLSearchParams(query || "");
