@@ -600,8 +600,10 @@ class ErrorCode(StrEnum):
         "policy): delete and re-create it."
     )
     STREAM_NOT_UPDATABLE = "stream.not_updatable", Conflict, (
-        "This change to the stream's (or the bucket's) configuration is not allowed (e.g. "
-        "its storage): delete and re-create it."
+        "This change to the stream's (or the bucket's) configuration is not allowed: its "
+        "storage, counters and persist mode stay as made, its retention changes only between "
+        "limits and interest, and deny_delete, deny_purge, allow_msg_ttl, "
+        "allow_msg_schedules and sealed stay on once on. Delete and re-create it."
     )
     CONSUMER_LIMIT_REACHED = "consumer.limit_reached", Conflict, (
         "The stream has as many consumers as it may: delete one, or raise max_consumers."
