@@ -49,6 +49,10 @@ Duration = Annotated[int, BeforeValidator(parse_duration_ns), WithJsonSchema(_DU
 """A duration in a request: seconds or ``"1h30m"``; held as nanoseconds for NATS."""
 
 
+LEAST_MAX_AGE = 0.1
+"""The shortest max_age (seconds) nats-server takes for a stream, and so a bucket's ttl."""
+
+
 def at_least_or_zero(name: str, seconds: float, zero: str) -> AfterValidator:
     """A :data:`Duration` of at least ``seconds``, or 0 (``zero`` says what 0 means): what
     nats-server asks of a bucket's ttl (a stream's max_age) and its limit markers."""

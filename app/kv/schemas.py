@@ -8,6 +8,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, WithJsonSchem
 
 from app import validation
 from app.schemas import (
+    LEAST_MAX_AGE,
     Duration,
     Int64,
     StreamName,
@@ -152,14 +153,14 @@ class KVConfig(Strict):
 
     model_config = ConfigDict(
         json_schema_extra=rules(
-            duration("ttl", minimum=0.1, zero=True),
+            duration("ttl", minimum=LEAST_MAX_AGE, zero=True),
             duration("limit_marker_ttl", minimum=1, zero=True),
             apart("republish.dest", otherwise="$KV.{bucket}.>"),
         )
     )
 
     history: int = Field(default=1, ge=1, le=64, description="values kept per key")
-    ttl: Annotated[Duration, at_least_or_zero("ttl", 0.1, "forever")] = Field(
+    ttl: Annotated[Duration, at_least_or_zero("ttl", LEAST_MAX_AGE, "forever")] = Field(
         default=0, description="how long values live; 0: forever"
     )
     max_value_size: Annotated[int, AfterValidator(_kv_value_size)] = Field(

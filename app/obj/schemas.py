@@ -6,17 +6,27 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from app.schemas import Duration, Int64, Strict, at_least_or_zero, duration, rules
+from app.schemas import (
+    LEAST_MAX_AGE,
+    Duration,
+    Int64,
+    Strict,
+    at_least_or_zero,
+    duration,
+    rules,
+)
 from app.streams.schemas import Placement
 
 
 class ObjConfig(Strict):
     """An object bucket's settings; durations in seconds or '30s'."""
 
-    model_config = ConfigDict(json_schema_extra=rules(duration("ttl", minimum=0.1, zero=True)))
+    model_config = ConfigDict(
+        json_schema_extra=rules(duration("ttl", minimum=LEAST_MAX_AGE, zero=True))
+    )
 
     description: str | None = Field(default=None, max_length=4096)
-    ttl: Annotated[Duration, at_least_or_zero("ttl", 0.1, "forever")] = Field(
+    ttl: Annotated[Duration, at_least_or_zero("ttl", LEAST_MAX_AGE, "forever")] = Field(
         default=0, description="how long objects live; 0: forever"
     )
     max_bytes: Int64 = Field(default=-1, description="bucket size limit; -1: unlimited")

@@ -7,6 +7,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from app.schemas import (
+    LEAST_MAX_AGE,
     MAX_GO_INT,
     Duration,
     Int64,
@@ -89,7 +90,7 @@ class StreamConfig(Strict):
     model_config = ConfigDict(
         json_schema_extra=rules(
             same("name", "stream"),
-            duration("max_age", minimum=0.1, zero=True),
+            duration("max_age", minimum=LEAST_MAX_AGE, zero=True),
             duration("duplicate_window", minimum=0.1, zero=True, not_above="max_age"),
             duration("subject_delete_marker_ttl", minimum=1, zero=True),
             disjoint("subjects"),
