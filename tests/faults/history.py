@@ -68,16 +68,30 @@ async def stored_messages(urls: list[str], stream: str) -> list[dict[str, Any]]:
     """Every message of the stream, read with nats-py from the stream leader, seq order."""
     nc = await nats.connect(urls, connect_timeout=2)
     try:
-        info = json.loads((await nc.request(f"$JS.API.STREAM.INFO.{stream}", timeout=5)).data)
+        deadline = time.monotonic() + 20
+        while True:  # (an answer with an error and no state while the cluster elects)
+            info = json.loads((await nc.request(f"$JS.API.STREAM.INFO.{stream}", timeout=5)).data)
+            if "state" in info or time.monotonic() > deadline:
+                break
+            await asyncio.sleep(0.25)
         state = info["state"]
         first, last = state["first_seq"], state["last_seq"]
         js = nc.jetstream(timeout=5)
 
         async def one(seq: int) -> dict[str, Any] | None:
-            try:
-                msg = await js.get_msg(stream, seq)
-            except nats.js.errors.NotFoundError:
-                return None
+            # Right after a kill the cluster may still be electing (10008, "JetStream system
+            # temporarily unavailable"): the check asks again, for up to 20 s.
+            deadline = time.monotonic() + 20
+            while True:
+                try:
+                    msg = await js.get_msg(stream, seq)
+                    break
+                except nats.js.errors.NotFoundError:
+                    return None
+                except nats.js.errors.ServiceUnavailableError:
+                    if time.monotonic() > deadline:
+                        raise
+                    await asyncio.sleep(0.25)
             return {
                 "seq": msg.seq,
                 "subject": msg.subject,
